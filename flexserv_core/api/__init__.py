@@ -1,0 +1,1 @@
+"""The HTTP API: OpenAI-compatible routes, FlexServ routes, errors and schemas."""

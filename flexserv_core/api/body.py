@@ -1,0 +1,79 @@
+"""Reading a JSON request body: parse, let plugins preprocess, then validate.
+
+Litestar's own body parsing is bypassed on OpenAI routes so that
+``flexserv_preprocess_request`` hooks see the raw object *before* validation,
+and so that every failure names the offending ``param``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any, TypeVar
+
+import msgspec
+from litestar import Request
+
+from flexserv_core import hooks
+from flexserv_core.errors import FlexServError, InvalidRequest
+from flexserv_core.request_context import RequestContext
+
+log = logging.getLogger(__name__)
+StructT = TypeVar("StructT", bound=msgspec.Struct)
+
+
+class UnsupportedMediaType(FlexServError):
+    status_code = 415
+    error_type = "invalid_request_error"
+    default_code = "unsupported_media_type"
+
+
+def request_context(request: Request[Any, Any, Any], endpoint: str) -> RequestContext:
+    return RequestContext(endpoint=endpoint, server=request.app.state.flexserv, headers=dict(request.headers))
+
+
+async def read_json_object(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    content_type = request.headers.get("content-type", "")
+    if content_type and "json" not in content_type.split(";")[0].lower():
+        raise UnsupportedMediaType(f"Expected 'Content-Type: application/json', got '{content_type}'.")
+    raw = await request.body()
+    if not raw.strip():
+        raise InvalidRequest("The request body is empty; send a JSON object.", code="invalid_json")
+    try:
+        body = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise InvalidRequest(f"The request body is not valid JSON: {exc}", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
+    return body
+
+
+async def parse_body(request: Request[Any, Any, Any], schema: type[StructT], context: RequestContext) -> StructT:
+    """Parse, preprocess (hooks) and validate the JSON body against ``schema``."""
+    body = await read_json_object(request)
+    await hooks.preprocess_request(context.endpoint, body, context)
+    return validate(body, schema, block_unknown=context.server.settings.core.block_on_unexpected_fields, endpoint=context.endpoint)
+
+
+def validate(body: dict[str, Any], schema: type[StructT], *, block_unknown: bool = False, endpoint: str = "") -> StructT:
+    known = set(schema.__struct_fields__)
+    for key in [k for k in body if k not in known]:
+        if block_unknown:
+            raise InvalidRequest(f"Unrecognized request argument supplied: {key}", param=key, code="unexpected_field")
+        log.debug("dropping unknown field %r from %s request", key, endpoint)
+        del body[key]
+    try:
+        return msgspec.convert(body, schema, strict=True)
+    except msgspec.ValidationError as exc:
+        raise InvalidRequest(*_explain(exc), code="invalid_value") from None
+
+
+def _explain(exc: msgspec.ValidationError) -> tuple[str, str | None]:
+    text = str(exc)
+    match = re.search(r" - at `\$(.*)`$", text)
+    if not match:
+        return text, None
+    path = match.group(1)
+    param = re.sub(r"^\.", "", path) or None
+    reason = text[: match.start()]
+    return (f"Invalid value for '{param}': {reason}" if param else reason), param

@@ -1,0 +1,72 @@
+"""Every error leaves the server OpenAI-shaped: ``{"error": {message, type, param, code}}``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from litestar import MediaType, Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
+
+from flexserv_core.errors import FlexServError
+
+log = logging.getLogger(__name__)
+
+_TYPES = {
+    400: ("invalid_request_error", "invalid_request"),
+    401: ("authentication_error", "invalid_api_key"),
+    403: ("permission_error", "forbidden"),
+    404: ("invalid_request_error", "not_found"),
+    405: ("invalid_request_error", "method_not_allowed"),
+    413: ("invalid_request_error", "payload_too_large"),
+    415: ("invalid_request_error", "unsupported_media_type"),
+    429: ("rate_limit_error", "too_many_requests"),
+}
+
+
+def error_body(message: str, *, error_type: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+
+
+def _respond(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response[dict[str, Any]]:
+    return Response(content=body, status_code=status, media_type=MediaType.JSON, headers=headers)
+
+
+def handle_flexserv_error(request: Request[Any, Any, Any], exc: FlexServError) -> Response[dict[str, Any]]:
+    if exc.status_code >= 500:
+        log.error("%s %s -> %d: %s", request.method, request.url.path, exc.status_code, exc.message)
+    return _respond(exc.status_code, exc.to_dict(), exc.headers)
+
+
+def handle_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, Any]]:
+    status = exc.status_code
+    error_type, code = _TYPES.get(status, ("invalid_request_error" if status < 500 else "server_error", None))
+    message = exc.detail or "error"
+    param = None
+    if status == 404 and message == "Not Found":
+        message = f"Unknown route: {request.method} {request.url.path}"
+    elif status == 405:
+        message = f"Method {request.method} is not allowed on {request.url.path}"
+    if isinstance(exc, ValidationException) and isinstance(exc.extra, list) and exc.extra:
+        first = exc.extra[0]
+        if isinstance(first, dict):
+            param = first.get("key")
+            message = f"{message}: {first.get('message', '')}".strip(": ")
+    headers = dict(exc.headers or {})
+    return _respond(status, error_body(message, error_type=error_type, param=param, code=code), headers)
+
+
+def handle_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return _respond(
+        HTTP_500_INTERNAL_SERVER_ERROR,
+        error_body("The server had an error while processing your request.", error_type="server_error", code="internal_error"),
+    )
+
+
+EXCEPTION_HANDLERS: dict[type[Exception], Any] = {
+    FlexServError: handle_flexserv_error,
+    HTTPException: handle_http_exception,
+    Exception: handle_unexpected,
+}

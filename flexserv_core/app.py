@@ -1,0 +1,77 @@
+"""The app factory: a Litestar app wired to a plugin manager and settings."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from litestar import Litestar
+from litestar.connection import ASGIConnection
+from litestar.datastructures import State
+from litestar.exceptions import NotAuthorizedException
+from litestar.handlers.base import BaseRouteHandler
+from litestar.openapi import OpenAPIConfig
+
+from flexserv_core import __version__, hooks
+from flexserv_core.api.errors import EXCEPTION_HANDLERS
+from flexserv_core.plugin_manager import FlexServPluginManager
+from flexserv_core.server import FlexServer
+from flexserv_core.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def _api_key_guard(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
+    server: FlexServer = connection.app.state.flexserv
+    key = server.settings.core.api_key
+    if not key or handler.opt.get("public"):
+        return
+    if connection.headers.get("authorization", "") != f"Bearer {key}":
+        raise NotAuthorizedException("Missing or invalid API key: send 'Authorization: Bearer <key>'.")
+
+
+def create_app(settings: Settings, plugin_manager: FlexServPluginManager) -> Litestar:
+    """Build the app. Its lifespan runs the startup hooks (failures stop start-up)
+    and, on shutdown, the shutdown hooks, then unloads every model."""
+    hooks.configure(plugin_manager, settings)
+    server = FlexServer(settings, plugin_manager)
+    for name, routes in server.routes_by_plugin.items():
+        info = plugin_manager.infos.get(name)
+        if info is not None:
+            info.routes = sorted(_paths(routes))
+
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        server.registry.start()
+        await hooks.startup(server)
+        log.info("FlexServ %s ready: plugins %s", __version__, ", ".join(plugin_manager.loaded_names()))
+        try:
+            yield
+        finally:
+            log.info("shutting down: stopping plugins and unloading models")
+            await hooks.shutdown(server)
+            await server.registry.shutdown(settings.core.shutdown_timeout)
+
+    return Litestar(
+        route_handlers=[r for routes in server.routes_by_plugin.values() for r in routes],
+        exception_handlers=EXCEPTION_HANDLERS,
+        lifespan=[lifespan],
+        guards=[_api_key_guard],
+        state=State({"flexserv": server}),
+        openapi_config=OpenAPIConfig(title="FlexServ", version=__version__, path="/schema"),
+        debug=False,
+    )
+
+
+def _paths(routes: list[Any]) -> set[str]:
+    out: set[str] = set()
+    for route in routes:
+        for path in getattr(route, "paths", ()) or ():
+            methods = sorted(m for m in getattr(route, "http_methods", ()) or ())
+            out.add(f"{'|'.join(methods)} {path}".strip())
+        for handler in getattr(route, "route_handlers", ()) or ():  # routers
+            for path in _paths([handler]):
+                out.add(path)
+    return out

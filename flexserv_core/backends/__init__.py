@@ -1,0 +1,1 @@
+"""Backend base classes and the built-in transformers backend."""

@@ -1,0 +1,192 @@
+"""The typed objects plugins hand to the core: backends and the models they load.
+
+Hooks are for discovery (``flexserv_register_backends`` returns :class:`Backend`
+instances); these classes are for behaviour. The core calls ``Backend.load`` in a
+worker thread, keeps the returned :class:`LoadedModel` in the model registry and
+calls its request methods from the event loop. No hook is called per token.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Callable
+from typing import Any, ClassVar, Literal
+
+import msgspec
+
+from flexserv_core.models.spec import ModelKind, ModelSpec
+
+#: ``progress(message, fraction)``: a long step reports what it does and, when it
+#: knows, how far it is (0.0-1.0). The core logs it and shows it on the console.
+ProgressCallback = Callable[[str, float | None], None]
+
+FinishReason = Literal["stop", "length"]
+
+
+class LoadedModel(abc.ABC):
+    """A model resident in memory, owned by the registry until it is unloaded."""
+
+    kind: ClassVar[ModelKind]
+
+    def __init__(self, spec: ModelSpec, *, device: str = "cpu", dtype: str | None = None) -> None:
+        self.spec = spec
+        self.device = device
+        self.dtype = dtype
+
+    @abc.abstractmethod
+    def unload(self) -> None:
+        """Release weights, caches and threads. Called once, off the event loop,
+        after the last request holding the model has finished."""
+
+    def describe(self) -> dict[str, Any]:
+        """Facts for ``/v1/flexserv/health`` and ``/info``; extend in subclasses."""
+        return {"model_id": self.spec.name, "kind": self.kind.value, "device": self.device, "dtype": self.dtype}
+
+
+class Backend(abc.ABC):
+    """Loads models of one kind. Registered through ``flexserv_register_backends``."""
+
+    #: Unique name, e.g. ``"transformers"``; a :class:`ModelSpec` may ask for it.
+    name: ClassVar[str]
+    kind: ClassVar[ModelKind]
+
+    def accepts(self, spec: ModelSpec) -> bool:
+        """Whether this backend can load ``spec``; the default accepts all of its kind."""
+        return spec.kind is self.kind and spec.backend in (None, self.name)
+
+    @abc.abstractmethod
+    def load(self, spec: ModelSpec, progress: ProgressCallback) -> LoadedModel:
+        """Load ``spec`` and return the resident model. Blocking; runs in a worker
+        thread. Raise :class:`flexserv_core.errors.ModelLoadError` with a message a
+        user can act on."""
+
+
+# --- text generation ---------------------------------------------------------------
+
+
+class SamplingParams(msgspec.Struct, kw_only=True):
+    """Per-request decoding settings, already validated by the API layer."""
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logprobs: bool = False
+    top_logprobs: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0 or self.top_k == 1
+
+
+class TopLogprob(msgspec.Struct):
+    token_id: int
+    token: str
+    logprob: float
+
+
+class TokenDelta(msgspec.Struct, kw_only=True):
+    """One generated token as the backend streams it.
+
+    ``text`` is the newly decodable text (may be empty while a multi-byte
+    character is incomplete). ``finish_reason`` is set on the last delta: ``"stop"``
+    for an end-of-sequence token (whose ``text`` is empty), ``"length"`` when
+    ``max_tokens`` or the context is exhausted. Stop *strings* are the core's job.
+    """
+
+    token_id: int
+    text: str
+    logprob: float | None = None
+    top_logprobs: list[TopLogprob] | None = None
+    finish_reason: FinishReason | None = None
+
+
+class TextGenerationModel(LoadedModel):
+    """A causal language model with its tokenizer."""
+
+    kind = ModelKind.TEXT
+
+    #: Maximum number of tokens (prompt + completion) the model accepts.
+    context_length: int
+
+    @abc.abstractmethod
+    def render_chat(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any]) -> list[int]:
+        """Apply the chat template (with ``template_kwargs`` for this request only)
+        and return prompt token ids ending with the generation prompt."""
+
+    @abc.abstractmethod
+    def encode(self, text: str) -> list[int]:
+        """Tokenize a raw completion prompt (with the model's BOS handling)."""
+
+    @abc.abstractmethod
+    def decode(self, token_ids: list[int]) -> str:
+        """Detokenize, skipping special tokens."""
+
+    @abc.abstractmethod
+    def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[TokenDelta]:
+        """Stream the completion of ``prompt_ids``.
+
+        Returns an async iterator; the consumer closing it early (``aclose()``,
+        client disconnect, stop string) must cancel the sequence within one decode
+        step and free its resources.
+        """
+
+
+# --- embeddings --------------------------------------------------------------------
+
+
+class EmbeddingResult(msgspec.Struct):
+    """``vectors``: one list of floats per input, L2-normalised; ``prompt_tokens``: total."""
+
+    vectors: list[list[float]]
+    prompt_tokens: int
+
+
+class EmbeddingModel(LoadedModel):
+    kind = ModelKind.EMBEDDING
+
+    dimensions: int
+    max_input_tokens: int
+
+    @abc.abstractmethod
+    async def embed(self, inputs: list[str] | list[list[int]], *, truncate: bool = True) -> EmbeddingResult:
+        """Embed a batch of texts or token-id lists. With ``truncate=False`` an input
+        longer than ``max_input_tokens`` raises :class:`flexserv_core.errors.InvalidRequest`."""
+
+
+# --- transcription -----------------------------------------------------------------
+
+
+class TranscriptionSegment(msgspec.Struct):
+    id: int
+    start: float
+    end: float
+    text: str
+
+
+class Transcription(msgspec.Struct, kw_only=True):
+    text: str
+    language: str | None = None
+    duration: float = 0.0
+    segments: list[TranscriptionSegment] = msgspec.field(default_factory=list)
+
+
+class TranscriptionModel(LoadedModel):
+    kind = ModelKind.TRANSCRIPTION
+
+    #: Rate (Hz) the audio-loading hook must resample to.
+    sampling_rate: int = 16_000
+
+    @abc.abstractmethod
+    async def transcribe(
+        self,
+        audio: Any,
+        *,
+        language: str | None = None,
+        prompt: str | None = None,
+        temperature: float = 0.0,
+    ) -> Transcription:
+        """Transcribe mono float32 ``audio`` (a numpy array at ``sampling_rate``)."""

@@ -1,0 +1,1 @@
+"""The built-in transformers text-generation backend (a default plugin)."""

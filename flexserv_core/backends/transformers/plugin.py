@@ -1,0 +1,1 @@
+"""Default plugin: text generation with transformers. (Being written.)"""

@@ -1,0 +1,1 @@
+"""Built-in plugins registered through the plugin manager like any other."""

@@ -1,0 +1,100 @@
+"""FlexServ's own routes: liveness, health, info, loaded models, unload."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+from litestar import Request, get, post
+
+from flexserv_core import __version__, hooks
+from flexserv_core.api.body import read_json_object
+from flexserv_core.errors import InvalidRequest
+from flexserv_core.models.spec import ModelKind
+from flexserv_core.server import FlexServer
+
+
+def server_of(request: Request[Any, Any, Any]) -> FlexServer:
+    return request.app.state.flexserv
+
+
+@get("/health", opt={"public": True}, summary="Liveness")
+async def liveness() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+def _model_status(server: FlexServer, kind: ModelKind) -> dict[str, Any] | None:
+    spec = server.catalog.default(kind)
+    if spec is None:
+        return None
+    status: dict[str, Any] = {"model_id": spec.name, "state": server.registry.state_of(spec.name).value, "source": spec.source}
+    model = server.registry.model_if_loaded(spec.name)
+    if model is not None:
+        status.update(device=model.device, dtype=model.dtype)
+    return status
+
+
+@get("/v1/flexserv/health", opt={"public": True}, summary="Backend health")
+async def health(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    server = server_of(request)
+    body: dict[str, Any] = {
+        "status": "ok",
+        "version": __version__,
+        "uptime_seconds": round(time.time() - server.started_at, 1),
+        "model": _model_status(server, ModelKind.TEXT),
+        "embedding_model": _model_status(server, ModelKind.EMBEDDING),
+        "transcription_model": _model_status(server, ModelKind.TRANSCRIPTION),
+        "active_requests": server.registry.active_requests,
+    }
+    body.update(hooks.health(server))
+    return body
+
+
+@get("/v1/flexserv/info", summary="Configuration and plugins")
+async def info(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    server = server_of(request)
+    return {
+        "version": __version__,
+        "settings": server.settings.summary(),
+        "plugins": msgspec.to_builtins(server.pm.plugin_infos()),
+        "backends": [{"name": b.name, "kind": b.kind.value} for b in server.backends],
+        "models": [
+            {"model_id": s.name, "kind": s.kind.value, "source": s.source, "origin": s.origin}
+            for s in server.catalog.specs()
+        ],
+        "defaults": {k.value: v for k, v in server.catalog.defaults.items()},
+    }
+
+
+@get("/v1/flexserv/models/loaded", summary="Models resident in memory")
+async def loaded_models(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    server = server_of(request)
+    return {"models": [msgspec.to_builtins(m) for m in server.registry.loaded()]}
+
+
+@post("/v1/flexserv/models/unload", status_code=200, summary="Unload one model or all")
+async def unload_models(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    server = server_of(request)
+    raw = await request.body()
+    body = await read_json_object(request) if raw.strip() else {}
+    model_id = body.get("model_id")
+    if model_id is not None and not isinstance(model_id, str):
+        raise InvalidRequest("'model_id' must be a string (a model id, or '*' for all).", param="model_id")
+    active_total = server.registry.active_requests
+    results = await server.registry.unload(model_id)
+    warnings: list[str] = []
+    for r in results:
+        if r.pending:
+            warnings.append(f"Model '{r.model_id}' was still loading; it will be unloaded as soon as its load finishes.")
+        if r.had_active_requests:
+            warnings.append(f"Model '{r.model_id}' had {r.active_requests} active request(s); they finish on the model, which is freed afterwards.")
+    return {
+        "unloaded": [{"model_id": r.model_id, "was_loaded": r.was_loaded, "had_active_requests": r.had_active_requests, "pending": r.pending} for r in results],
+        "warnings": warnings,
+        "active_requests_at_eviction": active_total,
+        "oom_triggered": False,
+    }
+
+
+ROUTES = [liveness, health, info, loaded_models, unload_models]

@@ -1,0 +1,1 @@
+"""The ``flexserv`` command line."""

@@ -1,0 +1,97 @@
+"""Exceptions that carry their own OpenAI-shaped HTTP answer, and start-up errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class FlexServError(Exception):
+    """An error a client sees as ``{"error": {"message", "type", "param", "code"}}``."""
+
+    status_code: int = 500
+    error_type: str = "server_error"
+    default_code: str | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code if code is not None else self.default_code
+        self.headers = headers or {}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.error_type, "param": self.param, "code": self.code}}
+
+
+class InvalidRequest(FlexServError):
+    status_code = 400
+    error_type = "invalid_request_error"
+
+
+class ContextLengthExceeded(InvalidRequest):
+    default_code = "context_length_exceeded"
+
+
+class NotFound(FlexServError):
+    status_code = 404
+    error_type = "invalid_request_error"
+    default_code = "not_found"
+
+
+class ModelNotFound(NotFound):
+    default_code = "model_not_found"
+
+
+class PayloadTooLarge(FlexServError):
+    status_code = 413
+    error_type = "invalid_request_error"
+    default_code = "payload_too_large"
+
+
+class TooManyRequests(FlexServError):
+    status_code = 429
+    error_type = "rate_limit_error"
+    default_code = "too_many_requests"
+
+    def __init__(self, message: str, *, retry_after: float = 1.0, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.headers.setdefault("Retry-After", str(max(1, round(retry_after))))
+
+
+class ServiceUnavailable(FlexServError):
+    status_code = 503
+    error_type = "server_error"
+    default_code = "service_unavailable"
+
+
+class ModelLoadError(FlexServError):
+    """A backend could not load a model; the message says why and what to do."""
+
+    status_code = 503
+    error_type = "server_error"
+    default_code = "model_load_failed"
+
+
+class UsageError(Exception):
+    """Bad settings or command line; the CLI prints it and exits with status 2."""
+
+
+class PluginLoadError(Exception):
+    """A plugin could not be imported or registered; start-up stops with this."""
+
+    def __init__(self, name: str, distribution: str | None, cause: BaseException | str) -> None:
+        dist = distribution or "not from a distribution"
+        super().__init__(
+            f'Error loading plugin "{name}" (distribution {dist}): {cause}\n'
+            f"Start without it with: -p no:{name}"
+        )
+        self.name = name
+        self.distribution = distribution
+        self.cause = cause

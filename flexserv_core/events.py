@@ -1,0 +1,43 @@
+"""Model lifecycle events, as passed to the ``flexserv_model_event`` hook."""
+
+from __future__ import annotations
+
+import enum
+import time
+
+import msgspec
+
+from flexserv_core.models.spec import ModelKind
+
+
+class ModelEventType(enum.StrEnum):
+    LOADING = "loading"
+    LOADED = "loaded"
+    FAILED = "failed"
+    UNLOADED = "unloaded"
+    EVICTED = "evicted"
+
+
+class EvictionReason(enum.StrEnum):
+    MANUAL = "manual"
+    TTL = "ttl"
+    OOM = "oom"
+    SHUTDOWN = "shutdown"
+
+
+class ModelEvent(msgspec.Struct, kw_only=True, frozen=True):
+    """One change of a model's state.
+
+    ``reason`` is set for ``unloaded``/``evicted``; ``active_requests`` is how many
+    requests held the model at that moment; ``detail`` carries the error of a
+    ``failed`` load or the reading that caused an OOM eviction.
+    """
+
+    type: ModelEventType
+    model_id: str
+    kind: ModelKind
+    reason: EvictionReason | None = None
+    active_requests: int = 0
+    seconds: float | None = None
+    detail: str | None = None
+    timestamp: float = msgspec.field(default_factory=time.time)

@@ -1,0 +1,208 @@
+"""Finding, selecting and registering plugins (pytest's semantics are the model).
+
+* Built-in plugins are registered through the same manager as installed ones:
+  *essential* ones cannot be blocked, *default* ones can (``-p no:transformers``).
+* Installed plugins are the entry points of the group ``flexserv``; all are loaded
+  unless autoload is off (``FLEXSERV_DISABLE_PLUGIN_AUTOLOAD=1``) or
+  ``FLEXSERV_PLUGINS=a,b`` lists the ones to load (``''`` loads none).
+* ``-p NAME`` loads a plugin by entry-point name or dotted module path;
+  ``-p no:NAME`` blocks one before anything is loaded.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import logging
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+import msgspec
+import pluggy
+
+from flexserv_core import hookspecs
+from flexserv_core.errors import PluginLoadError
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "flexserv"
+
+#: Built-in plugins that are always registered: without them there is no server.
+ESSENTIAL_PLUGINS: dict[str, str] = {
+    "core": "flexserv_core.builtin.core_plugin",
+    "openai": "flexserv_core.api.plugin",
+}
+#: Built-in plugins registered unless blocked with ``-p no:NAME``.
+DEFAULT_PLUGINS: dict[str, str] = {
+    "transformers": "flexserv_core.backends.transformers.plugin",
+}
+
+
+class PluginStatus(enum.StrEnum):
+    LOADED = "loaded"
+    BLOCKED = "blocked"
+    FAILED = "failed"
+
+
+class PluginInfo(msgspec.Struct, kw_only=True):
+    name: str
+    distribution: str | None
+    version: str | None
+    status: PluginStatus
+    builtin: bool = False
+    hooks: list[str] = msgspec.field(default_factory=list)
+    routes: list[str] = msgspec.field(default_factory=list)
+    error: str | None = None
+
+
+class PluginSelection(msgspec.Struct, frozen=True):
+    """What the user asked for: ``-p`` values and the two environment variables."""
+
+    enable: tuple[str, ...] = ()
+    block: tuple[str, ...] = ()
+    explicit: tuple[str, ...] | None = None
+    autoload: bool = True
+
+    @classmethod
+    def from_args(cls, plugin_args: Sequence[str], env: Mapping[str, str] | None = None) -> PluginSelection:
+        env = os.environ if env is None else env
+        enable = tuple(p for p in plugin_args if not p.startswith("no:"))
+        block = tuple(p[3:] for p in plugin_args if p.startswith("no:"))
+        explicit = None
+        if "FLEXSERV_PLUGINS" in env:
+            explicit = tuple(p.strip() for p in env["FLEXSERV_PLUGINS"].split(",") if p.strip())
+        autoload = env.get("FLEXSERV_DISABLE_PLUGIN_AUTOLOAD", "").strip().lower() not in ("1", "true", "yes", "on")
+        return cls(enable=enable, block=block, explicit=explicit, autoload=autoload)
+
+
+class FlexServPluginManager(pluggy.PluginManager):
+    """A pluggy manager that remembers where each plugin came from."""
+
+    def __init__(self) -> None:
+        super().__init__(hookspecs.PROJECT_NAME)
+        self.add_hookspecs(hookspecs)
+        self.infos: dict[str, PluginInfo] = {}
+
+    # -- registration ---------------------------------------------------------------
+
+    def register_plugin(self, plugin: object, name: str, *, distribution: str | None = None, version: str | None = None, builtin: bool = False) -> None:
+        """Register one plugin object; raise :class:`PluginLoadError` if it is invalid."""
+        try:
+            self.register(plugin, name=name)
+            self._check_hookimpls(plugin)
+        except Exception as exc:
+            if self.is_registered(plugin):
+                self.unregister(plugin)
+            self.infos[name] = PluginInfo(name=name, distribution=distribution, version=version, status=PluginStatus.FAILED, builtin=builtin, error=str(exc))
+            raise PluginLoadError(name, distribution, exc) from exc
+        self.infos[name] = PluginInfo(
+            name=name, distribution=distribution, version=version, status=PluginStatus.LOADED, builtin=builtin,
+            hooks=sorted(impl.name for impl in self._hookimpls_of(plugin)),
+        )
+
+    def _hookimpls_of(self, plugin: object) -> list[Any]:
+        return [hc for hc in self.get_hookcallers(plugin) or []]
+
+    def _check_hookimpls(self, plugin: object) -> None:
+        prefix = hookspecs.PROJECT_NAME + "_"
+        for attr in dir(plugin):
+            if attr.startswith(prefix) and callable(getattr(plugin, attr, None)):
+                caller = getattr(self.hook, attr, None)
+                if caller is None or not caller.has_spec():
+                    raise pluggy.PluginValidationError(plugin, f"unknown hook {attr!r}: no such hookspec in flexserv")
+
+    def mark_blocked(self, name: str, distribution: str | None = None, version: str | None = None) -> None:
+        self.set_blocked(name)
+        self.infos[name] = PluginInfo(name=name, distribution=distribution, version=version, status=PluginStatus.BLOCKED)
+
+    def load(self, selection: PluginSelection, *, strict: bool = True) -> None:
+        """Register built-ins, then installed and requested plugins.
+
+        With ``strict`` a plugin that fails raises :class:`PluginLoadError`
+        (``flexserv run``); without, it is recorded as failed (``flexserv plugins``).
+        """
+        for name in selection.block:
+            if name in ESSENTIAL_PLUGINS:
+                log.warning("plugin %r is essential and cannot be blocked", name)
+                continue
+            self.mark_blocked(name)
+        for name, module in {**ESSENTIAL_PLUGINS, **DEFAULT_PLUGINS}.items():
+            if not self.is_blocked(name):
+                self._guard(strict, lambda n=name, m=module: self._load_module(n, m, builtin=True))
+
+        eps = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+        for name in selection.block:
+            if name in eps:
+                self.mark_blocked(name, *_dist_of(eps[name]))
+        wanted: list[str] = []
+        if selection.explicit is not None:
+            wanted.extend(selection.explicit)
+        elif selection.autoload:
+            wanted.extend(eps)
+        wanted.extend(selection.enable)
+        for name in dict.fromkeys(wanted):
+            if self.is_blocked(name) or self.has_plugin(name):
+                continue
+            if name in eps:
+                self._guard(strict, lambda ep=eps[name]: self._load_entry_point(ep))
+            else:
+                self._guard(strict, lambda n=name: self._load_module(n, n))
+
+    @staticmethod
+    def _guard(strict: bool, action: Any) -> None:
+        try:
+            action()
+        except PluginLoadError as exc:
+            if strict:
+                raise
+            log.debug("%s", exc)
+
+    def _load_entry_point(self, ep: EntryPoint) -> None:
+        dist, version = _dist_of(ep)
+        try:
+            plugin = ep.load()
+        except Exception as exc:
+            self.infos[ep.name] = PluginInfo(name=ep.name, distribution=dist, version=version, status=PluginStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
+            raise PluginLoadError(ep.name, dist, f"{type(exc).__name__}: {exc}") from exc
+        self.register_plugin(plugin, ep.name, distribution=dist, version=version)
+
+    def _load_module(self, name: str, module: str, *, builtin: bool = False) -> None:
+        from flexserv_core import __version__
+
+        dist, version = ("flexserv-core", __version__) if builtin else (None, None)
+        try:
+            plugin = importlib.import_module(module)
+        except Exception as exc:
+            self.infos[name] = PluginInfo(name=name, distribution=dist, version=version, status=PluginStatus.FAILED, builtin=builtin, error=f"{type(exc).__name__}: {exc}")
+            hint = "" if "." in module or builtin else " (no installed plugin has that name either)"
+            raise PluginLoadError(name, dist, f"{type(exc).__name__}: {exc}{hint}") from exc
+        self.register_plugin(plugin, name, distribution=dist, version=version, builtin=builtin)
+
+    # -- introspection --------------------------------------------------------------
+
+    def plugin_infos(self) -> list[PluginInfo]:
+        return list(self.infos.values())
+
+    def name_of(self, plugin: object) -> str | None:
+        return self.get_name(plugin)
+
+    def loaded_names(self) -> Iterable[str]:
+        return (i.name for i in self.infos.values() if i.status is PluginStatus.LOADED)
+
+
+def _dist_of(ep: EntryPoint) -> tuple[str | None, str | None]:
+    dist = getattr(ep, "dist", None)
+    if dist is None:
+        return None, None
+    return dist.metadata["Name"], dist.version
+
+
+def create_plugin_manager(plugin_args: Sequence[str] = (), *, env: Mapping[str, str] | None = None, strict: bool = True, extra_plugins: Iterable[object] = ()) -> FlexServPluginManager:
+    """Build a manager with the user's selection applied (the CLI's entry point)."""
+    pm = FlexServPluginManager()
+    pm.load(PluginSelection.from_args(plugin_args, env), strict=strict)
+    for plugin in extra_plugins:
+        pm.register_plugin(plugin, getattr(plugin, "__name__", None) or type(plugin).__name__)
+    return pm

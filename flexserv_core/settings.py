@@ -1,0 +1,256 @@
+"""Settings: declared as msgspec structs, read from CLI > environment > TOML > defaults.
+
+The core declares :class:`CoreSettings`; plugins declare their own structs through
+``flexserv_add_settings``. Every field of every struct is one setting with one
+name in all three sources, so ``--oom-ram-threshold``, ``FLEXSERV_OOM_RAM_THRESHOLD``
+and ``oom_ram_threshold = 95`` in the config file are the same thing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import tomllib
+import typing
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+import msgspec
+
+from flexserv_core.errors import UsageError
+
+ENV_PREFIX = "FLEXSERV_"
+StructT = TypeVar("StructT", bound=msgspec.Struct)
+
+
+def _doc(text: str, **extra: Any) -> msgspec.Meta:
+    return msgspec.Meta(description=text, extra=extra or None)
+
+
+class CoreSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Settings of the server itself and of the model registry."""
+
+    host: Annotated[str, _doc("Interface to listen on.")] = "127.0.0.1"
+    port: Annotated[int, msgspec.Meta(ge=0, le=65535, description="TCP port to listen on (0 picks a free one).")] = 8000
+    log_level: Annotated[
+        Literal["critical", "error", "warning", "info", "debug"], _doc("Logging level.")
+    ] = "info"
+    api_key: Annotated[
+        str | None, _doc("Require 'Authorization: Bearer KEY' on API routes.", secret=True)
+    ] = None
+    default_model: Annotated[
+        str | None, _doc("Text model served when none is configured: a --model name, Hub id, directory or GGUF file.")
+    ] = None
+    default_embedding_model: Annotated[str | None, _doc("Default embedding model (name or source).")] = None
+    default_transcription_model: Annotated[str | None, _doc("Default transcription model (name or source).")] = None
+    model: Annotated[
+        list[str],
+        _doc("Configure a model: [KIND:]NAME=SOURCE, KIND one of serve, embedding, transcription. Repeatable."),
+    ] = msgspec.field(default_factory=list)
+    force_model: Annotated[str | None, _doc("Serve this text model whatever the request's 'model' says.")] = None
+    allow_hub_models: Annotated[bool, _doc("Let requests name Hub model ids that are not configured.")] = False
+    model_timeout: Annotated[
+        float, msgspec.Meta(ge=0, description="Unload a model idle this many seconds (0 keeps it forever).")
+    ] = 86_400.0
+    block_on_unexpected_fields: Annotated[
+        bool, _doc("Reject requests with unknown fields (400) instead of dropping them.")
+    ] = False
+    cache_dir: Annotated[
+        str | None, _doc("Where FlexServ caches converted models (default: ~/.cache/flexserv).")
+    ] = None
+    shutdown_timeout: Annotated[
+        float, msgspec.Meta(ge=0, description="Seconds in-flight requests get to finish on shutdown.")
+    ] = 10.0
+
+
+class SettingField(msgspec.Struct, frozen=True):
+    """One setting as the CLI, environment and config file see it."""
+
+    owner: type[msgspec.Struct]
+    name: str
+    type: Any
+    default: Any
+    description: str
+    secret: bool
+    cli_only: bool
+    flag: str
+
+    @property
+    def env_var(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+    @property
+    def is_bool(self) -> bool:
+        return _strip_optional(self.type) is bool
+
+    @property
+    def is_list(self) -> bool:
+        return typing.get_origin(_strip_optional(self.type)) is list
+
+
+def _strip_optional(tp: Any) -> Any:
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if typing.get_origin(tp) in (typing.Union, getattr(__import__("types"), "UnionType")) and len(args) == 1:
+        return args[0]
+    return tp
+
+
+def describe_fields(struct: type[msgspec.Struct]) -> list[SettingField]:
+    info = msgspec.inspect.type_info(struct)
+    hints = typing.get_type_hints(struct, include_extras=False)
+    fields = []
+    for f in info.fields:  # type: ignore[attr-defined]
+        meta = _field_meta(struct, f.name)
+        extra = (meta.extra or {}) if meta else {}
+        default = f.default if f.default is not msgspec.NODEFAULT else None
+        if f.default_factory is not msgspec.NODEFAULT:
+            default = f.default_factory()
+        fields.append(
+            SettingField(
+                owner=struct,
+                name=f.name,
+                type=hints[f.name],
+                default=default,
+                description=(meta.description if meta and meta.description else ""),
+                secret=bool(extra.get("secret")),
+                cli_only=bool(extra.get("cli_only")),
+                flag=extra.get("flag") or "--" + f.name.replace("_", "-"),
+            )
+        )
+    return fields
+
+
+def _field_meta(struct: type[msgspec.Struct], name: str) -> msgspec.Meta | None:
+    hint = typing.get_type_hints(struct, include_extras=True)[name]
+    for arg in getattr(hint, "__metadata__", ()):
+        if isinstance(arg, msgspec.Meta):
+            return arg
+    return None
+
+
+class Settings:
+    """All validated settings, one struct instance per declaring struct class."""
+
+    def __init__(self, values: Mapping[type[msgspec.Struct], msgspec.Struct], fields: list[SettingField], origins: Mapping[str, str]) -> None:
+        self._values = dict(values)
+        self.fields = fields
+        self.origins = dict(origins)
+
+    @property
+    def core(self) -> CoreSettings:
+        return self.get(CoreSettings)
+
+    def get(self, struct: type[StructT]) -> StructT:
+        try:
+            return self._values[struct]  # type: ignore[return-value]
+        except KeyError:
+            raise KeyError(f"settings {struct.__name__} were not declared by any loaded plugin") from None
+
+    def replace(self, struct: type[StructT], **changes: Any) -> None:
+        """Change values (for ``flexserv_configure`` implementations and tests)."""
+        self._values[struct] = msgspec.structs.replace(self.get(struct), **changes)
+
+    def summary(self) -> dict[str, Any]:
+        """Every setting's value, secrets masked; for ``/v1/flexserv/info``."""
+        out: dict[str, Any] = {}
+        for f in self.fields:
+            value = getattr(self._values[f.owner], f.name)
+            out[f.name] = "***" if (f.secret and value) else msgspec.to_builtins(value)
+        return out
+
+    @classmethod
+    def defaults(cls, structs: Iterable[type[msgspec.Struct]] = ()) -> Settings:
+        return resolve_settings([CoreSettings, *structs], cli={}, env={}, config_file=None)
+
+
+def add_arguments(parser: argparse.ArgumentParser, structs: Iterable[type[msgspec.Struct]]) -> None:
+    """Add one flag per setting; values are left as given (validated later)."""
+    for struct in structs:
+        group = parser.add_argument_group(f"{struct.__name__} ({struct.__module__.split('.')[0]})")
+        for f in describe_fields(struct):
+            help_text = f.description + (f" [env {f.env_var}]" if not f.cli_only else " [command line only]")
+            if f.is_bool:
+                group.add_argument(f.flag, dest=f.name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=help_text)
+            elif f.is_list:
+                group.add_argument(f.flag, dest=f.name, action="append", default=argparse.SUPPRESS, help=help_text, metavar="VALUE")
+            else:
+                group.add_argument(f.flag, dest=f.name, default=argparse.SUPPRESS, help=help_text, metavar="VALUE")
+
+
+def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise UsageError(f"config file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"config file {path} is not valid TOML: {exc}") from None
+    table = data.get("flexserv", data)
+    return {str(k).replace("-", "_"): v for k, v in table.items()}
+
+
+def resolve_settings(
+    structs: Iterable[type[msgspec.Struct]],
+    *,
+    cli: Mapping[str, Any],
+    env: Mapping[str, str] | None = None,
+    config_file: str | os.PathLike[str] | None = None,
+) -> Settings:
+    """Merge the sources (CLI > environment > config file > defaults) and validate.
+
+    Raises :class:`UsageError` naming the setting when a value is invalid.
+    """
+    env = os.environ if env is None else env
+    structs = list(dict.fromkeys(structs))
+    config = read_config_file(config_file) if config_file else {}
+    fields = [f for s in structs for f in describe_fields(s)]
+    known = {f.name for f in fields}
+    unknown = sorted(set(config) - known)
+    if unknown:
+        raise UsageError(f"unknown setting(s) in config file {config_file}: {', '.join(unknown)}")
+
+    values: dict[type[msgspec.Struct], msgspec.Struct] = {}
+    origins: dict[str, str] = {}
+    for struct in structs:
+        raw: dict[str, Any] = {}
+        for f in (f for f in fields if f.owner is struct):
+            if f.name in cli:
+                raw[f.name], origins[f.name] = cli[f.name], "cli"
+            elif not f.cli_only and f.env_var in env:
+                raw[f.name], origins[f.name] = _from_env(f, env[f.env_var]), "env"
+            elif not f.cli_only and f.name in config:
+                raw[f.name], origins[f.name] = config[f.name], "config"
+        try:
+            values[struct] = msgspec.convert(raw, struct, strict=False)
+        except msgspec.ValidationError as exc:
+            raise UsageError(_explain(exc, fields, origins)) from None
+    return Settings(values, fields, origins)
+
+
+def _from_env(f: SettingField, value: str) -> Any:
+    if f.is_list:
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return value
+
+
+def _explain(exc: msgspec.ValidationError, fields: list[SettingField], origins: Mapping[str, str]) -> str:
+    match = re.search(r"at `\$\.(\w+)", str(exc))
+    if not match:
+        return f"invalid settings: {exc}"
+    name = match.group(1)
+    f = next((f for f in fields if f.name == name), None)
+    reason = str(exc).split(" - at ")[0]
+    if f is None:
+        return f"invalid setting '{name}': {reason}"
+    where = {"cli": f.flag, "env": f.env_var, "config": "config file"}.get(origins.get(name, ""), f.flag)
+    return f"invalid value for setting '{name}' ({where}): {reason}"
+
+
+def default_cache_dir(settings: Settings) -> Path:
+    configured = settings.core.cache_dir
+    if configured:
+        return Path(configured).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "flexserv"

@@ -1,0 +1,1 @@
+"""Testing kit for FlexServ and its plugins (also a pytest plugin)."""

@@ -1,0 +1,56 @@
+"""Building apps for tests: explicit plugins, autoload off, settings as keywords."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+
+from flexserv_core import hooks
+from flexserv_core.app import create_app
+from flexserv_core.plugin_manager import FlexServPluginManager, PluginSelection
+from flexserv_core.settings import Settings, resolve_settings
+
+BASE_URL = "http://flexserv.test"
+
+
+def make_plugin_manager(plugins: Iterable[object | str] = (), *, block: Iterable[str] = ()) -> FlexServPluginManager:
+    """A manager with the built-ins (minus ``block``) and exactly ``plugins``:
+    objects are registered as they are; strings are entry-point names or modules."""
+    pm = FlexServPluginManager()
+    names = [p for p in plugins if isinstance(p, str)]
+    pm.load(PluginSelection(enable=tuple(names), block=tuple(block), explicit=(), autoload=False))
+    for plugin in plugins:
+        if not isinstance(plugin, str):
+            pm.register_plugin(plugin, getattr(plugin, "__name__", None) or f"{type(plugin).__name__}-{id(plugin):x}")
+    return pm
+
+
+def make_settings(pm: FlexServPluginManager, overrides: Mapping[str, Any] | None = None) -> Settings:
+    """Settings from defaults plus ``overrides`` (by setting name); no env, no file."""
+    return resolve_settings(hooks.settings_structs(pm), cli=dict(overrides or {}), env={}, config_file=None)
+
+
+def make_app(plugins: Iterable[object | str] = (), *, settings: Mapping[str, Any] | None = None, block: Iterable[str] = ("transformers",)) -> Litestar:
+    """An app with ``plugins``. The built-in transformers backend is blocked unless
+    ``block`` says otherwise, so tests load real models only when they ask to."""
+    pm = make_plugin_manager(plugins, block=block)
+    return create_app(make_settings(pm, settings), pm)
+
+
+@asynccontextmanager
+async def app_client(app: Litestar) -> AsyncIterator[AsyncTestClient[Litestar]]:
+    """An httpx client over ASGI with the app's lifespan running."""
+    async with AsyncTestClient(app=app, base_url=BASE_URL, timeout=120) as client:
+        yield client
+
+
+def openai_client(client: httpx.AsyncClient, api_key: str = "test-key") -> Any:
+    """An ``openai.AsyncOpenAI`` that talks to the app through ``client``."""
+    import openai
+
+    return openai.AsyncOpenAI(base_url=f"{BASE_URL}/v1", api_key=api_key, http_client=client, max_retries=0)

@@ -1,0 +1,140 @@
+"""Test doubles shipped as public API: a deterministic text backend and a fake probe.
+
+They are real plugins (hookimpls on plain objects), so tests exercise the same
+hook calls as production plugins do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from flexserv_core.backends.base import Backend, LoadedModel, ProgressCallback, SamplingParams, TextGenerationModel, TokenDelta
+from flexserv_core.hookspecs import hookimpl
+from flexserv_core.models.spec import ModelKind, ModelSpec
+from flexserv_core.resources import CpuCoreInfo, GpuInfo, RamInfo, ResourceProbe
+
+FAKE_SCRIPT = "The quick brown fox jumps over the lazy dog. "
+
+
+class FakeTextModel(TextGenerationModel):
+    """One character per token. Chat prompts render as ``role: content`` lines;
+    the completion is :data:`FAKE_SCRIPT` repeated, up to ``max_tokens``."""
+
+    def __init__(self, spec: ModelSpec, *, token_delay: float = 0.0, context_length: int = 4096) -> None:
+        super().__init__(spec, device="cpu", dtype="none")
+        self.context_length = context_length
+        self.token_delay = token_delay
+        self.unloaded = False
+        self.generated_sequences = 0
+        self.cancelled_sequences = 0
+
+    def render_chat(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any]) -> list[int]:
+        lines = [f"{m.get('role')}: {m.get('content')}" for m in messages]
+        lines += [f"{k}={v}" for k, v in sorted(template_kwargs.items())]
+        return self.encode("\n".join(lines) + "\nassistant: ")
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) for c in text]
+
+    def decode(self, token_ids: list[int]) -> str:
+        return "".join(chr(t) for t in token_ids)
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[TokenDelta]:
+        self.generated_sequences += 1
+        finished = False
+        try:
+            for i in range(params.max_tokens):
+                if self.token_delay:
+                    await asyncio.sleep(self.token_delay)
+                char = FAKE_SCRIPT[i % len(FAKE_SCRIPT)]
+                last = i == params.max_tokens - 1
+                yield TokenDelta(token_id=ord(char), text=char, logprob=-0.5 if params.logprobs else None, finish_reason="length" if last else None)
+            finished = True
+        finally:
+            if not finished:
+                self.cancelled_sequences += 1
+
+    def unload(self) -> None:
+        self.unloaded = True
+
+
+class FakeTextBackend(Backend):
+    name = "fake"
+    kind = ModelKind.TEXT
+
+    def __init__(self, *, load_delay: float = 0.0, token_delay: float = 0.0, fail: str | None = None) -> None:
+        self.load_delay = load_delay
+        self.token_delay = token_delay
+        self.fail = fail
+        self.loads = 0
+        self.models: list[FakeTextModel] = []
+        self._lock = threading.Lock()
+
+    def load(self, spec: ModelSpec, progress: ProgressCallback) -> LoadedModel:
+        with self._lock:
+            self.loads += 1
+        progress("loading fake weights", 0.0)
+        time.sleep(self.load_delay)
+        if self.fail:
+            raise RuntimeError(self.fail)
+        model = FakeTextModel(spec, token_delay=self.token_delay)
+        self.models.append(model)
+        progress("loading fake weights", 1.0)
+        return model
+
+
+class FakeBackendPlugin:
+    """Registers :class:`FakeTextBackend` and offers ``fake-model`` as the default."""
+
+    def __init__(self, model_name: str = "fake-model", **backend_options: Any) -> None:
+        self.backend = FakeTextBackend(**backend_options)
+        self.model_name = model_name
+
+    @hookimpl
+    def flexserv_register_backends(self, server: Any) -> list[Backend]:
+        return [self.backend]
+
+    @hookimpl
+    def flexserv_default_models(self, server: Any) -> list[ModelSpec]:
+        return [ModelSpec(name=self.model_name, kind=ModelKind.TEXT, source="fake://", backend="fake", origin="embedded")]
+
+
+class FakeProbe(ResourceProbe):
+    """A probe whose readings the test sets: ``probe.ram_percent = 95``."""
+
+    name = "fake"
+
+    def __init__(self, *, ram_percent: float = 10.0, vram_percent: float | None = None, cpus: int = 2) -> None:
+        self.ram_percent = ram_percent
+        self.vram_percent = vram_percent
+        self.cpus = cpus
+        self.reads = 0
+
+    def memory(self) -> RamInfo:
+        self.reads += 1
+        total = 16.0
+        used = total * self.ram_percent / 100
+        return RamInfo(used_percentage=self.ram_percent, used_gb=used, free_gb=total - used, total_gb=total)
+
+    def gpus(self) -> list[GpuInfo] | None:
+        if self.vram_percent is None:
+            return None
+        total = 80.0
+        used = total * self.vram_percent / 100
+        return [GpuInfo(gpu_id=0, used_percentage=self.vram_percent, used_gb=used, free_gb=total - used, total_gb=total)]
+
+    def cpu(self, interval: float) -> list[CpuCoreInfo]:
+        return [CpuCoreInfo(cpu_id=i, used_percentage=1.0) for i in range(self.cpus)]
+
+
+class FakeProbePlugin:
+    def __init__(self, probe: FakeProbe | None = None) -> None:
+        self.probe = probe or FakeProbe()
+
+    @hookimpl
+    def flexserv_resource_probes(self, server: Any) -> list[ResourceProbe]:
+        return [self.probe]

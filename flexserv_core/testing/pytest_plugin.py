@@ -1,0 +1,72 @@
+"""Pytest fixtures for FlexServ plugin authors (registered via ``pytest11``).
+
+Override ``flexserv_plugins`` and ``flexserv_settings`` in a test module or
+conftest to choose what the app has; then use ``flexserv_client`` (httpx over
+ASGI, lifespan running) or ``flexserv_openai`` (the official async client).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+from litestar import Litestar
+
+from flexserv_core.server import FlexServer
+from flexserv_core.testing.app import app_client, make_app, openai_client
+
+
+@pytest.fixture
+def flexserv_plugins() -> list[object | str]:
+    """Plugins the test app gets besides the built-ins (autoload is off)."""
+    return []
+
+
+@pytest.fixture
+def flexserv_settings() -> dict[str, Any]:
+    """Setting overrides by name, e.g. ``{"model_timeout": 1}``."""
+    return {}
+
+
+@pytest.fixture
+def flexserv_blocked() -> list[str]:
+    """Built-in plugins to block; the transformers backend is blocked by default."""
+    return ["transformers"]
+
+
+@pytest.fixture
+def flexserv_app(flexserv_plugins: list[object | str], flexserv_settings: dict[str, Any], flexserv_blocked: list[str]) -> Litestar:
+    return make_app(flexserv_plugins, settings=flexserv_settings, block=flexserv_blocked)
+
+
+@pytest.fixture
+def flexserv_server(flexserv_app: Litestar) -> FlexServer:
+    return flexserv_app.state.flexserv
+
+
+@pytest.fixture
+async def flexserv_client(flexserv_app: Litestar) -> AsyncIterator[Any]:
+    async with app_client(flexserv_app) as client:
+        yield client
+
+
+@pytest.fixture
+def flexserv_openai(flexserv_client: Any) -> Any:
+    return openai_client(flexserv_client)
+
+
+@pytest.fixture
+def flexserv_register_plugin(flexserv_server: FlexServer) -> Iterator[Callable[..., object]]:
+    """Register a throwaway plugin object on the running app for one test
+    (request-time hooks only: routes and settings are fixed when the app is built)."""
+    registered: list[object] = []
+
+    def register(plugin: object, name: str | None = None) -> object:
+        flexserv_server.pm.register_plugin(plugin, name or f"throwaway-{id(plugin):x}")
+        registered.append(plugin)
+        return plugin
+
+    yield register
+    for plugin in registered:
+        flexserv_server.pm.unregister(plugin)
