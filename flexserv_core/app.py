@@ -61,6 +61,7 @@ def create_app(settings: Settings, plugin_manager: FlexServPluginManager) -> Lit
         guards=[_api_key_guard],
         state=State({"flexserv": server}),
         openapi_config=OpenAPIConfig(title="FlexServ", version=__version__, path="/schema"),
+        logging_config=None,
         debug=False,
     )
 

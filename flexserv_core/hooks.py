@@ -45,7 +45,21 @@ async def _await_all(results: Iterable[Any]) -> None:
 
 
 def settings_structs(pm: FlexServPluginManager) -> list[type[msgspec.Struct]]:
-    return _flatten(pm.hook.flexserv_add_settings())
+    """Every plugin's settings structs; a malformed one fails naming its plugin."""
+    from flexserv_core.errors import PluginLoadError
+    from flexserv_core.settings import describe_fields
+
+    structs: list[type[msgspec.Struct]] = []
+    for impl in reversed(pm.hook.flexserv_add_settings.get_hookimpls()):
+        try:
+            declared = _flatten([impl.function()])
+            for struct in declared:
+                describe_fields(struct)
+        except Exception as exc:
+            info = pm.infos.get(impl.plugin_name)
+            raise PluginLoadError(impl.plugin_name, info.distribution if info else None, f"invalid settings: {exc}") from exc
+        structs.extend(declared)
+    return structs
 
 
 def configure(pm: FlexServPluginManager, settings: Settings) -> None:

@@ -1,0 +1,1 @@
+"""Server-side caps and defaults for generation requests (an example plugin)."""
