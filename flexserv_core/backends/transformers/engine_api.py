@@ -1,0 +1,174 @@
+"""The contract between the transformers text model and the engine that runs it.
+
+:class:`~flexserv_core.backends.transformers.model.TransformersTextModel` owns the
+tokenizer, the chat template and incremental detokenization; an *engine* owns the
+forward passes, the KV cache, scheduling and sampling. They meet here:
+
+* The model wrapper builds an :class:`EngineModel` (the loaded ``PreTrainedModel``
+  and the facts an engine needs about it) and calls the factory the ``--engine``
+  setting names (:data:`ENGINES`): ``factory(engine_model, settings) -> Engine``.
+  The factory runs in the loading worker thread (no event loop there); it may
+  start threads and allocate caches.
+* Per request the wrapper calls ``engine.generate(prompt_ids, params)`` on the
+  event loop and iterates the returned async iterator of :class:`EngineToken`.
+* ``engine.close()`` is called once, off the event loop, when the model unloads.
+
+Rules every engine follows (``tests/backends/test_transformers_engine_contract.py``
+checks them against each registered engine):
+
+1. ``params.max_tokens`` is already clamped by the wrapper so that prompt +
+   completion fits ``EngineModel.context_length``; the engine ends a sequence with
+   ``finish_reason="length"`` after ``params.max_tokens`` tokens, or with
+   ``"stop"`` on the token that is in ``EngineModel.eos_token_ids`` (that token is
+   yielded, with its logprob, and is the last one). Exactly the last yielded
+   token has a ``finish_reason``.
+2. Forward passes never run on the event loop. Tokens reach the async side
+   through thread-safe hand-off (``loop.call_soon_threadsafe``).
+3. Closing the iterator early (``aclose()``, or the consumer being cancelled)
+   cancels the sequence: it takes no further decode step after the one in flight,
+   its KV cache is freed, and ``stats()["active_sequences"]`` drops accordingly.
+4. Sampling follows :mod:`flexserv_core.backends.transformers.sampling` (reuse
+   it: it works on a batch): greedy when ``params.greedy``; a
+   ``torch.Generator`` per request seeded from ``params.seed`` (never the global
+   RNG); OpenAI presence/frequency penalties over the *generated* tokens only;
+   logprobs as documented there.
+5. Greedy output is token-for-token what ``model.generate(do_sample=False)``
+   gives for the same weights and dtype (the parity tests hold every engine to it).
+6. After ``close()`` a running ``generate`` raises
+   :class:`flexserv_core.errors.ServiceUnavailable`; new calls raise it at once.
+
+Adding an engine: write ``factory(engine_model, settings)`` returning an
+:class:`Engine` and list it in :data:`ENGINES` (``"module:attribute"`` strings, so
+nothing heavy is imported until the engine is chosen). An engine's own settings
+(batch size, KV blocks...) are a ``msgspec.Struct`` of its own, named in its
+:class:`EngineEntry` ``settings``; the transformers plugin declares it through
+``flexserv_add_settings`` and the engine reads it with ``settings.get(Struct)``.
+The settings module must be cheap to import (no torch): it is imported while the
+command line is built.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import msgspec
+
+from flexserv_core.backends.base import FinishReason, SamplingParams
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel
+
+    from flexserv_core.settings import Settings
+
+__all__ = [
+    "DEFAULT_ENGINE",
+    "ENGINES",
+    "Engine",
+    "EngineEntry",
+    "EngineFactory",
+    "EngineModel",
+    "EngineToken",
+    "engine_settings_structs",
+    "load_engine_factory",
+]
+
+
+class EngineToken(msgspec.Struct, kw_only=True):
+    """One sampled token, before detokenization.
+
+    Attributes:
+        token_id: the sampled id.
+        logprob: its log-probability (see :mod:`...sampling` for which
+            distribution); ``None`` unless the request asked for logprobs.
+        top_logprobs: the ``params.top_logprobs`` most likely ``(token_id,
+            logprob)`` pairs, most likely first; ``None`` unless asked for.
+        finish_reason: ``"stop"`` (an EOS id) or ``"length"`` on the last token,
+            else ``None``.
+    """
+
+    token_id: int
+    logprob: float | None = None
+    top_logprobs: list[tuple[int, float]] | None = None
+    finish_reason: FinishReason | None = None
+
+
+class EngineModel(msgspec.Struct, kw_only=True):
+    """What an engine gets: the model in eval mode on its device, and facts about it.
+
+    Attributes:
+        model: a causal LM (``AutoModelForCausalLM``), already on ``device`` in ``dtype``.
+        device: where it lives (``torch.device``).
+        dtype: its parameter dtype.
+        eos_token_ids: ids that end a sequence with ``"stop"`` (generation config
+            and tokenizer together).
+        context_length: prompt + completion limit (``max_position_embeddings``).
+        vocab_size: the logits' last dimension.
+        pad_token_id: a safe id for padding batched inputs.
+        name: the model's name in the catalog (for logs and stats).
+    """
+
+    model: PreTrainedModel
+    device: torch.device
+    dtype: torch.dtype
+    eos_token_ids: frozenset[int]
+    context_length: int
+    vocab_size: int
+    pad_token_id: int
+    name: str = ""
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """Runs generation for one loaded model. See the module docstring for the rules."""
+
+    def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[EngineToken]:
+        """Stream the tokens that complete ``prompt_ids`` (usually an ``async def``
+        generator). Called on the event loop."""
+        ...
+
+    def stats(self) -> dict[str, Any]:
+        """Cheap, JSON-able facts; must include ``"engine"`` (its name),
+        ``"active_sequences"`` (sequences holding state now) and
+        ``"waiting_sequences"`` (accepted, not started)."""
+        ...
+
+    def close(self) -> None:
+        """Stop threads, fail pending requests, free caches. Idempotent; blocking."""
+        ...
+
+
+EngineFactory = Callable[["EngineModel", "Settings"], Engine]
+
+
+class EngineEntry(msgspec.Struct, frozen=True):
+    """Where an engine lives: ``"module:attribute"`` of its factory and, if it has
+    settings, of its settings struct."""
+
+    factory: str
+    settings: str | None = None
+
+
+#: Engines selectable with ``--engine``.
+ENGINES: dict[str, EngineEntry] = {
+    "simple": EngineEntry("flexserv_core.backends.transformers.simple_engine:create_engine"),
+}
+#: The engine used when ``--engine`` is not given.
+DEFAULT_ENGINE = "simple"
+
+
+def _import(target: str) -> Any:
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def load_engine_factory(name: str) -> EngineFactory:
+    """The factory of engine ``name``; ``KeyError`` if there is none."""
+    return _import(ENGINES[name].factory)  # type: ignore[no-any-return]
+
+
+def engine_settings_structs() -> list[type[msgspec.Struct]]:
+    """The settings structs of all engines (declared by the transformers plugin)."""
+    return [_import(e.settings) for e in ENGINES.values() if e.settings]
