@@ -1,0 +1,134 @@
+"""Choosing the next token for a batch of sequences, each with its own parameters.
+
+Every engine samples through :func:`sample_next`, so the simple engine and the
+batching engine agree on semantics. Rows of ``logits`` are sequences; each has a
+:class:`SamplerState` holding its :class:`SamplingParams`, its own
+``torch.Generator`` and, when it uses penalties, its generated-token counts.
+
+Order of processing (as ``transformers``' logits processors do it):
+
+1. penalties (OpenAI semantics, over *generated* tokens only):
+   ``logit -= presence_penalty * (count > 0) + frequency_penalty * count``;
+2. temperature: ``logits / temperature`` (a greedy row uses 1);
+3. greedy rows (``temperature == 0`` or ``top_k == 1``) take the argmax;
+4. other rows: top-k, then top-p (the smallest set of most likely tokens whose
+   probability reaches ``top_p``), then one draw from the row's generator.
+
+**Logprobs** are the log-softmax of the logits after steps 1-2, i.e. of the
+penalised, temperature-scaled distribution, *before* top-k/top-p truncation (a
+truncated distribution gives ``-inf`` to most tokens, which JSON cannot carry
+and which says nothing about the alternatives). With no penalties and
+temperature 1 or 0 they are the model's own log-probabilities.
+
+A request without a seed gets a generator seeded from the OS entropy source, so
+the process-wide RNG is never touched and never shared between requests.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+
+import torch
+
+from flexserv_core.backends.base import SamplingParams
+from flexserv_core.backends.transformers.engine_api import EngineToken
+
+__all__ = ["SamplerState", "sample_next"]
+
+
+class SamplerState:
+    """The per-sequence sampling state: parameters, generator, token counts."""
+
+    __slots__ = ("counts", "generator", "params", "seed")
+
+    def __init__(self, params: SamplingParams, *, vocab_size: int, device: torch.device | str = "cpu") -> None:
+        self.params = params
+        self.seed = params.seed if params.seed is not None else secrets.randbits(63)
+        self.generator: torch.Generator | None = None
+        if not params.greedy:
+            self.generator = torch.Generator(device=device)
+            self.generator.manual_seed(self.seed)
+        self.counts: torch.Tensor | None = None
+        if params.presence_penalty or params.frequency_penalty:
+            self.counts = torch.zeros(vocab_size, dtype=torch.float32, device=device)
+
+    @property
+    def uses_penalties(self) -> bool:
+        return self.counts is not None
+
+    def observe(self, token_id: int) -> None:
+        """Record a generated token (call once per token the sequence emits)."""
+        if self.counts is not None:
+            self.counts[token_id] += 1
+
+
+def _column(values: list[float], like: torch.Tensor) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float32, device=like.device).unsqueeze(1)
+
+
+def _filter_top_k_top_p(logits: torch.Tensor, top_k: list[int], top_p: list[float]) -> torch.Tensor:
+    """Set to ``-inf`` what top-k (``0`` = off) and top-p (``1.0`` = off) remove, per row."""
+    vocab = logits.shape[-1]
+    sorted_logits, sorted_idx = logits.sort(dim=-1, descending=True)
+    ranks = torch.arange(vocab, device=logits.device).unsqueeze(0)
+    k = torch.tensor([k if 0 < k < vocab else vocab for k in top_k], device=logits.device).unsqueeze(1)
+    remove = ranks >= k
+    if any(p < 1.0 for p in top_p):
+        probs = sorted_logits.masked_fill(remove, float("-inf")).softmax(dim=-1)
+        before = probs.cumsum(dim=-1) - probs  # probability of the more likely tokens
+        remove |= before >= _column([p if p < 1.0 else float("inf") for p in top_p], logits)
+    remove[:, 0] = False  # always keep the most likely token
+    return logits.scatter(-1, sorted_idx, sorted_logits.masked_fill(remove, float("-inf")))
+
+
+@torch.inference_mode()
+def sample_next(logits: torch.Tensor, states: Sequence[SamplerState]) -> list[EngineToken]:
+    """Pick one token per row of ``logits`` (``[batch, vocab]``, any float dtype).
+
+    Does not call :meth:`SamplerState.observe`; the engine does once it keeps the
+    token. ``finish_reason`` of the results is ``None``; the engine sets it.
+    """
+    logits = logits.float()
+    params = [s.params for s in states]
+    if any(s.uses_penalties for s in states):
+        zeros = torch.zeros(logits.shape[-1], dtype=torch.float32, device=logits.device)
+        counts = torch.stack([s.counts if s.counts is not None else zeros for s in states])
+        logits = logits - _column([p.frequency_penalty for p in params], logits) * counts
+        logits = logits - _column([p.presence_penalty for p in params], logits) * (counts > 0)
+    temperatures = [1.0 if p.greedy else p.temperature for p in params]
+    if any(t != 1.0 for t in temperatures):
+        logits = logits / _column(temperatures, logits)
+
+    chosen = logits.argmax(dim=-1)
+    sampled_rows = [i for i, p in enumerate(params) if not p.greedy]
+    if sampled_rows:
+        rows = torch.tensor(sampled_rows, device=logits.device)
+        candidates = logits.index_select(0, rows)
+        if any(params[i].top_k > 0 or params[i].top_p < 1.0 for i in sampled_rows):
+            candidates = _filter_top_k_top_p(candidates, [params[i].top_k for i in sampled_rows], [params[i].top_p for i in sampled_rows])
+        probs = candidates.softmax(dim=-1)
+        draws = [torch.multinomial(probs[j], 1, generator=states[i].generator) for j, i in enumerate(sampled_rows)]
+        chosen = chosen.index_copy(0, rows, torch.cat(draws))
+
+    token_ids: list[int] = chosen.tolist()
+    want_logprobs = [p.logprobs or p.top_logprobs > 0 for p in params]
+    if not any(want_logprobs):
+        return [EngineToken(token_id=t) for t in token_ids]
+
+    logprobs = logits.log_softmax(dim=-1)
+    chosen_lp: list[float] = logprobs.gather(1, chosen.unsqueeze(1)).squeeze(1).tolist()
+    n_top = max(p.top_logprobs for p in params)
+    top_vals: list[list[float]] = []
+    top_ids: list[list[int]] = []
+    if n_top > 0:
+        top = logprobs.topk(n_top, dim=-1)
+        top_vals, top_ids = top.values.tolist(), top.indices.tolist()
+    out = []
+    for i, (token_id, p) in enumerate(zip(token_ids, params, strict=True)):
+        if not want_logprobs[i]:
+            out.append(EngineToken(token_id=token_id))
+            continue
+        top_pairs = list(zip(top_ids[i][: p.top_logprobs], top_vals[i][: p.top_logprobs], strict=True)) if p.top_logprobs else None
+        out.append(EngineToken(token_id=token_id, logprob=chosen_lp[i], top_logprobs=top_pairs))
+    return out
