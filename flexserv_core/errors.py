@@ -89,8 +89,7 @@ class PluginLoadError(Exception):
     def __init__(self, name: str, distribution: str | None, cause: BaseException | str) -> None:
         dist = distribution or "not from a distribution"
         super().__init__(
-            f'Error loading plugin "{name}" (distribution {dist}): {cause}\n'
-            f"Start without it with: -p no:{name}"
+            f'Error loading plugin "{name}" (distribution {dist}): {cause}\nStart without it with: -p no:{name}'
         )
         self.name = name
         self.distribution = distribution

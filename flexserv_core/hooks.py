@@ -57,7 +57,9 @@ def settings_structs(pm: FlexServPluginManager) -> list[type[msgspec.Struct]]:
                 describe_fields(struct)
         except Exception as exc:
             info = pm.infos.get(impl.plugin_name)
-            raise PluginLoadError(impl.plugin_name, info.distribution if info else None, f"invalid settings: {exc}") from exc
+            raise PluginLoadError(
+                impl.plugin_name, info.distribution if info else None, f"invalid settings: {exc}"
+            ) from exc
         structs.extend(declared)
     return structs
 
@@ -123,8 +125,12 @@ def model_event(server: FlexServer, event: ModelEvent) -> None:
         log.exception("a flexserv_model_event hook failed for %s", event)
 
 
-def load_audio(pm: FlexServPluginManager, data: bytes, filename: str | None, content_type: str | None, sampling_rate: int) -> np.ndarray | None:
-    return pm.hook.flexserv_load_audio(data=data, filename=filename, content_type=content_type, sampling_rate=sampling_rate)
+def load_audio(
+    pm: FlexServPluginManager, data: bytes, filename: str | None, content_type: str | None, sampling_rate: int
+) -> np.ndarray | None:
+    return pm.hook.flexserv_load_audio(
+        data=data, filename=filename, content_type=content_type, sampling_rate=sampling_rate
+    )
 
 
 def resource_probes(server: FlexServer) -> list[ResourceProbe]:

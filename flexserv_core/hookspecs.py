@@ -223,7 +223,9 @@ def flexserv_model_event(event: ModelEvent, server: FlexServer) -> None:
 
 
 @hookspec(firstresult=True)
-def flexserv_load_audio(data: bytes, filename: str | None, content_type: str | None, sampling_rate: int) -> np.ndarray | None:
+def flexserv_load_audio(
+    data: bytes, filename: str | None, content_type: str | None, sampling_rate: int
+) -> np.ndarray | None:
     """Decode an uploaded audio file to a mono float32 array at ``sampling_rate``.
 
     Called once per transcription request, in a worker thread (it may block).

@@ -87,7 +87,15 @@ class FlexServPluginManager(pluggy.PluginManager):
 
     # -- registration ---------------------------------------------------------------
 
-    def register_plugin(self, plugin: object, name: str, *, distribution: str | None = None, version: str | None = None, builtin: bool = False) -> None:
+    def register_plugin(
+        self,
+        plugin: object,
+        name: str,
+        *,
+        distribution: str | None = None,
+        version: str | None = None,
+        builtin: bool = False,
+    ) -> None:
         """Register one plugin object; raise :class:`PluginLoadError` if it is invalid."""
         try:
             self.register(plugin, name=name)
@@ -95,10 +103,21 @@ class FlexServPluginManager(pluggy.PluginManager):
         except Exception as exc:
             if self.is_registered(plugin):
                 self.unregister(plugin)
-            self.infos[name] = PluginInfo(name=name, distribution=distribution, version=version, status=PluginStatus.FAILED, builtin=builtin, error=str(exc))
+            self.infos[name] = PluginInfo(
+                name=name,
+                distribution=distribution,
+                version=version,
+                status=PluginStatus.FAILED,
+                builtin=builtin,
+                error=str(exc),
+            )
             raise PluginLoadError(name, distribution, exc) from exc
         self.infos[name] = PluginInfo(
-            name=name, distribution=distribution, version=version, status=PluginStatus.LOADED, builtin=builtin,
+            name=name,
+            distribution=distribution,
+            version=version,
+            status=PluginStatus.LOADED,
+            builtin=builtin,
             hooks=sorted(impl.name for impl in self._hookimpls_of(plugin)),
         )
 
@@ -115,7 +134,9 @@ class FlexServPluginManager(pluggy.PluginManager):
 
     def mark_blocked(self, name: str, distribution: str | None = None, version: str | None = None) -> None:
         self.set_blocked(name)
-        self.infos[name] = PluginInfo(name=name, distribution=distribution, version=version, status=PluginStatus.BLOCKED)
+        self.infos[name] = PluginInfo(
+            name=name, distribution=distribution, version=version, status=PluginStatus.BLOCKED
+        )
 
     def load(self, selection: PluginSelection, *, strict: bool = True) -> None:
         """Register built-ins, then installed and requested plugins.
@@ -164,7 +185,13 @@ class FlexServPluginManager(pluggy.PluginManager):
         try:
             plugin = ep.load()
         except Exception as exc:
-            self.infos[ep.name] = PluginInfo(name=ep.name, distribution=dist, version=version, status=PluginStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
+            self.infos[ep.name] = PluginInfo(
+                name=ep.name,
+                distribution=dist,
+                version=version,
+                status=PluginStatus.FAILED,
+                error=f"{type(exc).__name__}: {exc}",
+            )
             raise PluginLoadError(ep.name, dist, f"{type(exc).__name__}: {exc}") from exc
         self.register_plugin(plugin, ep.name, distribution=dist, version=version)
 
@@ -175,7 +202,14 @@ class FlexServPluginManager(pluggy.PluginManager):
         try:
             plugin = importlib.import_module(module)
         except Exception as exc:
-            self.infos[name] = PluginInfo(name=name, distribution=dist, version=version, status=PluginStatus.FAILED, builtin=builtin, error=f"{type(exc).__name__}: {exc}")
+            self.infos[name] = PluginInfo(
+                name=name,
+                distribution=dist,
+                version=version,
+                status=PluginStatus.FAILED,
+                builtin=builtin,
+                error=f"{type(exc).__name__}: {exc}",
+            )
             hint = "" if "." in module or builtin else " (no installed plugin has that name either)"
             raise PluginLoadError(name, dist, f"{type(exc).__name__}: {exc}{hint}") from exc
         self.register_plugin(plugin, name, distribution=dist, version=version, builtin=builtin)
@@ -199,7 +233,13 @@ def _dist_of(ep: EntryPoint) -> tuple[str | None, str | None]:
     return dist.metadata["Name"], dist.version
 
 
-def create_plugin_manager(plugin_args: Sequence[str] = (), *, env: Mapping[str, str] | None = None, strict: bool = True, extra_plugins: Iterable[object] = ()) -> FlexServPluginManager:
+def create_plugin_manager(
+    plugin_args: Sequence[str] = (),
+    *,
+    env: Mapping[str, str] | None = None,
+    strict: bool = True,
+    extra_plugins: Iterable[object] = (),
+) -> FlexServPluginManager:
     """Build a manager with the user's selection applied (the CLI's entry point)."""
     pm = FlexServPluginManager()
     pm.load(PluginSelection.from_args(plugin_args, env), strict=strict)

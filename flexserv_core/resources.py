@@ -47,7 +47,7 @@ class SystemResourceSnapshot(msgspec.Struct):
     memory: RamInfo | None
 
 
-class ResourceProbe(abc.ABC):
+class ResourceProbe(abc.ABC):  # noqa: B024 - every method has a "cannot tell" default
     """Reads one source of hardware facts. Each method returns ``None`` when this
     probe cannot tell (no such hardware, library missing), so the next probe is
     asked. A probe must not raise for a missing device; per-device failures go

@@ -34,12 +34,8 @@ class CoreSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     host: Annotated[str, _doc("Interface to listen on.")] = "127.0.0.1"
     port: Annotated[int, msgspec.Meta(ge=0, le=65535, description="TCP port to listen on (0 picks a free one).")] = 8000
-    log_level: Annotated[
-        Literal["critical", "error", "warning", "info", "debug"], _doc("Logging level.")
-    ] = "info"
-    api_key: Annotated[
-        str | None, _doc("Require 'Authorization: Bearer KEY' on API routes.", secret=True)
-    ] = None
+    log_level: Annotated[Literal["critical", "error", "warning", "info", "debug"], _doc("Logging level.")] = "info"
+    api_key: Annotated[str | None, _doc("Require 'Authorization: Bearer KEY' on API routes.", secret=True)] = None
     default_model: Annotated[
         str | None, _doc("Text model served when none is configured: a --model name, Hub id, directory or GGUF file.")
     ] = None
@@ -57,9 +53,9 @@ class CoreSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     block_on_unexpected_fields: Annotated[
         bool, _doc("Reject requests with unknown fields (400) instead of dropping them.")
     ] = False
-    cache_dir: Annotated[
-        str | None, _doc("Where FlexServ caches converted models (default: ~/.cache/flexserv).")
-    ] = None
+    cache_dir: Annotated[str | None, _doc("Where FlexServ caches converted models (default: ~/.cache/flexserv).")] = (
+        None
+    )
     shutdown_timeout: Annotated[
         float, msgspec.Meta(ge=0, description="Seconds in-flight requests get to finish on shutdown.")
     ] = 10.0
@@ -92,7 +88,7 @@ class SettingField(msgspec.Struct, frozen=True):
 
 def _strip_optional(tp: Any) -> Any:
     args = [a for a in typing.get_args(tp) if a is not type(None)]
-    if typing.get_origin(tp) in (typing.Union, getattr(__import__("types"), "UnionType")) and len(args) == 1:
+    if typing.get_origin(tp) in (typing.Union, __import__("types").UnionType) and len(args) == 1:
         return args[0]
     return tp
 
@@ -133,7 +129,12 @@ def _field_meta(struct: type[msgspec.Struct], name: str) -> msgspec.Meta | None:
 class Settings:
     """All validated settings, one struct instance per declaring struct class."""
 
-    def __init__(self, values: Mapping[type[msgspec.Struct], msgspec.Struct], fields: list[SettingField], origins: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        values: Mapping[type[msgspec.Struct], msgspec.Struct],
+        fields: list[SettingField],
+        origins: Mapping[str, str],
+    ) -> None:
         self._values = dict(values)
         self.fields = fields
         self.origins = dict(origins)
@@ -172,9 +173,17 @@ def add_arguments(parser: argparse.ArgumentParser, structs: Iterable[type[msgspe
         for f in describe_fields(struct):
             help_text = f.description + (f" [env {f.env_var}]" if not f.cli_only else " [command line only]")
             if f.is_bool:
-                group.add_argument(f.flag, dest=f.name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=help_text)
+                group.add_argument(
+                    f.flag,
+                    dest=f.name,
+                    action=argparse.BooleanOptionalAction,
+                    default=argparse.SUPPRESS,
+                    help=help_text,
+                )
             elif f.is_list:
-                group.add_argument(f.flag, dest=f.name, action="append", default=argparse.SUPPRESS, help=help_text, metavar="VALUE")
+                group.add_argument(
+                    f.flag, dest=f.name, action="append", default=argparse.SUPPRESS, help=help_text, metavar="VALUE"
+                )
             else:
                 group.add_argument(f.flag, dest=f.name, default=argparse.SUPPRESS, help=help_text, metavar="VALUE")
 

@@ -52,10 +52,14 @@ async def parse_body(request: Request[Any, Any, Any], schema: type[StructT], con
     """Parse, preprocess (hooks) and validate the JSON body against ``schema``."""
     body = await read_json_object(request)
     await hooks.preprocess_request(context.endpoint, body, context)
-    return validate(body, schema, block_unknown=context.server.settings.core.block_on_unexpected_fields, endpoint=context.endpoint)
+    return validate(
+        body, schema, block_unknown=context.server.settings.core.block_on_unexpected_fields, endpoint=context.endpoint
+    )
 
 
-def validate(body: dict[str, Any], schema: type[StructT], *, block_unknown: bool = False, endpoint: str = "") -> StructT:
+def validate(
+    body: dict[str, Any], schema: type[StructT], *, block_unknown: bool = False, endpoint: str = ""
+) -> StructT:
     known = set(schema.__struct_fields__)
     for key in [k for k in body if k not in known]:
         if block_unknown:

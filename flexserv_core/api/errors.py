@@ -61,7 +61,9 @@ def handle_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Respon
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return _respond(
         HTTP_500_INTERNAL_SERVER_ERROR,
-        error_body("The server had an error while processing your request.", error_type="server_error", code="internal_error"),
+        error_body(
+            "The server had an error while processing your request.", error_type="server_error", code="internal_error"
+        ),
     )
 
 

@@ -28,7 +28,11 @@ def _model_status(server: FlexServer, kind: ModelKind) -> dict[str, Any] | None:
     spec = server.catalog.default(kind)
     if spec is None:
         return None
-    status: dict[str, Any] = {"model_id": spec.name, "state": server.registry.state_of(spec.name).value, "source": spec.source}
+    status: dict[str, Any] = {
+        "model_id": spec.name,
+        "state": server.registry.state_of(spec.name).value,
+        "source": spec.source,
+    }
     model = server.registry.model_if_loaded(spec.name)
     if model is not None:
         status.update(device=model.device, dtype=model.dtype)
@@ -86,11 +90,23 @@ async def unload_models(request: Request[Any, Any, Any]) -> dict[str, Any]:
     warnings: list[str] = []
     for r in results:
         if r.pending:
-            warnings.append(f"Model '{r.model_id}' was still loading; it will be unloaded as soon as its load finishes.")
+            warnings.append(
+                f"Model '{r.model_id}' was still loading; it will be unloaded as soon as its load finishes."
+            )
         if r.had_active_requests:
-            warnings.append(f"Model '{r.model_id}' had {r.active_requests} active request(s); they finish on the model, which is freed afterwards.")
+            warnings.append(
+                f"Model '{r.model_id}' had {r.active_requests} active request(s); they finish on the model, which is freed afterwards."
+            )
     return {
-        "unloaded": [{"model_id": r.model_id, "was_loaded": r.was_loaded, "had_active_requests": r.had_active_requests, "pending": r.pending} for r in results],
+        "unloaded": [
+            {
+                "model_id": r.model_id,
+                "was_loaded": r.was_loaded,
+                "had_active_requests": r.had_active_requests,
+                "pending": r.pending,
+            }
+            for r in results
+        ],
         "warnings": warnings,
         "active_requests_at_eviction": active_total,
         "oom_triggered": False,

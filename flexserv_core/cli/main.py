@@ -29,10 +29,20 @@ EXIT_PLUGIN = 3
 
 def _selection_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("-p", dest="plugins", action="append", default=[], metavar="NAME",
-                        help="Load plugin NAME (entry-point name or dotted module); -p no:NAME blocks it.")
-    parser.add_argument("--config", metavar="FILE", default=os.environ.get("FLEXSERV_CONFIG"),
-                        help="TOML settings file (keys are setting names) [env FLEXSERV_CONFIG].")
+    parser.add_argument(
+        "-p",
+        dest="plugins",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="Load plugin NAME (entry-point name or dotted module); -p no:NAME blocks it.",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=os.environ.get("FLEXSERV_CONFIG"),
+        help="TOML settings file (keys are setting names) [env FLEXSERV_CONFIG].",
+    )
     return parser
 
 
@@ -49,8 +59,9 @@ def _configure_logging(level: str) -> None:
 def cmd_run(argv: Sequence[str]) -> int:
     selection, _ = _selection_parser().parse_known_args(argv)
     pm = create_plugin_manager(selection.plugins)
-    parser = argparse.ArgumentParser(prog="flexserv run", parents=[_selection_parser()],
-                                     description="Serve models over an OpenAI-compatible API.")
+    parser = argparse.ArgumentParser(
+        prog="flexserv run", parents=[_selection_parser()], description="Serve models over an OpenAI-compatible API."
+    )
     add_arguments(parser, hooks.settings_structs(pm))
     args = parser.parse_args(argv)
     settings = _settings_from(args, pm)
@@ -91,8 +102,11 @@ def plugin_report(pm: FlexServPluginManager, settings: Settings | None) -> list[
 
 
 def cmd_plugins(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="flexserv plugins", parents=[_selection_parser()],
-                                     description="List plugins: name, distribution, version, hooks, routes, status.")
+    parser = argparse.ArgumentParser(
+        prog="flexserv plugins",
+        parents=[_selection_parser()],
+        description="List plugins: name, distribution, version, hooks, routes, status.",
+    )
     parser.add_argument("--json", action="store_true", help="Print JSON.")
     args = parser.parse_args(argv)
     pm = create_plugin_manager(args.plugins, strict=False)
@@ -133,10 +147,12 @@ COMMANDS = {"run": cmd_run, "plugins": cmd_plugins, "bench": cmd_bench}
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(f"usage: flexserv {{{','.join(COMMANDS)}}} [options]\n\nFlexServ {__version__}\n"
-              "  run       serve models (flexserv run --help lists every setting)\n"
-              "  plugins   list plugins and what they add\n"
-              "  bench     load-test an OpenAI-compatible server")
+        print(
+            f"usage: flexserv {{{','.join(COMMANDS)}}} [options]\n\nFlexServ {__version__}\n"
+            "  run       serve models (flexserv run --help lists every setting)\n"
+            "  plugins   list plugins and what they add\n"
+            "  bench     load-test an OpenAI-compatible server"
+        )
         return 0 if argv else EXIT_USAGE
     if argv[0] in ("-V", "--version"):
         print(__version__)

@@ -18,7 +18,14 @@ from flexserv_core.settings import CoreSettings
 
 log = logging.getLogger(__name__)
 
-_KIND_ALIASES = {"serve": ModelKind.TEXT, "text": ModelKind.TEXT, "chat": ModelKind.TEXT, "embedding": ModelKind.EMBEDDING, "transcription": ModelKind.TRANSCRIPTION, "asr": ModelKind.TRANSCRIPTION}
+_KIND_ALIASES = {
+    "serve": ModelKind.TEXT,
+    "text": ModelKind.TEXT,
+    "chat": ModelKind.TEXT,
+    "embedding": ModelKind.EMBEDDING,
+    "transcription": ModelKind.TRANSCRIPTION,
+    "asr": ModelKind.TRANSCRIPTION,
+}
 
 
 def parse_model_option(value: str) -> ModelSpec:
@@ -30,7 +37,9 @@ def parse_model_option(value: str) -> ModelSpec:
     prefix, colon, rest = name.partition(":")
     if colon:
         if prefix not in _KIND_ALIASES:
-            raise UsageError(f"invalid value for setting 'model' (--model): unknown kind {prefix!r} in {value!r}; use one of serve, embedding, transcription")
+            raise UsageError(
+                f"invalid value for setting 'model' (--model): unknown kind {prefix!r} in {value!r}; use one of serve, embedding, transcription"
+            )
         kind, name = _KIND_ALIASES[prefix], rest
     return ModelSpec(name=name, kind=kind, source=source, origin="config")
 
@@ -38,7 +47,13 @@ def parse_model_option(value: str) -> ModelSpec:
 class ModelCatalog:
     """Name -> :class:`ModelSpec`, plus the default model of each kind."""
 
-    def __init__(self, specs: Iterable[ModelSpec], defaults: dict[ModelKind, str], force_model: str | None, resolver: Callable[[str, ModelKind], ModelSpec | None]) -> None:
+    def __init__(
+        self,
+        specs: Iterable[ModelSpec],
+        defaults: dict[ModelKind, str],
+        force_model: str | None,
+        resolver: Callable[[str, ModelKind], ModelSpec | None],
+    ) -> None:
         self._specs: dict[str, ModelSpec] = {}
         for spec in specs:
             self._specs.setdefault(spec.name, spec)
@@ -48,12 +63,18 @@ class ModelCatalog:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_settings(cls, core: CoreSettings, embedded: list[ModelSpec], resolver: Callable[[str, ModelKind], ModelSpec | None]) -> ModelCatalog:
+    def from_settings(
+        cls, core: CoreSettings, embedded: list[ModelSpec], resolver: Callable[[str, ModelKind], ModelSpec | None]
+    ) -> ModelCatalog:
         configured = [parse_model_option(v) for v in core.model]
         names = {s.name: s for s in configured}
         specs = list(configured)
         defaults: dict[ModelKind, str] = {}
-        for kind, value in ((ModelKind.TEXT, core.default_model), (ModelKind.EMBEDDING, core.default_embedding_model), (ModelKind.TRANSCRIPTION, core.default_transcription_model)):
+        for kind, value in (
+            (ModelKind.TEXT, core.default_model),
+            (ModelKind.EMBEDDING, core.default_embedding_model),
+            (ModelKind.TRANSCRIPTION, core.default_transcription_model),
+        ):
             if value is None:
                 continue
             if value not in names:
@@ -94,9 +115,15 @@ class ModelCatalog:
         if spec is None:
             spec = self._resolver(model_id, kind)
             if spec is None:
-                raise ModelNotFound(f"The model '{model_id}' does not exist or is not served here. See GET /v1/models.", param="model")
+                raise ModelNotFound(
+                    f"The model '{model_id}' does not exist or is not served here. See GET /v1/models.", param="model"
+                )
             with self._lock:
                 spec = self._specs.setdefault(spec.name, spec)
         if spec.kind is not kind:
-            raise InvalidRequest(f"The model '{model_id}' is a {spec.kind.value} model and cannot serve this endpoint.", param="model", code="model_kind_mismatch")
+            raise InvalidRequest(
+                f"The model '{model_id}' is a {spec.kind.value} model and cannot serve this endpoint.",
+                param="model",
+                code="model_kind_mismatch",
+            )
         return spec

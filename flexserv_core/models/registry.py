@@ -100,7 +100,14 @@ class ModelInfo(msgspec.Struct, kw_only=True):
 
 
 class ModelRegistry:
-    def __init__(self, catalog: ModelCatalog, backends: Sequence[Backend], *, model_timeout: float = 0.0, on_event: EventSink | None = None) -> None:
+    def __init__(
+        self,
+        catalog: ModelCatalog,
+        backends: Sequence[Backend],
+        *,
+        model_timeout: float = 0.0,
+        on_event: EventSink | None = None,
+    ) -> None:
         self.catalog = catalog
         self.backends = list(backends)
         self.model_timeout = model_timeout
@@ -136,8 +143,13 @@ class ModelRegistry:
     @staticmethod
     def _info(e: _Entry) -> ModelInfo:
         return ModelInfo(
-            model_id=e.spec.name, kind=e.spec.kind, state=e.state, active_requests=e.active, last_used=e.last_used_wall,
-            device=e.model.device if e.model else None, dtype=e.model.dtype if e.model else None,
+            model_id=e.spec.name,
+            kind=e.spec.kind,
+            state=e.state,
+            active_requests=e.active,
+            last_used=e.last_used_wall,
+            device=e.model.device if e.model else None,
+            dtype=e.model.dtype if e.model else None,
         )
 
     def backend_for(self, spec: ModelSpec) -> Backend:
@@ -145,7 +157,10 @@ class ModelRegistry:
             if backend.accepts(spec):
                 return backend
         wanted = f"backend {spec.backend!r}" if spec.backend else f"a {spec.kind.value} backend"
-        raise ModelLoadError(f"No plugin provides {wanted} for model '{spec.name}'. Is the plugin installed and not blocked (flexserv plugins)?", param="model")
+        raise ModelLoadError(
+            f"No plugin provides {wanted} for model '{spec.name}'. Is the plugin installed and not blocked (flexserv plugins)?",
+            param="model",
+        )
 
     # -- using models ---------------------------------------------------------------
 
@@ -204,7 +219,12 @@ class ModelRegistry:
         log.info("model '%s' ready in %.1f s (device %s, dtype %s)", spec.name, seconds, model.device, model.dtype)
         if entry.pending_reason is not None:
             entry.state = ModelState.UNLOADING
-            log.info("model '%s' finished loading with an unload pending (%s): freeing it when its %d request(s) finish", spec.name, entry.pending_reason.value, entry.active)
+            log.info(
+                "model '%s' finished loading with an unload pending (%s): freeing it when its %d request(s) finish",
+                spec.name,
+                entry.pending_reason.value,
+                entry.active,
+            )
             self._emit(ModelEventType.LOADED, entry, seconds=seconds)
             if entry.active == 0:
                 self._spawn(self._finalize(entry))
@@ -215,7 +235,9 @@ class ModelRegistry:
 
     # -- unloading ------------------------------------------------------------------
 
-    async def unload(self, model_id: str | None = None, *, reason: EvictionReason = EvictionReason.MANUAL, detail: str | None = None) -> list[UnloadResult]:
+    async def unload(
+        self, model_id: str | None = None, *, reason: EvictionReason = EvictionReason.MANUAL, detail: str | None = None
+    ) -> list[UnloadResult]:
         """Unload one model (by name) or all (``None`` or ``"*"``).
 
         Returns at once with what happened; freeing waits for in-flight requests.
@@ -235,18 +257,35 @@ class ModelRegistry:
             del self._entries[name]
         entry.detached = True
         self._detached.add(entry)
-        result = UnloadResult(model_id=name, was_loaded=entry.state is ModelState.READY, had_active_requests=entry.active > 0, active_requests=entry.active)
+        result = UnloadResult(
+            model_id=name,
+            was_loaded=entry.state is ModelState.READY,
+            had_active_requests=entry.active > 0,
+            active_requests=entry.active,
+        )
         if entry.state is ModelState.LOADING:
             entry.pending_reason = reason
             result.pending = True
-            log.info("unload of '%s' requested while it loads (%s): it will be freed when the load ends", name, reason.value)
+            log.info(
+                "unload of '%s' requested while it loads (%s): it will be freed when the load ends", name, reason.value
+            )
         elif entry.state is ModelState.READY:
             entry.state = ModelState.UNLOADING
             level = logging.WARNING if reason is EvictionReason.OOM else logging.INFO
-            log.log(level, "%s model '%s' (reason %s, %d active request(s))%s", "evicting" if reason in (EvictionReason.TTL, EvictionReason.OOM) else "unloading", name, reason.value, entry.active, f": {detail}" if detail else "")
+            log.log(
+                level,
+                "%s model '%s' (reason %s, %d active request(s))%s",
+                "evicting" if reason in (EvictionReason.TTL, EvictionReason.OOM) else "unloading",
+                name,
+                reason.value,
+                entry.active,
+                f": {detail}" if detail else "",
+            )
             if entry.active == 0:
                 self._spawn(self._finalize(entry))
-        event = ModelEventType.EVICTED if reason in (EvictionReason.TTL, EvictionReason.OOM) else ModelEventType.UNLOADED
+        event = (
+            ModelEventType.EVICTED if reason in (EvictionReason.TTL, EvictionReason.OOM) else ModelEventType.UNLOADED
+        )
         self._emit(event, entry, reason=reason, detail=detail)
         return result
 
@@ -283,8 +322,15 @@ class ModelRegistry:
             await self.evict_idle()
 
     async def evict_idle(self) -> list[UnloadResult]:
+        """Evict models idle for ``model_timeout`` seconds (never, when it is 0)."""
+        if self.model_timeout <= 0:
+            return []
         now = time.monotonic()
-        idle = [e for e in self._entries.values() if e.state is ModelState.READY and e.active == 0 and now - e.last_used >= self.model_timeout]
+        idle = [
+            e
+            for e in self._entries.values()
+            if e.state is ModelState.READY and e.active == 0 and now - e.last_used >= self.model_timeout
+        ]
         return [self._detach(e, EvictionReason.TTL, f"idle for {now - e.last_used:.0f} s") for e in idle]
 
     async def shutdown(self, grace: float = 10.0) -> None:
@@ -305,8 +351,26 @@ class ModelRegistry:
         if self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
 
-    def _emit(self, type_: ModelEventType, entry: _Entry, *, reason: EvictionReason | None = None, seconds: float | None = None, detail: str | None = None) -> None:
-        self._on_event(ModelEvent(type=type_, model_id=entry.spec.name, kind=entry.spec.kind, reason=reason, active_requests=entry.active, seconds=seconds, detail=detail))
+    def _emit(
+        self,
+        type_: ModelEventType,
+        entry: _Entry,
+        *,
+        reason: EvictionReason | None = None,
+        seconds: float | None = None,
+        detail: str | None = None,
+    ) -> None:
+        self._on_event(
+            ModelEvent(
+                type=type_,
+                model_id=entry.spec.name,
+                kind=entry.spec.kind,
+                reason=reason,
+                active_requests=entry.active,
+                seconds=seconds,
+                detail=detail,
+            )
+        )
 
 
 def free_memory() -> None:

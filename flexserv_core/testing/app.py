@@ -8,7 +8,6 @@ from typing import Any
 
 import httpx
 from litestar import Litestar
-from litestar.testing import AsyncTestClient
 
 from flexserv_core import hooks
 from flexserv_core.app import create_app
@@ -35,7 +34,12 @@ def make_settings(pm: FlexServPluginManager, overrides: Mapping[str, Any] | None
     return resolve_settings(hooks.settings_structs(pm), cli=dict(overrides or {}), env={}, config_file=None)
 
 
-def make_app(plugins: Iterable[object | str] = (), *, settings: Mapping[str, Any] | None = None, block: Iterable[str] = ("transformers",)) -> Litestar:
+def make_app(
+    plugins: Iterable[object | str] = (),
+    *,
+    settings: Mapping[str, Any] | None = None,
+    block: Iterable[str] = ("transformers",),
+) -> Litestar:
     """An app with ``plugins``. The built-in transformers backend is blocked unless
     ``block`` says otherwise, so tests load real models only when they ask to."""
     pm = make_plugin_manager(plugins, block=block)
@@ -43,9 +47,13 @@ def make_app(plugins: Iterable[object | str] = (), *, settings: Mapping[str, Any
 
 
 @asynccontextmanager
-async def app_client(app: Litestar) -> AsyncIterator[AsyncTestClient[Litestar]]:
-    """An httpx client over ASGI with the app's lifespan running."""
-    async with AsyncTestClient(app=app, base_url=BASE_URL, timeout=120) as client:
+async def app_client(app: Litestar) -> AsyncIterator[httpx.AsyncClient]:
+    """An httpx client over ASGI with the app's lifespan running, in the caller's
+    event loop (so tests can interleave their own tasks with the app's)."""
+    async with (
+        app.lifespan(),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE_URL, timeout=120) as client,
+    ):
         yield client
 
 

@@ -12,7 +12,14 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from flexserv_core.backends.base import Backend, LoadedModel, ProgressCallback, SamplingParams, TextGenerationModel, TokenDelta
+from flexserv_core.backends.base import (
+    Backend,
+    LoadedModel,
+    ProgressCallback,
+    SamplingParams,
+    TextGenerationModel,
+    TokenDelta,
+)
 from flexserv_core.hookspecs import hookimpl
 from flexserv_core.models.spec import ModelKind, ModelSpec
 from flexserv_core.resources import CpuCoreInfo, GpuInfo, RamInfo, ResourceProbe
@@ -52,7 +59,12 @@ class FakeTextModel(TextGenerationModel):
                     await asyncio.sleep(self.token_delay)
                 char = FAKE_SCRIPT[i % len(FAKE_SCRIPT)]
                 last = i == params.max_tokens - 1
-                yield TokenDelta(token_id=ord(char), text=char, logprob=-0.5 if params.logprobs else None, finish_reason="length" if last else None)
+                yield TokenDelta(
+                    token_id=ord(char),
+                    text=char,
+                    logprob=-0.5 if params.logprobs else None,
+                    finish_reason="length" if last else None,
+                )
             finished = True
         finally:
             if not finished:
@@ -100,7 +112,9 @@ class FakeBackendPlugin:
 
     @hookimpl
     def flexserv_default_models(self, server: Any) -> list[ModelSpec]:
-        return [ModelSpec(name=self.model_name, kind=ModelKind.TEXT, source="fake://", backend="fake", origin="embedded")]
+        return [
+            ModelSpec(name=self.model_name, kind=ModelKind.TEXT, source="fake://", backend="fake", origin="embedded")
+        ]
 
 
 class FakeProbe(ResourceProbe):
@@ -125,7 +139,9 @@ class FakeProbe(ResourceProbe):
             return None
         total = 80.0
         used = total * self.vram_percent / 100
-        return [GpuInfo(gpu_id=0, used_percentage=self.vram_percent, used_gb=used, free_gb=total - used, total_gb=total)]
+        return [
+            GpuInfo(gpu_id=0, used_percentage=self.vram_percent, used_gb=used, free_gb=total - used, total_gb=total)
+        ]
 
     def cpu(self, interval: float) -> list[CpuCoreInfo]:
         return [CpuCoreInfo(cpu_id=i, used_percentage=1.0) for i in range(self.cpus)]

@@ -7,6 +7,7 @@ ASGI, lifespan running) or ``flexserv_openai`` (the official async client).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -36,7 +37,9 @@ def flexserv_blocked() -> list[str]:
 
 
 @pytest.fixture
-def flexserv_app(flexserv_plugins: list[object | str], flexserv_settings: dict[str, Any], flexserv_blocked: list[str]) -> Litestar:
+def flexserv_app(
+    flexserv_plugins: list[object | str], flexserv_settings: dict[str, Any], flexserv_blocked: list[str]
+) -> Litestar:
     return make_app(flexserv_plugins, settings=flexserv_settings, block=flexserv_blocked)
 
 
@@ -47,8 +50,29 @@ def flexserv_server(flexserv_app: Litestar) -> FlexServer:
 
 @pytest.fixture
 async def flexserv_client(flexserv_app: Litestar) -> AsyncIterator[Any]:
-    async with app_client(flexserv_app) as client:
+    """httpx client over ASGI, lifespan running. The app is entered and exited in
+    one task of its own: Litestar's lifespan must be exited by the task that
+    entered it, and fixture setup and teardown run in different tasks."""
+    ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    done = asyncio.Event()
+
+    async def hold_app() -> None:
+        try:
+            async with app_client(flexserv_app) as client:
+                ready.set_result(client)
+                await done.wait()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+            raise
+
+    task = asyncio.create_task(hold_app())
+    client = await ready
+    try:
         yield client
+    finally:
+        done.set()
+        await task
 
 
 @pytest.fixture

@@ -16,16 +16,19 @@ async def test_health_and_errors(flexserv_client):
 
 
 async def test_fake_model_registry():
-    from flexserv_core.testing.app import app_client, make_app
     from flexserv_core.models.spec import ModelKind
+    from flexserv_core.testing.app import app_client, make_app
+
     plugin = FakeBackendPlugin(load_delay=0.2)
     app = make_app([plugin])
     async with app_client(app) as client:
         server = app.state.flexserv
         import asyncio
+
         async def use():
             async with server.registry.acquire("fake-model", ModelKind.TEXT) as lease:
                 return lease.model
+
         a, b = await asyncio.gather(use(), use())
         assert a is b and plugin.backend.loads == 1
         r = await client.get("/v1/flexserv/models/loaded")

@@ -47,7 +47,9 @@ async def test_caps_max_tokens_before_validation(flexserv_openai, flexserv_clien
 
 
 async def test_leaves_small_requests_alone(flexserv_openai, flexserv_client) -> None:
-    completion = await flexserv_openai.completions.create(model="fake-model", prompt="hi", max_tokens=3, temperature=1.0)
+    completion = await flexserv_openai.completions.create(
+        model="fake-model", prompt="hi", max_tokens=3, temperature=1.0
+    )
     assert completion.usage.completion_tokens == 3
     status = (await flexserv_client.get("/v1/contrib/request-policy")).json()
     assert status["requests_capped"] == 0
