@@ -1,0 +1,27 @@
+"""``GET /v1/flexserv/resources``: a live hardware snapshot."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from litestar import Request, get
+
+from flexserv_core.resources import SystemResourceSnapshot, get_system_resources
+from flexserv_core.server import FlexServer
+from flexserv_resources.settings import ResourcesSettings
+
+
+@get("/v1/flexserv/resources", summary="GPU, CPU and RAM usage now")
+async def resources(request: Request[Any, Any, Any]) -> SystemResourceSnapshot:
+    """Readings of every probe plugin, through :mod:`flexserv_core.resources`.
+
+    The CPU window (``--resources-cpu-interval``) is slept in a worker thread, so
+    the event loop keeps serving other requests meanwhile.
+    """
+    server: FlexServer = request.app.state.flexserv
+    interval = server.settings.get(ResourcesSettings).resources_cpu_interval
+    return await asyncio.to_thread(get_system_resources, server.probes, interval)
+
+
+ROUTES = [resources]
