@@ -161,10 +161,19 @@ class EmbeddingModel(LoadedModel):
 
 
 class TranscriptionSegment(msgspec.Struct):
+    """One timed piece of a transcription. The fields after ``text`` are the
+    decoder statistics OpenAI's ``verbose_json`` reports; backends fill what they know."""
+
     id: int
     start: float
     end: float
     text: str
+    seek: int = 0
+    tokens: list[int] = msgspec.field(default_factory=list)
+    temperature: float = 0.0
+    avg_logprob: float = 0.0
+    compression_ratio: float = 0.0
+    no_speech_prob: float = 0.0
 
 
 class Transcription(msgspec.Struct, kw_only=True):
