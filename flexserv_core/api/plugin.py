@@ -4,11 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from flexserv_core.api import models_routes
+import msgspec
+
+from flexserv_core.api import embeddings, models_routes, transcriptions
 from flexserv_core.hookspecs import hookimpl
 from flexserv_core.server import FlexServer
 
 
 @hookimpl
+def flexserv_add_settings() -> list[type[msgspec.Struct]]:
+    return [embeddings.EmbeddingSettings, transcriptions.TranscriptionSettings]
+
+
+@hookimpl
 def flexserv_register_routes(server: FlexServer) -> list[Any]:
-    return [*models_routes.ROUTES]
+    return [*models_routes.ROUTES, *embeddings.ROUTES, *transcriptions.routes(server)]

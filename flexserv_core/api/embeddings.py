@@ -1,0 +1,122 @@
+"""``POST /v1/embeddings``: OpenAI's embeddings endpoint over any embedding backend.
+
+The route validates and normalises the request, takes the model from the
+registry (so embedding models are listed, loaded once, unloadable, and evicted by
+TTL/OOM like text models), and shapes the answer. Batching of concurrent
+requests is the backend's job (see ``EmbeddingModel.embed``).
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from typing import Annotated, Any, Literal
+
+import msgspec
+import numpy as np
+from litestar import Request, post
+
+from flexserv_core.api.body import parse_body, request_context
+from flexserv_core.errors import InvalidRequest
+from flexserv_core.models.spec import ModelKind
+from flexserv_core.server import FlexServer
+
+ENDPOINT = "/v1/embeddings"
+
+#: What OpenAI accepts: a string, strings, token ids, or lists of token ids. msgspec
+#: allows one array type per union, so items are checked by :func:`normalise_input`.
+EmbeddingInput = str | list[str | int | list[int]]
+
+
+class EmbeddingSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Limits of ``POST /v1/embeddings`` (declared by the built-in ``openai`` plugin)."""
+
+    max_embedding_inputs: Annotated[
+        int, msgspec.Meta(ge=1, description="Most inputs one /v1/embeddings request may carry (OpenAI: 2048).")
+    ] = 2048
+    embedding_truncate: Annotated[
+        bool,
+        msgspec.Meta(
+            description="Truncate embedding inputs longer than the model's maximum; with --no-embedding-truncate they get a 400."
+        ),
+    ] = True
+
+
+class EmbeddingRequest(msgspec.Struct, kw_only=True):
+    """The body of ``POST /v1/embeddings`` (OpenAI's fields)."""
+
+    input: EmbeddingInput
+    model: str | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    user: str | None = None
+
+
+def normalise_input(value: EmbeddingInput, *, max_inputs: int) -> list[str] | list[list[int]]:
+    """One list of texts or one list of token-id lists; raises 400 with ``param="input"``."""
+    if isinstance(value, str):
+        value = [value]
+    if not value:
+        raise InvalidRequest("'input' must not be empty: send a string, a list of strings or token ids.", param="input")
+    items: list[Any]
+    if all(isinstance(v, int) for v in value):
+        items = [list(value)]
+    elif all(isinstance(v, str) for v in value) or all(isinstance(v, list) for v in value):
+        items = list(value)
+    else:
+        raise InvalidRequest(
+            "'input' must be a string, a list of strings, a list of token ids or a list of token-id lists, not a mix.",
+            param="input",
+        )
+    if len(items) > max_inputs:
+        raise InvalidRequest(
+            f"'input' has {len(items)} items; this server accepts at most {max_inputs} per request (--max-embedding-inputs).",
+            param="input",
+            code="too_many_inputs",
+        )
+    for i, item in enumerate(items):
+        if not item:
+            kind = "string" if isinstance(item, str) else "token list"
+            raise InvalidRequest(f"'input[{i}]' is an empty {kind}; every input must have content.", param="input")
+        if isinstance(item, list) and any(t < 0 for t in item):
+            raise InvalidRequest(f"'input[{i}]' contains a negative token id.", param="input")
+    return items
+
+
+def _shape_vector(vector: list[float], dimensions: int | None, encoding: str) -> list[float] | str:
+    arr = np.asarray(vector, dtype=np.float32)
+    if dimensions is not None and dimensions < arr.shape[0]:
+        arr = arr[:dimensions]
+        norm = float(np.linalg.norm(arr))
+        if norm > 0 and math.isfinite(norm):
+            arr = arr / norm
+    if encoding == "base64":
+        return base64.b64encode(arr.astype("<f4").tobytes()).decode("ascii")
+    return arr.tolist()
+
+
+@post(ENDPOINT, status_code=200, summary="Create embeddings", opt={"body": EmbeddingRequest})
+async def create_embeddings(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    server: FlexServer = request.app.state.flexserv
+    limits = server.settings.get(EmbeddingSettings)
+    body = await parse_body(request, EmbeddingRequest, request_context(request, ENDPOINT))
+    inputs = normalise_input(body.input, max_inputs=limits.max_embedding_inputs)
+    async with server.registry.acquire(body.model, ModelKind.EMBEDDING) as lease:
+        model = lease.model
+        size = getattr(model, "dimensions", None)
+        if body.dimensions is not None and size is not None and body.dimensions > size:
+            raise InvalidRequest(
+                f"'dimensions' is {body.dimensions}, but model '{lease.spec.name}' produces {size}-dimensional embeddings.",
+                param="dimensions",
+            )
+        result = await model.embed(inputs, truncate=limits.embedding_truncate)  # type: ignore[attr-defined]
+        name = lease.spec.name
+    data = [
+        {"object": "embedding", "index": i, "embedding": _shape_vector(v, body.dimensions, body.encoding_format)}
+        for i, v in enumerate(result.vectors)
+    ]
+    usage = {"prompt_tokens": result.prompt_tokens, "total_tokens": result.prompt_tokens}
+    return {"object": "list", "data": data, "model": name, "usage": usage}
+
+
+ROUTES = [create_embeddings]

@@ -1,0 +1,72 @@
+"""Rendering a :class:`Transcription` in each of OpenAI's ``response_format`` values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flexserv_core.backends.base import Transcription, TranscriptionSegment
+
+
+def _timestamp(seconds: float, separator: str) -> str:
+    millis = max(0, round(seconds * 1000))
+    hours, millis = divmod(millis, 3_600_000)
+    minutes, millis = divmod(millis, 60_000)
+    secs, millis = divmod(millis, 1000)
+    return f"{hours:02d}:{minutes:02d}:{secs:02d}{separator}{millis:03d}"
+
+
+def _segments(result: Transcription) -> list[TranscriptionSegment]:
+    if result.segments:
+        return result.segments
+    text = result.text.strip()
+    return [TranscriptionSegment(id=0, start=0.0, end=result.duration, text=text)] if text else []
+
+
+def to_srt(result: Transcription) -> str:
+    blocks = [
+        f"{i}\n{_timestamp(s.start, ',')} --> {_timestamp(s.end, ',')}\n{s.text.strip()}\n"
+        for i, s in enumerate(_segments(result), start=1)
+    ]
+    return "\n".join(blocks)
+
+
+def to_vtt(result: Transcription) -> str:
+    blocks = [f"{_timestamp(s.start, '.')} --> {_timestamp(s.end, '.')}\n{s.text.strip()}\n" for s in _segments(result)]
+    return "WEBVTT\n\n" + "\n".join(blocks)
+
+
+def to_verbose_json(result: Transcription) -> dict[str, Any]:
+    return {
+        "task": "transcribe",
+        "language": result.language or "unknown",
+        "duration": round(result.duration, 3),
+        "text": result.text,
+        "segments": [
+            {
+                "id": s.id,
+                "seek": s.seek,
+                "start": round(s.start, 3),
+                "end": round(s.end, 3),
+                "text": s.text,
+                "tokens": s.tokens,
+                "temperature": s.temperature,
+                "avg_logprob": s.avg_logprob,
+                "compression_ratio": s.compression_ratio,
+                "no_speech_prob": s.no_speech_prob,
+            }
+            for s in _segments(result)
+        ],
+    }
+
+
+def render(result: Transcription, response_format: str) -> tuple[Any, str]:
+    """``(content, media_type)`` for a Litestar response."""
+    if response_format == "text":
+        return result.text, "text/plain; charset=utf-8"
+    if response_format == "srt":
+        return to_srt(result), "text/plain; charset=utf-8"
+    if response_format == "vtt":
+        return to_vtt(result), "text/vtt; charset=utf-8"
+    if response_format == "verbose_json":
+        return to_verbose_json(result), "application/json"
+    return {"text": result.text}, "application/json"
