@@ -69,15 +69,18 @@ def validate(
     try:
         return msgspec.convert(body, schema, strict=True)
     except msgspec.ValidationError as exc:
-        raise InvalidRequest(*_explain(exc), code="invalid_value") from None
+        message, param = _explain(exc)
+        raise InvalidRequest(message, param=param, code="invalid_value") from None
 
 
 def _explain(exc: msgspec.ValidationError) -> tuple[str, str | None]:
     text = str(exc)
     match = re.search(r" - at `\$(.*)`$", text)
-    if not match:
-        return text, None
-    path = match.group(1)
+    path = match.group(1) if match else ""
     param = re.sub(r"^\.", "", path) or None
-    reason = text[: match.start()]
+    reason = text[: match.start()] if match else text
+    missing = re.fullmatch(r"Object missing required field `([^`]+)`", reason)
+    if missing:  # name the missing field itself, e.g. 'messages' or 'messages[0].role'
+        param = f"{param}.{missing.group(1)}" if param else missing.group(1)
+        return f"Missing required parameter: '{param}'.", param
     return (f"Invalid value for '{param}': {reason}" if param else reason), param

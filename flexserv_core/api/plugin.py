@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from flexserv_core.api import embeddings, models_routes, transcriptions
+from flexserv_core.api import chat, completions, embeddings, models_routes, transcriptions
 from flexserv_core.hookspecs import hookimpl
 from flexserv_core.server import FlexServer
 
@@ -18,4 +18,4 @@ def flexserv_add_settings() -> list[type[msgspec.Struct]]:
 
 @hookimpl
 def flexserv_register_routes(server: FlexServer) -> list[Any]:
-    return [*models_routes.ROUTES, *embeddings.ROUTES, *transcriptions.routes(server)]
+    return [*models_routes.ROUTES, *chat.ROUTES, *completions.ROUTES, *embeddings.ROUTES, *transcriptions.routes(server)]

@@ -1,0 +1,115 @@
+"""``POST /v1/chat/completions``: streaming (SSE) and not."""
+
+from __future__ import annotations
+
+import time
+from contextlib import aclosing
+from typing import Any
+
+from litestar import MediaType, Request, Response, post
+
+from flexserv_core.api.body import parse_body, request_context
+from flexserv_core.api.streaming import DONE, READY, SSEGenerator, error_event, sse_event, sse_response
+from flexserv_core.api.text_generation import ChoiceJob, ChoiceResult, collect, merge
+from flexserv_core.api.text_logprobs import chat_logprobs
+from flexserv_core.api.text_request import chat_jobs
+from flexserv_core.api.text_schemas import (
+    AssistantMessage,
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatDelta,
+    Usage,
+    encode,
+)
+from flexserv_core.backends.base import TextGenerationModel
+from flexserv_core.models.spec import ModelKind
+from flexserv_core.request_context import RequestContext
+from flexserv_core.server import FlexServer
+
+ENDPOINT = "/v1/chat/completions"
+
+
+@post(ENDPOINT, status_code=200, summary="Create a chat completion", opt={"body": ChatCompletionRequest})
+async def create_chat_completion(request: Request[Any, Any, Any]) -> Response[Any]:
+    context = request_context(request, ENDPOINT)
+    body = await parse_body(request, ChatCompletionRequest, context)
+    server: FlexServer = request.app.state.flexserv
+    if body.stream:
+        return await sse_response(_stream(server, body, context))
+    async with server.registry.acquire(body.model, ModelKind.TEXT) as lease:
+        model: TextGenerationModel = lease.model  # type: ignore[assignment]
+        prompt_ids, jobs = chat_jobs(model, lease.spec, body, context)
+        results = await collect(jobs)
+    completion = ChatCompletion(
+        id=f"chatcmpl-{context.request_id}",
+        created=int(time.time()),
+        model=lease.spec.name,
+        choices=[_choice(result, bool(body.logprobs)) for result in results],
+        usage=_usage(len(prompt_ids), results),
+    )
+    return Response(content=encode(completion), media_type=MediaType.JSON)
+
+
+def _choice(result: ChoiceResult, logprobs: bool) -> ChatChoice:
+    return ChatChoice(
+        index=result.index,
+        message=AssistantMessage(content=result.text),
+        logprobs=chat_logprobs(result.tokens) if logprobs else None,
+        finish_reason=result.finish_reason,
+    )
+
+
+def _usage(prompt_tokens: int, results: list[ChoiceResult]) -> Usage:
+    completion = sum(r.completion_tokens for r in results)
+    return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion, total_tokens=prompt_tokens + completion)
+
+
+async def _stream(server: FlexServer, body: ChatCompletionRequest, context: RequestContext) -> SSEGenerator:
+    async with server.registry.acquire(body.model, ModelKind.TEXT) as lease:
+        model: TextGenerationModel = lease.model  # type: ignore[assignment]
+        prompt_ids, jobs = chat_jobs(model, lease.spec, body, context)
+        yield READY
+        ident, created, name = f"chatcmpl-{context.request_id}", int(time.time()), lease.spec.name
+
+        def chunk(choices: list[ChatChunkChoice], usage: Usage | None = None) -> bytes:
+            return sse_event(
+                encode(ChatCompletionChunk(id=ident, created=created, model=name, choices=choices, usage=usage))
+            )
+
+        for job in jobs:
+            yield chunk([ChatChunkChoice(index=job.index, delta=ChatDelta(role="assistant", content=""))])
+        completion_tokens = 0
+        try:
+            async with aclosing(merge(jobs)) as events:
+                async for event in events:
+                    if event.text or event.tokens:
+                        logprobs = chat_logprobs(event.tokens) if _wants_logprobs(jobs) else None
+                        yield chunk(
+                            [ChatChunkChoice(index=event.index, delta=ChatDelta(content=event.text), logprobs=logprobs)]
+                        )
+                    if event.finish_reason is not None:
+                        completion_tokens += event.completion_tokens
+                        yield chunk(
+                            [ChatChunkChoice(index=event.index, delta=ChatDelta(), finish_reason=event.finish_reason)]
+                        )
+        except Exception as exc:
+            yield error_event(exc)
+            return
+        if body.stream_options is not None and body.stream_options.include_usage:
+            usage = Usage(
+                prompt_tokens=len(prompt_ids),
+                completion_tokens=completion_tokens,
+                total_tokens=len(prompt_ids) + completion_tokens,
+            )
+            yield chunk([], usage)
+        yield DONE
+
+
+def _wants_logprobs(jobs: list[ChoiceJob]) -> bool:
+    return jobs[0].params.logprobs
+
+
+ROUTES = [create_chat_completion]

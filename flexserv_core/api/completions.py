@@ -1,0 +1,113 @@
+"""``POST /v1/completions`` (the legacy text API): streaming (SSE) and not."""
+
+from __future__ import annotations
+
+import time
+from contextlib import aclosing
+from typing import Any
+
+from litestar import MediaType, Request, Response, post
+
+from flexserv_core.api.body import parse_body, request_context
+from flexserv_core.api.streaming import DONE, READY, SSEGenerator, error_event, sse_event, sse_response
+from flexserv_core.api.text_generation import ChoiceResult, collect, merge
+from flexserv_core.api.text_logprobs import completion_logprobs
+from flexserv_core.api.text_request import completion_jobs
+from flexserv_core.api.text_schemas import Completion, CompletionChoice, CompletionRequest, Usage, encode
+from flexserv_core.backends.base import TextGenerationModel
+from flexserv_core.models.spec import ModelKind
+from flexserv_core.request_context import RequestContext
+from flexserv_core.server import FlexServer
+
+ENDPOINT = "/v1/completions"
+
+Prompts = list[tuple[list[int], str | None]]
+
+
+@post(ENDPOINT, status_code=200, summary="Create a completion", opt={"body": CompletionRequest})
+async def create_completion(request: Request[Any, Any, Any]) -> Response[Any]:
+    context = request_context(request, ENDPOINT)
+    body = await parse_body(request, CompletionRequest, context)
+    server: FlexServer = request.app.state.flexserv
+    if body.stream:
+        return await sse_response(_stream(server, body, context))
+    async with server.registry.acquire(body.model, ModelKind.TEXT) as lease:
+        model: TextGenerationModel = lease.model  # type: ignore[assignment]
+        prompts, jobs = completion_jobs(model, body)
+        results = await collect(jobs)
+        echoes = _echoes(model, prompts, body)
+    n = body.n or 1
+    choices = []
+    for result in results:
+        echo = echoes[result.index // n]
+        logprobs = (
+            completion_logprobs(result.tokens, offset=len(echo), top=body.logprobs)
+            if body.logprobs is not None
+            else None
+        )
+        choices.append(
+            CompletionChoice(
+                index=result.index, text=echo + result.text, logprobs=logprobs, finish_reason=result.finish_reason
+            )
+        )
+    completion = Completion(
+        id=f"cmpl-{context.request_id}",
+        created=int(time.time()),
+        model=lease.spec.name,
+        choices=choices,
+        usage=_usage(prompts, results),
+    )
+    return Response(content=encode(completion), media_type=MediaType.JSON)
+
+
+def _echoes(model: TextGenerationModel, prompts: Prompts, body: CompletionRequest) -> list[str]:
+    """Per prompt, the text ``echo`` puts before the completion (``""`` without echo)."""
+    if not body.echo:
+        return ["" for _ in prompts]
+    return [text if text is not None else model.decode(ids) for ids, text in prompts]
+
+
+def _usage(prompts: Prompts, results: list[ChoiceResult]) -> Usage:
+    prompt_tokens = sum(len(ids) for ids, _ in prompts)
+    completion = sum(r.completion_tokens for r in results)
+    return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion, total_tokens=prompt_tokens + completion)
+
+
+async def _stream(server: FlexServer, body: CompletionRequest, context: RequestContext) -> SSEGenerator:
+    async with server.registry.acquire(body.model, ModelKind.TEXT) as lease:
+        model: TextGenerationModel = lease.model  # type: ignore[assignment]
+        prompts, jobs = completion_jobs(model, body)
+        echoes = _echoes(model, prompts, body)
+        yield READY
+        ident, created, name = f"cmpl-{context.request_id}", int(time.time()), lease.spec.name
+        n = body.n or 1
+        top = body.logprobs
+
+        def chunk(choices: list[CompletionChoice], usage: Usage | None = None) -> bytes:
+            return sse_event(encode(Completion(id=ident, created=created, model=name, choices=choices, usage=usage)))
+
+        for job in jobs:
+            if echoes[job.index // n]:
+                yield chunk([CompletionChoice(index=job.index, text=echoes[job.index // n])])
+        completion_tokens = 0
+        try:
+            async with aclosing(merge(jobs)) as events:
+                async for event in events:
+                    if event.text or event.tokens:
+                        echoed = len(echoes[event.index // n])
+                        logprobs = (
+                            completion_logprobs(event.tokens, offset=echoed, top=top) if top is not None else None
+                        )
+                        yield chunk([CompletionChoice(index=event.index, text=event.text, logprobs=logprobs)])
+                    if event.finish_reason is not None:
+                        completion_tokens += event.completion_tokens
+                        yield chunk([CompletionChoice(index=event.index, text="", finish_reason=event.finish_reason)])
+        except Exception as exc:
+            yield error_event(exc)
+            return
+        if body.stream_options is not None and body.stream_options.include_usage:
+            yield chunk([], _usage(prompts, [ChoiceResult(0, completion_tokens=completion_tokens)]))
+        yield DONE
+
+
+ROUTES = [create_completion]

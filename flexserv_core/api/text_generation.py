@@ -1,0 +1,212 @@
+"""Running choices: a model's token stream -> stop handling -> events per choice.
+
+One :class:`ChoiceJob` is one independent ``model.generate`` call (one of ``n``
+choices of one prompt). :func:`run_choice` turns its tokens into
+:class:`ChoiceEvent` s, applying stop strings and aligning logprobs with the text
+that is actually released. :func:`merge` runs several choices concurrently and
+interleaves their events; closing or cancelling it closes every model iterator,
+so a client disconnect ends generation within one decode step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from flexserv_core.api.stop import StopMatcher
+from flexserv_core.backends.base import FinishReason, SamplingParams, TextGenerationModel, TopLogprob
+
+
+@dataclass(slots=True)
+class ChoiceJob:
+    """What one choice generates: ``index`` is its place in the response."""
+
+    index: int
+    model: TextGenerationModel
+    prompt_ids: list[int]
+    params: SamplingParams
+    stops: Sequence[str] = ()
+
+
+@dataclass(slots=True)
+class SampledToken:
+    """A generated token as logprobs report it: ``text`` is what it added to the
+    output, starting at character ``offset`` of the generated text."""
+
+    text: str
+    logprob: float | None
+    top: list[TopLogprob]
+    offset: int = 0
+
+
+@dataclass(slots=True)
+class ChoiceEvent:
+    """New output of one choice. The last event of a choice has ``finish_reason``
+    and ``completion_tokens`` (generated tokens, the end-of-sequence token excluded)."""
+
+    index: int
+    text: str = ""
+    tokens: list[SampledToken] = field(default_factory=list)
+    finish_reason: FinishReason | None = None
+    completion_tokens: int = 0
+
+
+class _TokenAligner:
+    """Holds sampled tokens until the text they produced is released."""
+
+    def __init__(self) -> None:
+        self._pending: deque[tuple[int, int, SampledToken]] = deque()
+        self.produced = 0
+
+    def add(self, token: SampledToken | None, text: str) -> None:
+        start, self.produced = self.produced, self.produced + len(text)
+        if token is not None:
+            token.offset = start
+            self._pending.append((start, self.produced, token))
+
+    def release(self, upto: int) -> list[SampledToken]:
+        out: list[SampledToken] = []
+        while self._pending and self._pending[0][1] <= upto:
+            out.append(self._pending.popleft()[2])
+        return out
+
+    def cut(self, at: int) -> list[SampledToken]:
+        """A stop string starts at ``at``: tokens that began before it are kept."""
+        out = [tok for start, _end, tok in self._pending if start < at]
+        self._pending.clear()
+        return out
+
+
+async def run_choice(job: ChoiceJob) -> AsyncIterator[ChoiceEvent]:
+    """Generate one choice. A stop string (or closing this iterator) closes the
+    model's token iterator at once, which cancels the sequence in the backend."""
+    matcher = StopMatcher(job.stops)
+    aligner = _TokenAligner()
+    want_logprobs = job.params.logprobs
+    count = 0
+    finish: FinishReason | None = None
+    stop_event: ChoiceEvent | None = None
+    tokens = job.model.generate(job.prompt_ids, job.params)
+    try:
+        async for delta in tokens:
+            # The end-of-sequence token has empty text and is not output.
+            eos = delta.finish_reason == "stop" and not delta.text
+            if not eos:
+                count += 1
+                sampled = (
+                    SampledToken(delta.text, delta.logprob, list(delta.top_logprobs or ())[: job.params.top_logprobs])
+                    if want_logprobs
+                    else None
+                )
+                aligner.add(sampled, delta.text)
+            text = matcher.feed(delta.text)
+            if matcher.stopped:
+                finish = "stop"
+                stop_event = ChoiceEvent(job.index, text, aligner.cut(matcher.released))
+                break
+            released = aligner.release(matcher.released)
+            if text or released:
+                yield ChoiceEvent(job.index, text, released)
+            if delta.finish_reason is not None:
+                finish = delta.finish_reason
+                break
+    finally:
+        await _close(tokens)
+    if stop_event is not None:
+        stop_event.finish_reason, stop_event.completion_tokens = finish, count
+        yield stop_event
+        return
+    if finish is None:
+        finish = "length" if count >= job.params.max_tokens else "stop"
+    tail = matcher.flush()
+    yield ChoiceEvent(job.index, tail, aligner.release(matcher.released), finish_reason=finish, completion_tokens=count)
+
+
+async def _close(iterator: AsyncIterator[Any]) -> None:
+    aclose = getattr(iterator, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+class _Done:
+    pass
+
+
+class _Failed:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+async def merge(jobs: Sequence[ChoiceJob]) -> AsyncIterator[ChoiceEvent]:
+    """Run ``jobs`` concurrently and yield their events as they come.
+
+    An exception in one choice cancels the others and is re-raised. Closing the
+    returned iterator (or cancelling its consumer) cancels every choice.
+    """
+    if len(jobs) == 1:
+        stream = run_choice(jobs[0])
+        try:
+            async for event in stream:
+                yield event
+        finally:
+            await stream.aclose()
+        return
+
+    queue: asyncio.Queue[ChoiceEvent | _Done | _Failed] = asyncio.Queue()
+
+    async def pump(job: ChoiceJob) -> None:
+        stream = run_choice(job)
+        try:
+            async for event in stream:
+                queue.put_nowait(event)
+        except Exception as exc:
+            queue.put_nowait(_Failed(exc))
+        finally:
+            await stream.aclose()
+            queue.put_nowait(_Done())
+
+    tasks = [asyncio.create_task(pump(job), name=f"choice {job.index}") for job in jobs]
+    try:
+        remaining = len(tasks)
+        while remaining:
+            item = await queue.get()
+            if isinstance(item, _Done):
+                remaining -= 1
+            elif isinstance(item, _Failed):
+                raise item.exc
+            else:
+                yield item
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+@dataclass(slots=True)
+class ChoiceResult:
+    """A whole choice, for non-streaming responses."""
+
+    index: int
+    text: str = ""
+    tokens: list[SampledToken] = field(default_factory=list)
+    finish_reason: FinishReason = "length"
+    completion_tokens: int = 0
+
+
+async def collect(jobs: Sequence[ChoiceJob]) -> list[ChoiceResult]:
+    """Run ``jobs`` concurrently to the end; results in ``index`` order."""
+    parts: dict[int, list[str]] = {job.index: [] for job in jobs}
+    results = {job.index: ChoiceResult(job.index) for job in jobs}
+    async for event in merge(jobs):
+        result = results[event.index]
+        parts[event.index].append(event.text)
+        result.tokens.extend(event.tokens)
+        if event.finish_reason is not None:
+            result.finish_reason = event.finish_reason
+            result.completion_tokens = event.completion_tokens
+    for index, result in results.items():
+        result.text = "".join(parts[index])
+    return [results[i] for i in sorted(results)]

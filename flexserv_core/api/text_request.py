@@ -1,0 +1,219 @@
+"""From a validated request and a loaded model to prompts and :class:`ChoiceJob` s.
+
+Everything here runs before the first byte of a response, so each problem it
+finds (context too long, bad token ids, inconsistent parameters) becomes an
+OpenAI-shaped 4xx error, also for streaming requests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flexserv_core import hooks
+from flexserv_core.api.text_generation import ChoiceJob
+from flexserv_core.api.text_schemas import ChatCompletionRequest, ChatMessage, CompletionRequest
+from flexserv_core.backends.base import SamplingParams, TextGenerationModel
+from flexserv_core.errors import ContextLengthExceeded, InvalidRequest
+from flexserv_core.models.spec import ModelSpec
+from flexserv_core.request_context import RequestContext
+
+_SEED_SPACE = 2**63
+#: Most sequences (prompts x n) one completions request may start.
+MAX_SEQUENCES = 64
+
+
+def stop_strings(stop: str | list[str] | None) -> list[str]:
+    if stop is None:
+        return []
+    return [stop] if isinstance(stop, str) else list(stop)
+
+
+def choice_seed(seed: int | None, choice: int) -> int | None:
+    """Choice ``i`` of a seeded request samples with ``(seed + i) mod 2**63``: the
+    choices differ from each other and the request is reproducible."""
+    return None if seed is None else (seed + choice) % _SEED_SPACE
+
+
+def resolve_max_tokens(model: TextGenerationModel, prompt_len: int, requested: int | None, *, param: str) -> int:
+    """The completion budget: the request's, else the backend's default (if the
+    model exposes ``default_max_tokens``) capped by what is left of the context."""
+    limit = model.context_length
+    left = limit - prompt_len
+    if requested is not None:
+        if prompt_len + requested > limit:
+            raise ContextLengthExceeded(
+                f"This model's maximum context length is {limit} tokens. However, you requested "
+                f"{prompt_len + requested} tokens ({prompt_len} in the {param}, {requested} in the completion). "
+                f"Please reduce the length of the {param} or completion.",
+                param=param,
+            )
+        return requested
+    if left < 1:
+        raise ContextLengthExceeded(
+            f"This model's maximum context length is {limit} tokens, and the {param} alone take {prompt_len} tokens. "
+            f"Please reduce the length of the {param}.",
+            param=param,
+        )
+    default = getattr(model, "default_max_tokens", None)
+    return min(default, left) if isinstance(default, int) and default > 0 else left
+
+
+def sampling_params(
+    body: ChatCompletionRequest | CompletionRequest, *, max_tokens: int, choice: int, logprobs: bool, top_logprobs: int
+) -> SamplingParams:
+    top_k = body.top_k or 0
+    if top_k < 0:
+        top_k = 0
+    top_p = 1.0 if body.top_p is None else body.top_p
+    if top_p == 0.0:  # "only the most likely token": greedy, without a degenerate nucleus
+        top_p, top_k = 1.0, 1
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=1.0 if body.temperature is None else body.temperature,
+        top_p=top_p,
+        top_k=top_k,
+        seed=choice_seed(body.seed, choice),
+        presence_penalty=body.presence_penalty or 0.0,
+        frequency_penalty=body.frequency_penalty or 0.0,
+        logprobs=logprobs,
+        top_logprobs=top_logprobs,
+    )
+
+
+# --- chat --------------------------------------------------------------------------
+
+
+def check_chat(body: ChatCompletionRequest) -> None:
+    if body.top_logprobs is not None and body.top_logprobs > 0 and not body.logprobs:
+        raise InvalidRequest("'top_logprobs' requires 'logprobs' to be true.", param="top_logprobs")
+
+
+def chat_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """OpenAI messages -> template messages: content parts joined into one string,
+    ``developer`` served as ``system``."""
+    out: list[dict[str, Any]] = []
+    for i, message in enumerate(messages):
+        content = message.content
+        if isinstance(content, list):
+            texts = []
+            for j, part in enumerate(content):
+                if part.type != "text" or part.text is None:
+                    raise InvalidRequest(
+                        f"Content part type '{part.type}' is not supported here; send text parts ({{'type': 'text', 'text': ...}}).",
+                        param=f"messages[{i}].content[{j}]",
+                    )
+                texts.append(part.text)
+            content = "".join(texts)
+        entry: dict[str, Any] = {
+            "role": "system" if message.role == "developer" else message.role,
+            "content": content or "",
+        }
+        if message.name is not None:
+            entry["name"] = message.name
+        out.append(entry)
+    return out
+
+
+def chat_template_kwargs(spec: ModelSpec, body: ChatCompletionRequest, context: RequestContext) -> dict[str, Any]:
+    """Per-model options < plugins (hook) < the request's ``chat_template_kwargs``
+    < top-level shorthands (``enable_thinking``)."""
+    merged: dict[str, Any] = dict(spec.options.get("chat_template_kwargs") or {})
+    merged.update(hooks.chat_template_kwargs(spec, context))
+    merged.update(body.chat_template_kwargs or {})
+    if body.enable_thinking is not None:
+        merged["enable_thinking"] = body.enable_thinking
+    return merged
+
+
+def chat_jobs(
+    model: TextGenerationModel, spec: ModelSpec, body: ChatCompletionRequest, context: RequestContext
+) -> tuple[list[int], list[ChoiceJob]]:
+    """Render the prompt and plan ``n`` choices; returns ``(prompt_ids, jobs)``."""
+    check_chat(body)
+    prompt_ids = model.render_chat(chat_messages(body.messages), chat_template_kwargs(spec, body, context))
+    requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    max_tokens = resolve_max_tokens(model, len(prompt_ids), requested, param="messages")
+    logprobs = bool(body.logprobs)
+    top = (body.top_logprobs or 0) if logprobs else 0
+    stops = stop_strings(body.stop)
+    jobs = [
+        ChoiceJob(
+            i,
+            model,
+            prompt_ids,
+            sampling_params(body, max_tokens=max_tokens, choice=i, logprobs=logprobs, top_logprobs=top),
+            stops,
+        )
+        for i in range(body.n or 1)
+    ]
+    return prompt_ids, jobs
+
+
+# --- completions -------------------------------------------------------------------
+
+
+def completion_prompts(model: TextGenerationModel, prompt: str | list[Any]) -> list[tuple[list[int], str | None]]:
+    """The request's prompts as ``(token_ids, text)``; ``text`` is ``None`` for token prompts."""
+    if isinstance(prompt, str):
+        return [(model.encode(prompt), prompt)]
+    if not prompt:
+        raise InvalidRequest("'prompt' must not be an empty list.", param="prompt")
+    if all(isinstance(p, str) for p in prompt):
+        return [(model.encode(p), p) for p in prompt]
+    if all(_is_token_id(t) for t in prompt):
+        return [(_checked_ids(model, prompt, "prompt"), None)]
+    if all(isinstance(p, list) for p in prompt):
+        return [(_checked_ids(model, p, f"prompt[{i}]"), None) for i, p in enumerate(prompt)]
+    raise InvalidRequest(
+        "'prompt' must be a string, a list of strings, a list of token ids or a list of token-id lists.", param="prompt"
+    )
+
+
+def _is_token_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _checked_ids(model: TextGenerationModel, ids: list[Any], param: str) -> list[int]:
+    vocab = getattr(model, "vocab_size", None)
+    for j, token in enumerate(ids):
+        if not _is_token_id(token) or token < 0 or (isinstance(vocab, int) and token >= vocab):
+            bound = f" in [0, {vocab})" if isinstance(vocab, int) else " (non-negative integers)"
+            raise InvalidRequest(f"Invalid token id {token!r}: token ids must be{bound}.", param=f"{param}[{j}]")
+    return list(ids)
+
+
+def check_completion(body: CompletionRequest) -> None:
+    if body.suffix:
+        raise InvalidRequest("'suffix' (insertion) is not supported by this server.", param="suffix")
+    if body.echo and body.logprobs is not None:
+        raise InvalidRequest(
+            "'echo' together with 'logprobs' is not supported (prompt logprobs are not computed).", param="echo"
+        )
+
+
+def completion_jobs(
+    model: TextGenerationModel, body: CompletionRequest
+) -> tuple[list[tuple[list[int], str | None]], list[ChoiceJob]]:
+    """Plan ``len(prompts) * n`` choices; choice index ``p * n + i`` as OpenAI numbers them."""
+    check_completion(body)
+    prompts = completion_prompts(model, body.prompt)
+    n = body.n or 1
+    if len(prompts) * n > MAX_SEQUENCES:
+        raise InvalidRequest(
+            f"At most {MAX_SEQUENCES} sequences (prompts x n) per request; this asks for {len(prompts) * n}.",
+            param="prompt",
+        )
+    logprobs = body.logprobs is not None
+    stops = stop_strings(body.stop)
+    jobs: list[ChoiceJob] = []
+    for p, (ids, _text) in enumerate(prompts):
+        param = "prompt" if len(prompts) == 1 else f"prompt[{p}]"
+        if not ids:
+            raise InvalidRequest("The prompt is empty.", param=param)
+        max_tokens = resolve_max_tokens(model, len(ids), body.max_tokens, param=param)
+        for i in range(n):
+            params = sampling_params(
+                body, max_tokens=max_tokens, choice=i, logprobs=logprobs, top_logprobs=body.logprobs or 0
+            )
+            jobs.append(ChoiceJob(p * n + i, model, ids, params, stops))
+    return prompts, jobs
