@@ -19,25 +19,48 @@ from flexserv_core.backends.base import (
     SamplingParams,
     TextGenerationModel,
     TokenDelta,
+    TopLogprob,
 )
 from flexserv_core.hookspecs import hookimpl
 from flexserv_core.models.spec import ModelKind, ModelSpec
 from flexserv_core.resources import CpuCoreInfo, GpuInfo, RamInfo, ResourceProbe
 
 FAKE_SCRIPT = "The quick brown fox jumps over the lazy dog. "
+#: Alternatives the fake offers in ``top_logprobs`` after the sampled character.
+FAKE_ALTERNATIVES = "abcdefghijklmnopqrstuvwxyz"
 
 
 class FakeTextModel(TextGenerationModel):
     """One character per token. Chat prompts render as ``role: content`` lines;
-    the completion is :data:`FAKE_SCRIPT` repeated, up to ``max_tokens``."""
+    the completion is ``script`` (default :data:`FAKE_SCRIPT`) repeated, up to
+    ``max_tokens``; with ``eos_after=k`` it ends after ``k`` tokens with an
+    end-of-sequence delta (empty text, ``finish_reason="stop"``).
 
-    def __init__(self, spec: ModelSpec, *, token_delay: float = 0.0, context_length: int = 4096) -> None:
+    With ``params.logprobs`` each token has logprob -0.5 and, for
+    ``params.top_logprobs=k``, ``k`` alternatives: the sampled character, then
+    letters of :data:`FAKE_ALTERNATIVES` at -1.0, -2.0, ... Every call's params are
+    kept in ``params_log``; ``tokens_emitted`` counts deltas over all sequences.
+    """
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        *,
+        token_delay: float = 0.0,
+        context_length: int = 4096,
+        script: str = FAKE_SCRIPT,
+        eos_after: int | None = None,
+    ) -> None:
         super().__init__(spec, device="cpu", dtype="none")
         self.context_length = context_length
         self.token_delay = token_delay
+        self.script = script
+        self.eos_after = eos_after
         self.unloaded = False
         self.generated_sequences = 0
         self.cancelled_sequences = 0
+        self.tokens_emitted = 0
+        self.params_log: list[SamplingParams] = []
 
     def render_chat(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any]) -> list[int]:
         lines = [f"{m.get('role')}: {m.get('content')}" for m in messages]
@@ -52,23 +75,38 @@ class FakeTextModel(TextGenerationModel):
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[TokenDelta]:
         self.generated_sequences += 1
+        self.params_log.append(params)
         finished = False
         try:
             for i in range(params.max_tokens):
                 if self.token_delay:
                     await asyncio.sleep(self.token_delay)
-                char = FAKE_SCRIPT[i % len(FAKE_SCRIPT)]
+                if self.eos_after is not None and i == self.eos_after:
+                    self.tokens_emitted += 1
+                    yield TokenDelta(token_id=0, text="", finish_reason="stop")
+                    break
+                char = self.script[i % len(self.script)]
                 last = i == params.max_tokens - 1
+                self.tokens_emitted += 1
                 yield TokenDelta(
                     token_id=ord(char),
                     text=char,
                     logprob=-0.5 if params.logprobs else None,
+                    top_logprobs=self._alternatives(char, params.top_logprobs) if params.logprobs else None,
                     finish_reason="length" if last else None,
                 )
             finished = True
         finally:
             if not finished:
                 self.cancelled_sequences += 1
+
+    @staticmethod
+    def _alternatives(char: str, k: int) -> list[TopLogprob]:
+        alternatives = [TopLogprob(token_id=ord(char), token=char, logprob=-0.5)]
+        alternatives += [
+            TopLogprob(token_id=ord(c), token=c, logprob=-1.0 - j) for j, c in enumerate(FAKE_ALTERNATIVES)
+        ]
+        return alternatives[:k]
 
     def unload(self) -> None:
         self.unloaded = True
@@ -78,10 +116,14 @@ class FakeTextBackend(Backend):
     name = "fake"
     kind = ModelKind.TEXT
 
-    def __init__(self, *, load_delay: float = 0.0, token_delay: float = 0.0, fail: str | None = None) -> None:
+    def __init__(
+        self, *, load_delay: float = 0.0, token_delay: float = 0.0, fail: str | None = None, **model_options: Any
+    ) -> None:
+        """``model_options`` go to each :class:`FakeTextModel` (``script``, ``eos_after``, ``context_length``)."""
         self.load_delay = load_delay
         self.token_delay = token_delay
         self.fail = fail
+        self.model_options = model_options
         self.loads = 0
         self.models: list[FakeTextModel] = []
         self._lock = threading.Lock()
@@ -93,7 +135,7 @@ class FakeTextBackend(Backend):
         time.sleep(self.load_delay)
         if self.fail:
             raise RuntimeError(self.fail)
-        model = FakeTextModel(spec, token_delay=self.token_delay)
+        model = FakeTextModel(spec, token_delay=self.token_delay, **self.model_options)
         self.models.append(model)
         progress("loading fake weights", 1.0)
         return model
