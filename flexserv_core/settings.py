@@ -171,7 +171,9 @@ def add_arguments(parser: argparse.ArgumentParser, structs: Iterable[type[msgspe
     for struct in structs:
         group = parser.add_argument_group(f"{struct.__name__} ({struct.__module__.split('.')[0]})")
         for f in describe_fields(struct):
-            help_text = f.description + (f" [env {f.env_var}]" if not f.cli_only else " [command line only]")
+            help_text = f.description.replace("%", "%%") + (
+                f" [env {f.env_var}]" if not f.cli_only else " [command line only]"
+            )
             if f.is_bool:
                 group.add_argument(
                     f.flag,

@@ -12,6 +12,7 @@ import importlib
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -82,11 +83,19 @@ def cmd_run(argv: Sequence[str]) -> int:
         log_config=None,
     )
     server = uvicorn.Server(config)
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal
+    # with the handlers it found installed: make that a clean exit, not a kill.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _exit_cleanly)
     server.run()
     if not server.started:
         logging.getLogger("flexserv").error("the server did not start (see the errors above)")
         return 1
     return 0
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 def plugin_report(pm: FlexServPluginManager, settings: Settings | None) -> list[dict[str, Any]]:

@@ -1,0 +1,60 @@
+"""Running ``flexserv`` as a real process in tests: free ports, health polling,
+throwaway distributions with entry points."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def flexserv_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "flexserv_core", *args]
+
+
+def run_flexserv(
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(flexserv_cmd(*args), capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+def write_distribution(root: Path, dist: str, ep_name: str, module: str, source: str) -> Path:
+    """A real (uninstalled) distribution on ``root``: dist-info metadata with an
+    entry point in the ``flexserv`` group, found by importlib.metadata when
+    ``root`` is on ``sys.path``."""
+    info = root / f"{dist.replace('-', '_')}-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text(f"[flexserv]\n{ep_name} = {module}\n")
+    (root / f"{module}.py").write_text(source)
+    return root
+
+
+def wait_healthy(base_url: str, proc: subprocess.Popen[str], timeout: float = 120) -> None:
+    """Poll ``/health`` until it answers 200; fail if the process exits first."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            output = proc.stdout.read() if proc.stdout else ""
+            raise AssertionError(f"flexserv exited early with {proc.returncode}:\n{output}")
+        try:
+            if httpx.get(f"{base_url}/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"flexserv at {base_url} did not become healthy in {timeout} s")

@@ -1,0 +1,92 @@
+"""Plugin selection through the real CLI: -p, no:, FLEXSERV_PLUGINS, broken plugins."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from flexserv_core.testing.process import free_port, run_flexserv
+
+
+def plugins_json(*args: str, env: dict[str, str] | None = None) -> dict[str, dict]:
+    result = run_flexserv("plugins", "--json", *args, env=env)
+    assert result.returncode == 0, result.stderr
+    return {p["name"]: p for p in json.loads(result.stdout)}
+
+
+def test_lists_builtins_and_installed_contrib_plugin() -> None:
+    plugins = plugins_json()
+    for name in ("core", "openai", "transformers"):
+        assert plugins[name]["status"] == "loaded" and plugins[name]["distribution"] == "flexserv-core"
+    contrib = plugins["request-policy"]
+    assert contrib["distribution"] == "flexserv-request-policy" and contrib["version"] == "0.1.0"
+    assert "flexserv_preprocess_request" in contrib["hooks"]
+    assert contrib["routes"] == ["GET /v1/contrib/request-policy"]
+    assert "GET /v1/flexserv/health" in plugins["core"]["routes"]
+
+
+def test_block_removes_plugin_and_its_route() -> None:
+    plugins = plugins_json("-p", "no:request-policy")
+    assert plugins["request-policy"]["status"] == "blocked"
+    assert plugins["request-policy"]["routes"] == [] and plugins["request-policy"]["hooks"] == []
+
+
+def test_explicit_empty_list_loads_no_installed_plugin() -> None:
+    plugins = plugins_json(env={"FLEXSERV_PLUGINS": ""})
+    assert "request-policy" not in plugins
+    assert plugins["core"]["status"] == "loaded"  # built-ins stay
+
+
+def test_explicit_list_and_autoload_off() -> None:
+    assert "request-policy" in plugins_json(env={"FLEXSERV_PLUGINS": "request-policy"})
+    assert "request-policy" not in plugins_json(env={"FLEXSERV_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    assert "request-policy" in plugins_json("-p", "request-policy", env={"FLEXSERV_DISABLE_PLUGIN_AUTOLOAD": "1"})
+
+
+def test_dotted_module_path_plugin(make_distribution) -> None:
+    env = make_distribution(
+        "local-thing",
+        "unused",
+        "my_local_plugin",
+        "from flexserv_core.hookspecs import hookimpl\n\n@hookimpl\ndef flexserv_health(server):\n    return {'local': True}\n",
+    )
+    env["FLEXSERV_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    plugins = plugins_json("-p", "my_local_plugin", env=env)
+    assert plugins["my_local_plugin"]["hooks"] == ["flexserv_health"]
+
+
+BROKEN = {
+    "import error": "raise ImportError('needs libfoo, which is not installed')\n",
+    "unknown hook": "from flexserv_core.hookspecs import hookimpl\n\n@hookimpl\ndef flexserv_not_a_hook():\n    pass\n",
+    "wrong arguments": "from flexserv_core.hookspecs import hookimpl\n\n@hookimpl\ndef flexserv_health(server, bogus):\n    return {}\n",
+}
+
+
+@pytest.mark.parametrize("kind", BROKEN)
+def test_broken_plugin_stops_run_naming_plugin_and_distribution(make_distribution, kind: str) -> None:
+    env = make_distribution("flexserv-broken-example", "broken-example", "flexserv_broken_example", BROKEN[kind])
+    result = run_flexserv("run", "--port", str(free_port()), env=env, timeout=60)
+    assert result.returncode != 0
+    assert 'Error loading plugin "broken-example" (distribution flexserv-broken-example)' in result.stderr
+    assert "-p no:broken-example" in result.stderr
+    listed = plugins_json(env=env)["broken-example"]
+    assert listed["status"] == "failed" and listed["error"]
+
+
+def test_blocking_the_broken_plugin_lets_settings_validation_run(make_distribution) -> None:
+    env = make_distribution(
+        "flexserv-broken-example", "broken-example", "flexserv_broken_example", BROKEN["import error"]
+    )
+    result = run_flexserv("run", "-p", "no:broken-example", "--port", "not-a-port", env=env)
+    assert result.returncode == 2
+    assert "invalid value for setting 'port' (--port)" in result.stderr
+
+
+def test_plugin_settings_appear_in_help() -> None:
+    result = run_flexserv("run", "--help")
+    assert result.returncode == 0
+    assert "--request-policy-max-tokens-cap" in result.stdout
+    assert "--model-timeout" in result.stdout
+    blocked = run_flexserv("run", "-p", "no:request-policy", "--help")
+    assert "--request-policy-max-tokens-cap" not in blocked.stdout

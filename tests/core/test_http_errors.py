@@ -1,0 +1,60 @@
+"""Bad input at the HTTP layer always answers OpenAI-shaped 4xx JSON."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def assert_openai_error(response, status: int, code: str | None = None) -> dict:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["message"]
+    if code:
+        assert error["code"] == code
+    return error
+
+
+async def test_unknown_route(flexserv_client) -> None:
+    error = assert_openai_error(await flexserv_client.get("/v1/nothing-here"), 404, "not_found")
+    assert "/v1/nothing-here" in error["message"]
+
+
+async def test_wrong_method(flexserv_client) -> None:
+    assert_openai_error(await flexserv_client.get("/v1/flexserv/models/unload"), 405, "method_not_allowed")
+    assert_openai_error(await flexserv_client.delete("/v1/models"), 405, "method_not_allowed")
+
+
+async def test_malformed_json(flexserv_client) -> None:
+    r = await flexserv_client.post(
+        "/v1/flexserv/models/unload", content=b'{"model_id": ', headers={"content-type": "application/json"}
+    )
+    assert_openai_error(r, 400, "invalid_json")
+
+
+async def test_wrong_content_type(flexserv_client) -> None:
+    r = await flexserv_client.post(
+        "/v1/flexserv/models/unload",
+        content=b"model_id=x",
+        headers={"content-type": "application/x-www-form-urlencoded"},
+    )
+    assert_openai_error(r, 415, "unsupported_media_type")
+
+
+@pytest.mark.parametrize("body", [b"[1, 2]", b'"*"', b"42"])
+async def test_json_that_is_not_an_object(flexserv_client, body: bytes) -> None:
+    r = await flexserv_client.post(
+        "/v1/flexserv/models/unload", content=body, headers={"content-type": "application/json"}
+    )
+    assert_openai_error(r, 400)
+
+
+async def test_wrong_type_names_param(flexserv_client) -> None:
+    r = await flexserv_client.post("/v1/flexserv/models/unload", json={"model_id": 3})
+    assert assert_openai_error(r, 400)["param"] == "model_id"
+
+
+async def test_unknown_model_in_models_route(flexserv_client) -> None:
+    error = assert_openai_error(await flexserv_client.get("/v1/models/../../etc/passwd"), 404)
+    assert error["code"] in ("model_not_found", "not_found")
