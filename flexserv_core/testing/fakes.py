@@ -34,7 +34,8 @@ class FakeTextModel(TextGenerationModel):
     """One character per token. Chat prompts render as ``role: content`` lines;
     the completion is ``script`` (default :data:`FAKE_SCRIPT`) repeated, up to
     ``max_tokens``; with ``eos_after=k`` it ends after ``k`` tokens with an
-    end-of-sequence delta (empty text, ``finish_reason="stop"``).
+    end-of-sequence delta (empty text, ``finish_reason="stop"``); with
+    ``fail_after=k`` it raises ``RuntimeError`` after ``k`` tokens (a backend bug).
 
     With ``params.logprobs`` each token has logprob -0.5 and, for
     ``params.top_logprobs=k``, ``k`` alternatives: the sampled character, then
@@ -50,12 +51,14 @@ class FakeTextModel(TextGenerationModel):
         context_length: int = 4096,
         script: str = FAKE_SCRIPT,
         eos_after: int | None = None,
+        fail_after: int | None = None,
     ) -> None:
         super().__init__(spec, device="cpu", dtype="none")
         self.context_length = context_length
         self.token_delay = token_delay
         self.script = script
         self.eos_after = eos_after
+        self.fail_after = fail_after
         self.unloaded = False
         self.generated_sequences = 0
         self.cancelled_sequences = 0
@@ -81,6 +84,8 @@ class FakeTextModel(TextGenerationModel):
             for i in range(params.max_tokens):
                 if self.token_delay:
                     await asyncio.sleep(self.token_delay)
+                if self.fail_after is not None and i == self.fail_after:
+                    raise RuntimeError(f"fake backend failure after {i} tokens")
                 if self.eos_after is not None and i == self.eos_after:
                     self.tokens_emitted += 1
                     yield TokenDelta(token_id=0, text="", finish_reason="stop")
@@ -119,7 +124,7 @@ class FakeTextBackend(Backend):
     def __init__(
         self, *, load_delay: float = 0.0, token_delay: float = 0.0, fail: str | None = None, **model_options: Any
     ) -> None:
-        """``model_options`` go to each :class:`FakeTextModel` (``script``, ``eos_after``, ``context_length``)."""
+        """``model_options`` go to each :class:`FakeTextModel` (``script``, ``eos_after``, ``fail_after``, ``context_length``)."""
         self.load_delay = load_delay
         self.token_delay = token_delay
         self.fail = fail
