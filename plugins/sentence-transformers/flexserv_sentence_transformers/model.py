@@ -1,0 +1,143 @@
+"""A loaded sentence-transformers model that embeds micro-batches off the event loop."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+import numpy as np
+import torch
+from sentence_transformers import SentenceTransformer
+
+from flexserv_core.backends.base import EmbeddingModel, EmbeddingResult
+from flexserv_core.errors import ContextLengthExceeded, InvalidRequest
+from flexserv_core.models.spec import ModelSpec
+from flexserv_sentence_transformers.batcher import MicroBatcher
+
+
+class EmbedJob(msgspec.Struct, frozen=True):
+    inputs: list[str] | list[list[int]]
+    truncate: bool
+
+
+class SentenceTransformerEmbeddingModel(EmbeddingModel):
+    """Wraps a :class:`SentenceTransformer`; concurrent ``embed`` calls share forward passes.
+
+    Inputs are tokenized in the worker thread, sorted by length and run in
+    ``forward_batch``-sized chunks through the model's own modules (so pooling
+    and normalisation are the model's), which is what ``encode`` does too.
+    """
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        st: SentenceTransformer,
+        *,
+        device: str,
+        max_batch: int,
+        max_wait: float,
+        forward_batch: int,
+    ) -> None:
+        super().__init__(spec, device=device, dtype=str(next(st.parameters()).dtype).removeprefix("torch."))
+        self._st = st
+        self._tokenizer: Any = st.tokenizer
+        dimension = getattr(st, "get_embedding_dimension", None) or st.get_sentence_embedding_dimension
+        self.dimensions = int(dimension() or 0)
+        self.max_input_tokens = int(st.max_seq_length)
+        self.vocab_size = len(self._tokenizer)
+        self.forward_batch = forward_batch
+        self._prefix, self._suffix = _special_token_frame(self._tokenizer)
+        self.batcher: MicroBatcher[EmbedJob, EmbeddingResult] = MicroBatcher(
+            self._run_batch, max_batch=max_batch, max_wait=max_wait, name=f"embed-{spec.name}"
+        )
+
+    async def embed(self, inputs: list[str] | list[list[int]], *, truncate: bool = True) -> EmbeddingResult:
+        return await self.batcher.submit(EmbedJob(inputs=inputs, truncate=truncate), size=len(inputs))
+
+    # -- in the worker thread -------------------------------------------------------
+
+    def _token_ids(self, job: EmbedJob) -> list[list[int]]:
+        """Token ids with the model's special tokens, truncated or checked."""
+        limit = self.max_input_tokens
+        if job.inputs and isinstance(job.inputs[0], str):
+            encoded = self._tokenizer(
+                list(job.inputs),
+                add_special_tokens=True,
+                truncation=job.truncate,
+                max_length=limit if job.truncate else None,
+            )
+            sequences: list[list[int]] = encoded["input_ids"]
+        else:
+            frame = len(self._prefix) + len(self._suffix)
+            sequences = []
+            for i, ids in enumerate(job.inputs):
+                assert isinstance(ids, list)
+                if max(ids) >= self.vocab_size:
+                    raise InvalidRequest(
+                        f"'input[{i}]' contains token id {max(ids)}, outside this model's vocabulary of {self.vocab_size}.",
+                        param="input",
+                    )
+                body = list(ids[: limit - frame]) if job.truncate else list(ids)
+                sequences.append([*self._prefix, *body, *self._suffix])
+        if not job.truncate:
+            for i, seq in enumerate(sequences):
+                if len(seq) > limit:
+                    raise ContextLengthExceeded(
+                        f"'input[{i}]' is {len(seq)} tokens long; model '{self.spec.name}' accepts at most {limit} "
+                        "and truncation is off (--no-embedding-truncate).",
+                        param="input",
+                    )
+        return sequences
+
+    def _forward(self, sequences: list[list[int]]) -> np.ndarray:
+        order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
+        out = np.empty((len(sequences), self.dimensions), dtype=np.float32)
+        for start in range(0, len(order), self.forward_batch):
+            chunk = order[start : start + self.forward_batch]
+            padded = self._tokenizer.pad({"input_ids": [sequences[i] for i in chunk]}, return_tensors="pt")
+            features = {k: v.to(self._st.device) for k, v in padded.items() if k in ("input_ids", "attention_mask")}
+            with torch.inference_mode():
+                vectors = self._st(features)["sentence_embedding"]
+                vectors = torch.nn.functional.normalize(vectors.float(), p=2, dim=1)
+            out[chunk] = vectors.cpu().numpy()
+        return out
+
+    def _run_batch(self, jobs: Sequence[EmbedJob]) -> list[EmbeddingResult | BaseException]:
+        outcomes: list[list[list[int]] | BaseException] = []
+        for job in jobs:
+            try:
+                outcomes.append(self._token_ids(job))
+            except InvalidRequest as exc:
+                outcomes.append(exc)
+        flat = [seq for o in outcomes if not isinstance(o, BaseException) for seq in o]
+        vectors = self._forward(flat) if flat else np.empty((0, self.dimensions), dtype=np.float32)
+        results: list[EmbeddingResult | BaseException] = []
+        offset = 0
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                results.append(outcome)
+                continue
+            block = vectors[offset : offset + len(outcome)]
+            offset += len(outcome)
+            results.append(EmbeddingResult(vectors=block.tolist(), prompt_tokens=sum(len(s) for s in outcome)))
+        return results
+
+    def unload(self) -> None:
+        self.batcher.close()
+        self._st.to("cpu")
+        del self._st
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "dimensions": self.dimensions, "max_input_tokens": self.max_input_tokens}
+
+
+def _special_token_frame(tokenizer: Any) -> tuple[list[int], list[int]]:
+    """The special tokens the tokenizer puts before and after a text (e.g. [CLS] ... [SEP]),
+    found by comparing one word with and without them; token-id inputs get the same frame."""
+    plain = tokenizer("a", add_special_tokens=False)["input_ids"]
+    full = tokenizer("a", add_special_tokens=True)["input_ids"]
+    for start in range(len(full) - len(plain) + 1):
+        if full[start : start + len(plain)] == plain:
+            return list(full[:start]), list(full[start + len(plain) :])
+    return [], []

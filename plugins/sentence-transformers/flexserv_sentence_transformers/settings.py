@@ -1,0 +1,28 @@
+"""Settings of the sentence-transformers plugin (``--sentence-transformers-*``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+
+class SentenceTransformersSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    sentence_transformers_max_batch: Annotated[
+        int,
+        msgspec.Meta(ge=1, description="Most inputs one micro-batch of concurrent embedding requests holds."),
+    ] = 256
+    sentence_transformers_max_wait_ms: Annotated[
+        float,
+        msgspec.Meta(
+            ge=0,
+            description="How long (ms) an idle embedding model waits for more requests to batch with the first one.",
+        ),
+    ] = 2.0
+    sentence_transformers_forward_batch: Annotated[
+        int, msgspec.Meta(ge=1, description="Sequences per forward pass (inputs are sorted by length first).")
+    ] = 32
+    sentence_transformers_device: Annotated[
+        Literal["auto", "cpu", "cuda", "mps"],
+        msgspec.Meta(description="Device for embedding models; auto picks CUDA, then MPS, then CPU."),
+    ] = "auto"

