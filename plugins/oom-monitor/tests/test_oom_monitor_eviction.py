@@ -12,7 +12,7 @@ from oom_helpers import EventRecorder, ProbePlugin, ResidentModelsProbe, live_mo
 
 from flexserv_core.backends.base import SamplingParams
 from flexserv_core.models.spec import ModelKind
-from flexserv_core.testing.app import app_client, make_app
+from flexserv_core.testing.app import app_client, make_app, openai_client
 from flexserv_core.testing.fakes import FakeBackendPlugin, FakeProbe, FakeProbePlugin
 
 NAMES = ["alpha", "beta", "gamma"]
@@ -196,3 +196,44 @@ async def test_vram_threshold_and_stuck_above_threshold_logged_once(caplog: pyte
         with caplog.at_level(logging.WARNING, logger="flexserv.oom_monitor"):
             await monitor.check_once()
         assert len([r for r in caplog.records if "no loaded model is left" in r.getMessage()]) == 2
+
+
+async def test_eviction_during_an_http_stream_through_the_sdk() -> None:
+    """A streaming chat completion in flight when the background monitor evicts its
+    model gets every token; the next request loads the model again."""
+    probe = FakeProbe(ram_percent=50)
+    plugin = FakeBackendPlugin(token_delay=0.02)
+    recorder = EventRecorder()
+    app = make_app(
+        [plugin, FakeProbePlugin(probe), recorder, "oom-monitor"],
+        settings={"oom_monitor": True, "oom_check_interval": 0.05, "oom_ram_threshold": 90, "oom_settle_seconds": 0},
+    )
+    async with app_client(app) as client:
+        sdk = openai_client(client)
+
+        async def raise_ram_mid_stream() -> None:
+            # server-side: the ASGI test transport may buffer the response body
+            while not plugin.backend.models or plugin.backend.models[0].tokens_emitted < 5:
+                await asyncio.sleep(0.005)
+            probe.ram_percent = 95.0  # the monitor evicts within ~50 ms
+
+        trigger = asyncio.ensure_future(raise_ram_mid_stream())
+        stream = await sdk.chat.completions.create(
+            model="fake-model", messages=[{"role": "user", "content": "hi"}], max_tokens=40, stream=True
+        )
+        text = ""
+        async for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                text += chunk.choices[0].delta.content
+            if chunk.choices and chunk.choices[0].finish_reason:
+                assert chunk.choices[0].finish_reason == "length"
+        await trigger
+        assert len(text) == 40, "the stream finished on the evicted model"
+        assert recorder.evicted() == [("fake-model", "oom", 1)], "evicted while the stream held it"
+        assert plugin.backend.models[0].unloaded
+        probe.ram_percent = 50.0
+        r = await sdk.chat.completions.create(
+            model="fake-model", messages=[{"role": "user", "content": "x"}], max_tokens=3
+        )
+        assert r.choices[0].message.content == "The"
+        assert plugin.backend.loads == 2, "the next request reloaded the model"
