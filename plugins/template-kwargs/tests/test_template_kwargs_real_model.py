@@ -1,0 +1,119 @@
+"""A real model through the built-in transformers backend: a tiny random Llama with
+an in-process trained tokenizer whose chat template branches on ``enable_thinking``.
+
+The thinking branch adds tokens to the prompt, so ``usage.prompt_tokens`` of each
+response says which branch that request was rendered with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flexserv_core.testing.app import app_client, make_app, openai_client
+
+pytest.importorskip("flexserv_core.backends.transformers.backend")
+pytestmark = pytest.mark.slow
+
+TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>"
+    "{% if enable_thinking %}<think> let me think step by step </think>{% endif %}{% endif %}"
+)
+USER = [{"role": "user", "content": "hello"}]
+
+
+def _build_tiny_model(directory: Path) -> Any:
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(["hello world, let me think step by step: user assistant"] * 10, trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    tokenizer.chat_template = TEMPLATE
+    tokenizer.save_pretrained(directory)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(directory)
+    return tokenizer
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[bool, int]]:
+    """The model directory, and the prompt length of each branch as the tokenizer renders it."""
+    directory = tmp_path_factory.mktemp("tiny-thinking-llama")
+    tokenizer = _build_tiny_model(directory)
+    lengths = {
+        flag: len(
+            tokenizer.apply_chat_template(
+                USER, add_generation_prompt=True, tokenize=True, return_dict=False, enable_thinking=flag
+            )
+        )
+        for flag in (True, False)
+    }
+    assert lengths[True] > lengths[False]
+    return directory, lengths
+
+
+async def _prompt_tokens(sdk: Any, **extra: Any) -> int:
+    r = await sdk.chat.completions.create(
+        model="tiny", messages=USER, max_tokens=2, temperature=0, extra_body=extra or None
+    )
+    return r.usage.prompt_tokens
+
+
+async def test_16_concurrent_requests_alternating_enable_thinking(tiny_model: tuple[Path, dict[bool, int]]) -> None:
+    directory, lengths = tiny_model
+    app = make_app(["template-kwargs"], settings={"model": [f"tiny={directory}"]}, block=[])
+    async with app_client(app) as client:
+        sdk = openai_client(client)
+        await _prompt_tokens(sdk)  # load once before the burst
+        flags = [i % 2 == 0 for i in range(16)]
+        got = await asyncio.gather(
+            *(
+                _prompt_tokens(sdk, enable_thinking=f)
+                if i % 4 < 2
+                else _prompt_tokens(sdk, chat_template_kwargs={"enable_thinking": f})
+                for i, f in enumerate(flags)
+            )
+        )
+    assert got == [lengths[f] for f in flags]
+
+
+async def test_server_default_and_request_override(tiny_model: tuple[Path, dict[bool, int]]) -> None:
+    directory, lengths = tiny_model
+    app = make_app(
+        ["template-kwargs"],
+        settings={"model": [f"tiny={directory}"], "chat_template_kwargs": '{"enable_thinking": true}'},
+        block=[],
+    )
+    async with app_client(app) as client:
+        sdk = openai_client(client)
+        assert await _prompt_tokens(sdk) == lengths[True], "the server default applies"
+        assert await _prompt_tokens(sdk, enable_thinking=False) == lengths[False], "the request wins"
+        assert (
+            await _prompt_tokens(sdk, chat_template_kwargs={"enable_thinking": False}, enable_thinking=True)
+            == lengths[True]
+        )
+        assert await _prompt_tokens(sdk, chat_template_kwargs={"not_in_template": 1}) == lengths[True], (
+            "unused keys ignored"
+        )
