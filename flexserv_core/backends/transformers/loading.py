@@ -1,0 +1,302 @@
+"""Turning a configured source into a causal LM and its tokenizer.
+
+Sources (configuration only; a request never names one):
+
+* a local directory holding a transformers checkpoint;
+* a ``.gguf`` file (or a directory plus ``options["gguf_file"]``): transformers
+  dequantises it at load (15-20 s), so the result is converted once into a plain
+  checkpoint under ``<cache_dir>/gguf/<name>-<sha256>`` and loaded from there
+  afterwards (well under a second). The cache is keyed by the file's sha256, so a
+  changed file is converted again, and written to a temporary directory that is
+  renamed into place, so an interrupted conversion never leaves a half cache;
+* anything else is a Hugging Face Hub id (offline without a local copy, that
+  is a :class:`ModelLoadError` saying so).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from flexserv_core.errors import ModelLoadError
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from flexserv_core.backends.base import ProgressCallback
+    from flexserv_core.models.spec import ModelSpec
+
+log = logging.getLogger(__name__)
+
+#: Written last into a converted checkpoint; its presence marks a complete cache entry.
+MANIFEST = "flexserv-gguf.json"
+_HASH_MEMO = "sha256-memo.json"
+_STALE_TMP_SECONDS = 3600.0
+
+
+class LoadOptions(msgspec.Struct, kw_only=True, frozen=True):
+    """How to load: resolved device and dtype plus the backend's other settings."""
+
+    device: Any  # torch.device
+    dtype: Any  # torch.dtype
+    cache_dir: Path
+    attn_implementation: str | None = None
+    trust_remote_code: bool = False
+    quantization: str = "none"
+
+
+class ResolvedSource(msgspec.Struct, kw_only=True, frozen=True):
+    kind: str  # "dir", "gguf" or "hub"
+    location: str
+    gguf_file: str | None = None
+
+
+# --- where a source points ------------------------------------------------------------
+
+
+def _looks_like_path(source: str) -> bool:
+    return source.startswith(("/", "./", "../", "~", "\\")) or os.path.isabs(source) or source.lower().endswith(".gguf") or "\\" in source
+
+
+def resolve_source(spec: ModelSpec) -> ResolvedSource:
+    """Classify ``spec.source``; raise :class:`ModelLoadError` for a missing path."""
+    source = spec.source
+    gguf_option = spec.options.get("gguf_file")
+    path = Path(source).expanduser()
+    if path.exists() or _looks_like_path(source):
+        if not path.exists():
+            raise ModelLoadError(f"Model '{spec.name}': the source {source!r} does not exist (no such file or directory).")
+        if path.is_file():
+            if path.suffix.lower() != ".gguf":
+                raise ModelLoadError(f"Model '{spec.name}': {source!r} is a file but not a .gguf file; give a checkpoint directory, a .gguf file or a Hub id.")
+            return ResolvedSource(kind="gguf", location=str(path.resolve()))
+        if gguf_option:
+            gguf = path / gguf_option
+            if not gguf.is_file():
+                raise ModelLoadError(f"Model '{spec.name}': gguf_file {gguf_option!r} is not in {source!r}.")
+            return ResolvedSource(kind="gguf", location=str(gguf.resolve()))
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"Model '{spec.name}': the directory {source!r} is not a transformers checkpoint (it has no config.json).")
+        return ResolvedSource(kind="dir", location=str(path.resolve()))
+    return ResolvedSource(kind="hub", location=source, gguf_file=gguf_option)
+
+
+# --- GGUF conversion cache ------------------------------------------------------------
+
+
+def file_sha256(path: Path, memo_dir: Path | None = None) -> str:
+    """The file's sha256. With ``memo_dir``, reuse the digest recorded for the same
+    file identity (inode, size, mtime and ctime in ns); any write changes ctime."""
+    st = path.stat()
+    identity = [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    memo_path = memo_dir / _HASH_MEMO if memo_dir else None
+    memo: dict[str, Any] = {}
+    if memo_path is not None:
+        try:
+            memo = json.loads(memo_path.read_text())
+        except (OSError, ValueError):
+            memo = {}
+        hit = memo.get(str(path))
+        if isinstance(hit, dict) and hit.get("identity") == identity and isinstance(hit.get("sha256"), str):
+            return hit["sha256"]
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 22):
+            digest.update(chunk)
+    sha = digest.hexdigest()
+    if memo_path is not None:
+        memo[str(path)] = {"identity": identity, "sha256": sha}
+        _write_atomic(memo_path, json.dumps(memo, indent=1))
+    return sha
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def gguf_cache_path(gguf: Path, cache_dir: Path) -> Path:
+    """Where the converted checkpoint of ``gguf`` lives (whether or not it exists yet)."""
+    root = cache_dir / "gguf"
+    return root / f"{gguf.stem}-{file_sha256(gguf, root)[:32]}"
+
+
+def ensure_gguf_checkpoint(gguf: Path, cache_dir: Path, progress: ProgressCallback) -> Path:
+    """Return a plain checkpoint directory for ``gguf``, converting it on first use."""
+    progress(f"checking the conversion cache for {gguf.name}", None)
+    target = gguf_cache_path(gguf, cache_dir)
+    if (target / MANIFEST).is_file():
+        log.info("GGUF %s: using the converted checkpoint %s", gguf.name, target)
+        return target
+    started = time.perf_counter()
+    root = target.parent
+    root.mkdir(parents=True, exist_ok=True)
+    _remove_stale_tmp(root)
+    tmp = root / f".tmp-{target.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        convert_gguf(gguf, tmp, progress)
+        _write_atomic(tmp / MANIFEST, json.dumps({"source": str(gguf), "sha256": target.name.rsplit("-", 1)[1], "created": time.time(), "seconds": time.perf_counter() - started}, indent=1))
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not (target / MANIFEST).is_file():  # not another process winning the race
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log.info("GGUF %s converted in %.1f s into %s", gguf.name, time.perf_counter() - started, target)
+    return target
+
+
+def _remove_stale_tmp(root: Path) -> None:
+    now = time.time()
+    for entry in root.glob(".tmp-*"):
+        try:
+            if now - entry.stat().st_mtime > _STALE_TMP_SECONDS:
+                shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink()
+        except OSError:
+            pass
+
+
+def convert_gguf(gguf: Path, out_dir: Path, progress: ProgressCallback) -> None:
+    """Dequantise ``gguf`` with transformers and save a plain float32 checkpoint.
+
+    transformers refuses ``save_pretrained`` on a GGUF-loaded model, so the weights
+    are copied into a model freshly built from the same config first.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    directory, name = str(gguf.parent), gguf.name
+    progress(f"converting {name}: reading the tokenizer", 0.0)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name)
+        progress(f"converting {name}: dequantising the weights (15-20 s)", 0.2)
+        loaded = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32)
+    except Exception as exc:
+        raise ModelLoadError(f"{str(gguf)!r} could not be read as a GGUF model: {type(exc).__name__}: {exc}") from exc
+    progress(f"converting {name}: saving the checkpoint", 0.8)
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    fresh.load_state_dict(loaded.state_dict(), strict=True)
+    fresh.generation_config = loaded.generation_config
+    del loaded
+    out_dir.mkdir(parents=True)
+    fresh.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    progress(f"converting {name}: done", 1.0)
+
+
+# --- loading --------------------------------------------------------------------------
+
+
+def load_model_and_tokenizer(spec: ModelSpec, options: LoadOptions, progress: ProgressCallback) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load ``spec`` (see the module docstring); errors are :class:`ModelLoadError`."""
+    source = resolve_source(spec)
+    if source.kind == "hub" and source.gguf_file:
+        source = ResolvedSource(kind="gguf", location=_hub_download(spec, source.location, source.gguf_file))
+    location = source.location
+    if source.kind == "gguf":
+        location = str(ensure_gguf_checkpoint(Path(source.location), options.cache_dir, progress))
+    progress(f"loading weights from {location}", None)
+    return _from_pretrained(spec, location, options, hub=source.kind == "hub")
+
+
+def _hub_download(spec: ModelSpec, repo: str, filename: str) -> str:
+    from huggingface_hub import hf_hub_download
+
+    try:
+        return hf_hub_download(repo, filename)
+    except Exception as exc:
+        raise ModelLoadError(_hub_message(spec, repo, exc)) from exc
+
+
+def _hub_message(spec: ModelSpec, repo: str, exc: BaseException) -> str:
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return (
+            f"Model '{spec.name}': {repo!r} is not in the local Hugging Face cache and the Hub is offline (HF_HUB_OFFLINE=1). "
+            "Download it while online (hf download ...) or configure a local directory or .gguf file."
+        )
+    return f"Model '{spec.name}': could not load {repo!r} from the Hugging Face Hub (is the id right, and is it reachable?): {type(exc).__name__}: {exc}"
+
+
+def _from_pretrained(spec: ModelSpec, location: str, options: LoadOptions, *, hub: bool) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs: dict[str, Any] = {"dtype": options.dtype, "trust_remote_code": options.trust_remote_code}
+    if options.attn_implementation:
+        kwargs["attn_implementation"] = options.attn_implementation
+    if options.quantization != "none":
+        kwargs["quantization_config"] = _bnb_config(options)
+        kwargs["device_map"] = str(options.device)
+    elif options.device.type != "cpu":
+        kwargs["device_map"] = str(options.device)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=options.trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(location, **kwargs)
+    except ModelLoadError:
+        raise
+    except Exception as exc:
+        if hub and isinstance(exc, OSError):
+            raise ModelLoadError(_hub_message(spec, location, exc)) from exc
+        raise ModelLoadError(f"Model '{spec.name}': transformers could not load {location!r} as a causal LM: {type(exc).__name__}: {exc}") from exc
+    model.eval()
+    return model, tokenizer
+
+
+def _bnb_config(options: LoadOptions) -> Any:
+    from transformers import BitsAndBytesConfig
+
+    if options.device.type != "cuda":
+        raise ModelLoadError(f"--quantization {options.quantization} needs a CUDA GPU (bitsandbytes); the device is {options.device.type}.")
+    if options.quantization == "bnb-4bit":
+        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=options.dtype)
+    return BitsAndBytesConfig(load_in_8bit=True)
+
+
+def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
+    """End-of-sequence ids from the generation config and the tokenizer together."""
+    ids: set[int] = set()
+    configured = getattr(model.generation_config, "eos_token_id", None)
+    if isinstance(configured, int):
+        ids.add(configured)
+    elif configured:
+        ids.update(int(i) for i in configured)
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return frozenset(ids)
+
+
+def context_length(model: PreTrainedModel) -> int:
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(config, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return 2048
+
+
+def parameter_dtype(model: PreTrainedModel) -> torch.dtype:
+    return next(model.parameters()).dtype
+

@@ -1,0 +1,131 @@
+"""The loaded transformers text model: tokenizer side here, forward passes in an engine."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from flexserv_core.backends.base import SamplingParams, TextGenerationModel, TokenDelta, TopLogprob
+from flexserv_core.backends.transformers.detokenize import IncrementalDetokenizer
+from flexserv_core.backends.transformers.engine_api import Engine, EngineModel, load_engine_factory
+from flexserv_core.backends.transformers.loading import context_length, eos_token_ids, parameter_dtype
+from flexserv_core.errors import ContextLengthExceeded, InvalidRequest
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from flexserv_core.models.spec import ModelSpec
+    from flexserv_core.settings import Settings
+
+log = logging.getLogger(__name__)
+
+#: ``apply_chat_template`` arguments a request's template variables may not set.
+_RESERVED_TEMPLATE_KWARGS = frozenset(
+    {"conversation", "tokenize", "add_generation_prompt", "continue_final_message", "return_dict", "return_tensors",
+     "padding", "truncation", "max_length", "tokenizer_kwargs", "return_assistant_tokens_mask", "chat_template"}
+)
+
+
+class TransformersTextModel(TextGenerationModel):
+    """A causal LM with its tokenizer, generating through an :class:`Engine`.
+
+    Attributes:
+        engine: the engine running the forward passes (see ``engine_api``).
+        eos_token_ids: ids that end a completion with ``finish_reason="stop"``.
+        default_max_tokens: the limit for requests that set no ``max_tokens``.
+    """
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        settings: Settings,
+        engine: str,
+        default_max_tokens: int,
+    ) -> None:
+        dtype = parameter_dtype(model)
+        super().__init__(spec, device=str(model.device), dtype=str(dtype).removeprefix("torch."))
+        self.tokenizer = tokenizer
+        self.context_length = context_length(model)
+        self.eos_token_ids = eos_token_ids(model, tokenizer)
+        self.default_max_tokens = default_max_tokens
+        self.engine_name = engine
+        self._token_texts: dict[int, str] = {}
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_token_ids, default=0)
+        engine_model = EngineModel(
+            model=model, device=model.device, dtype=dtype, eos_token_ids=self.eos_token_ids,
+            context_length=self.context_length, vocab_size=int(model.get_output_embeddings().weight.shape[0]),
+            pad_token_id=int(pad), name=spec.name,
+        )
+        self.engine: Engine = load_engine_factory(engine)(engine_model, settings)
+        self._model: PreTrainedModel | None = model
+
+    # -- prompts --------------------------------------------------------------------
+
+    def render_chat(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any]) -> list[int]:
+        if not self.tokenizer.chat_template:
+            raise InvalidRequest(f"The model '{self.spec.name}' has no chat template; use /v1/completions with a raw prompt.", param="messages")
+        reserved = sorted(_RESERVED_TEMPLATE_KWARGS.intersection(template_kwargs))
+        if reserved:
+            raise InvalidRequest(f"chat_template_kwargs may not set {', '.join(reserved)}.", param="chat_template_kwargs")
+        try:
+            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False, **template_kwargs)
+        except Exception as exc:  # jinja errors, raise_exception() in templates, bad message shapes
+            raise InvalidRequest(f"The chat template of '{self.spec.name}' rejected the messages: {exc}", param="messages") from exc
+        return [int(i) for i in ids]
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=True)["input_ids"])
+
+    def decode(self, token_ids: list[int]) -> str:
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True)  # type: ignore[no-any-return]
+
+    def token_text(self, token_id: int) -> str:
+        """One token as text (special tokens included), for ``top_logprobs``."""
+        text = self._token_texts.get(token_id)
+        if text is None:
+            text = self._token_texts[token_id] = self.tokenizer.decode([token_id], skip_special_tokens=False)
+        return text
+
+    # -- generation -----------------------------------------------------------------
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[TokenDelta]:
+        if not prompt_ids:
+            raise InvalidRequest("The prompt is empty.", param="prompt")
+        room = self.context_length - len(prompt_ids)
+        if room <= 0:
+            raise ContextLengthExceeded(
+                f"The prompt has {len(prompt_ids)} tokens; the model '{self.spec.name}' accepts {self.context_length} in all (prompt + completion).",
+                param="messages",
+            )
+        if params.max_tokens > room:
+            params = msgspec.structs.replace(params, max_tokens=room)
+        detokenizer = IncrementalDetokenizer(self.tokenizer, prompt_ids)
+        async with aclosing(self.engine.generate(prompt_ids, params)) as tokens:
+            async for token in tokens:
+                if token.finish_reason == "stop":
+                    text = detokenizer.flush()
+                else:
+                    text = detokenizer.add(token.token_id)
+                    if token.finish_reason is not None:
+                        text += detokenizer.flush()
+                top = None
+                if token.top_logprobs is not None:
+                    top = [TopLogprob(token_id=i, token=self.token_text(i), logprob=lp) for i, lp in token.top_logprobs]
+                yield TokenDelta(token_id=token.token_id, text=text, logprob=token.logprob, top_logprobs=top, finish_reason=token.finish_reason)
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "source": self.spec.source, "context_length": self.context_length, "engine": self.engine.stats()}
+
+    def unload(self) -> None:
+        self.engine.close()
+        self._model = None
+        self._token_texts.clear()

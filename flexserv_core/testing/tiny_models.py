@@ -1,0 +1,112 @@
+"""Tiny random models built in-process, for tests that need a real checkpoint fast.
+
+:func:`build_tiny_llama` writes a randomly initialised Llama (a few hundred
+thousand parameters) and a byte-level BPE tokenizer trained on the spot with
+``tokenizers`` into a directory that the transformers backend loads like any
+checkpoint. Nothing is downloaded. The output is gibberish, but deterministic for
+a given ``seed``.
+
+The default chat template branches on a template variable, so tests of
+``chat_template_kwargs`` can see a variable reach the template::
+
+    from flexserv_core.testing.tiny_models import build_tiny_llama
+
+    path = build_tiny_llama(tmp_path / "tiny")
+    app = make_app(block=(), settings={"model": [f"tiny={path}"], "dtype": "float32"})
+
+With ``enable_thinking`` true the generation prompt ends in ``<think>\\n``, with it
+false in ``<think></think>\\n``, and without it in neither (see
+:data:`TINY_CHAT_TEMPLATE`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["TINY_CHAT_TEMPLATE", "TINY_SPECIAL_TOKENS", "build_tiny_llama", "train_tiny_tokenizer"]
+
+#: Special tokens of the tiny tokenizer; ``<|im_end|>`` is its EOS.
+TINY_SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+
+#: ChatML with a branch on ``enable_thinking`` (the variable Qwen3 templates use).
+TINY_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+    "{% if enable_thinking is defined %}{% if enable_thinking %}{{ '<think>\n' }}{% else %}{{ '<think></think>\n' }}{% endif %}{% endif %}"
+    "{% endif %}"
+)
+
+_CORPUS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Paris is the capital of France; Berlin is the capital of Germany.",
+    "User: hello there! Assistant: hi, how can I help you today?",
+    "Numbers: 0 1 2 3 4 5 6 7 8 9 10 100 1000, and symbols: {}[]()<>=+-*/_.,;:!?'\"#@$%^&|~`",
+    "Unicode text: héllo wörld, naïve café, 世界, こんにちは, emoji 🌍🚀",
+    "def main():\n    print('hello world')\n    return 0\n",
+]
+
+
+def train_tiny_tokenizer(vocab_size: int = 512):  # type: ignore[no-untyped-def]
+    """A byte-level BPE ``PreTrainedTokenizerFast`` trained on a few sentences.
+
+    Byte-level, so any text round-trips and multi-byte characters span several
+    tokens (what the incremental detokenizer must handle).
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=TINY_SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token="<|endoftext|>")
+
+
+def build_tiny_llama(
+    path: str | Path,
+    *,
+    chat_template: str | None = TINY_CHAT_TEMPLATE,
+    seed: int = 0,
+    max_position_embeddings: int = 512,
+    hidden_size: int = 64,
+    num_hidden_layers: int = 2,
+) -> Path:
+    """Write a tiny random Llama checkpoint with its tokenizer to ``path``; return it.
+
+    Args:
+        path: the directory to create (parents too); existing files are overwritten.
+        chat_template: the tokenizer's chat template; ``None`` for a model without one.
+        seed: seeds the weights, so the same arguments give the same model.
+        max_position_embeddings: the model's context length.
+        hidden_size: width (4 attention heads, 2 KV heads).
+        num_hidden_layers: depth.
+    """
+    import torch
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    path = Path(path)
+    tokenizer = train_tiny_tokenizer()
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    bos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_hidden_layers, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=max_position_embeddings, bos_token_id=bos, eos_token_id=eos, pad_token_id=bos,
+        tie_word_embeddings=True,
+    )
+    model = LlamaForCausalLM(config)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():  # seeded, and wider than the default init so the logits are not nearly flat
+        for param in model.parameters():
+            if param.dim() > 1:
+                param.normal_(0.0, 0.2, generator=generator)
+    model.generation_config = GenerationConfig(bos_token_id=bos, eos_token_id=eos, pad_token_id=bos)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
