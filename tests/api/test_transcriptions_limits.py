@@ -1,0 +1,106 @@
+"""Upload limits of ``/v1/audio/transcriptions``: 413 before the body is read,
+``--max-audio-seconds`` after decoding, and no audio plugin at all."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flexserv_core.testing.app import app_client, make_app
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+LIMIT = 20_000  # bytes: speech.ogg (16 KB) fits, speech.wav (82 KB) does not
+
+
+@pytest.fixture
+def flexserv_plugins() -> list[object | str]:
+    return ["audio", "whisper"]
+
+
+@pytest.fixture
+def flexserv_settings() -> dict[str, Any]:
+    return {"max_audio_bytes": LIMIT, "max_audio_seconds": 2.0}
+
+
+@pytest.fixture
+def limited_client(flexserv_client: Any) -> Any:
+    return flexserv_client
+
+
+def multipart(file_bytes: bytes, name: str = "speech.wav") -> tuple[bytes, str]:
+    boundary = "flexservtestboundary"
+    head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\nwhisper-tiny.en\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{name}"\r\n'
+        "Content-Type: application/octet-stream\r\n\r\n"
+    ).encode()
+    return head + file_bytes + f"\r\n--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
+
+
+def assert_413(r: Any) -> None:
+    assert r.status_code == 413, r.text
+    error = r.json()["error"]
+    assert error["code"] == "payload_too_large" and error["param"] == "file"
+    assert str(LIMIT) in error["message"] and "--max-audio-bytes" in error["message"]
+
+
+async def test_oversized_upload_with_content_length_is_413(limited_client: Any) -> None:
+    r = await limited_client.post(
+        "/v1/audio/transcriptions", files={"file": ("speech.wav", (DATA / "speech.wav").read_bytes(), "audio/wav")}
+    )
+    assert_413(r)
+
+
+async def test_oversized_chunked_upload_is_413_without_reading_it_all(limited_client: Any) -> None:
+    body, content_type = multipart(bytes(50 * LIMIT))
+    sent = 0
+
+    async def chunks() -> AsyncIterator[bytes]:
+        nonlocal sent
+        for start in range(0, len(body), 4096):
+            sent += 1
+            yield body[start : start + 4096]
+
+    r = await limited_client.post("/v1/audio/transcriptions", content=chunks(), headers={"content-type": content_type})
+    assert "content-length" not in {k.lower() for k in r.request.headers}
+    assert_413(r)
+    total = -(-len(body) // 4096)
+    assert sent < total // 2, f"the server read {sent} of {total} chunks before refusing"
+
+
+async def test_file_just_over_the_limit_is_413_and_under_is_accepted(limited_client: Any) -> None:
+    ogg = (DATA / "speech.ogg").read_bytes()
+    assert len(ogg) < LIMIT
+    r = await limited_client.post(
+        "/v1/audio/transcriptions", files={"file": ("speech.ogg", ogg + bytes(LIMIT - len(ogg) + 1))}
+    )
+    assert_413(r)
+    r = await limited_client.post("/v1/audio/transcriptions", files={"file": ("speech.ogg", ogg)})
+    # 3.7 s of speech is over --max-audio-seconds 2: refused after decoding
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["code"] == "audio_too_long" and error["param"] == "file" and "--max-audio-seconds" in error["message"]
+
+
+async def test_without_an_audio_plugin_the_error_names_it() -> None:
+    app = make_app(["whisper"])
+    async with app_client(app) as client:
+        r = await client.post(
+            "/v1/audio/transcriptions", files={"file": ("speech.ogg", (DATA / "speech.ogg").read_bytes())}
+        )
+        assert r.status_code == 501, r.text
+        error = r.json()["error"]
+        assert error["code"] == "audio_decoder_missing" and "flexserv-audio" in error["message"]
+        assert app.state.flexserv.registry.loaded() == []  # nothing was loaded for nothing
+
+
+async def test_without_an_asr_backend_the_error_says_so() -> None:
+    app = make_app(["audio"])
+    async with app_client(app) as client:
+        r = await client.post(
+            "/v1/audio/transcriptions", files={"file": ("speech.ogg", (DATA / "speech.ogg").read_bytes())}
+        )
+        assert r.status_code == 404 and r.json()["error"]["param"] == "model", r.text
