@@ -92,16 +92,15 @@ async def run_choice(job: ChoiceJob) -> AsyncIterator[ChoiceEvent]:
     tokens = job.model.generate(job.prompt_ids, job.params)
     try:
         async for delta in tokens:
-            # The end-of-sequence token has empty text and is not output.
-            eos = delta.finish_reason == "stop" and not delta.text
-            if not eos:
+            # finish_reason "stop" marks the end-of-sequence token: not output, not
+            # counted; its text is whatever the backend's detokenizer still held.
+            sampled: SampledToken | None = None
+            if delta.finish_reason != "stop":
                 count += 1
-                sampled = (
-                    SampledToken(delta.text, delta.logprob, list(delta.top_logprobs or ())[: job.params.top_logprobs])
-                    if want_logprobs
-                    else None
-                )
-                aligner.add(sampled, delta.text)
+                if want_logprobs:
+                    top = list(delta.top_logprobs or ())[: job.params.top_logprobs]
+                    sampled = SampledToken(delta.text, delta.logprob, top)
+            aligner.add(sampled, delta.text)
             text = matcher.feed(delta.text)
             if matcher.stopped:
                 finish = "stop"

@@ -1,8 +1,10 @@
 """Sampled tokens -> the two logprobs shapes of OpenAI's API.
 
 A token's ``token`` string is the text it added to the output, so joining the
-tokens of a choice gives its text exactly (a token that completes a multi-byte
-character carries the character; the one before it carries ``""``).
+tokens of a choice gives its text (a token that completes a multi-byte character
+carries the character; the one before it carries ``""``). When a stop string
+begins inside a token, that token is still reported, whole: the joined tokens then
+run on past the text into the stop string.
 """
 
 from __future__ import annotations
