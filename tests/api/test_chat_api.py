@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -251,3 +252,25 @@ async def test_unknown_fields_are_dropped_by_default(flexserv_client: Any) -> No
 async def test_default_model_when_model_is_omitted(flexserv_client: Any) -> None:
     r = await flexserv_client.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 1})
     assert r.status_code == 200 and r.json()["model"] == "fake-model"
+
+
+async def test_concurrent_requests_keep_their_own_parameters(flexserv_openai: Any) -> None:
+    async def ask(k: int, stream: bool) -> str:
+        if not stream:
+            r = await flexserv_openai.chat.completions.create(model="fake-model", messages=USER, max_tokens=k)
+            return r.choices[0].message.content
+        s = await flexserv_openai.chat.completions.create(model="fake-model", messages=USER, max_tokens=k, stream=True)
+        return "".join([c.choices[0].delta.content or "" async for c in s if c.choices])
+
+    answers = await asyncio.gather(*(ask(k, k % 2 == 0) for k in range(1, 13)))
+    assert answers == [FAKE_SCRIPT[:k] for k in range(1, 13)]
+
+
+async def test_request_bodies_are_in_the_api_schema(flexserv_client: Any) -> None:
+    schema = (await flexserv_client.get("/openapi.json")).json()
+    for path, name in (("/v1/chat/completions", "ChatCompletionRequest"), ("/v1/completions", "CompletionRequest")):
+        body = schema["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert body == {"$ref": f"#/components/schemas/{name}"}
+    chat = schema["components"]["schemas"]["ChatCompletionRequest"]
+    assert "messages" in chat["required"]
+    assert {"type": "integer", "minimum": 1, "maximum": 16} in chat["properties"]["n"]["anyOf"]
