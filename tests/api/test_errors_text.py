@@ -182,3 +182,14 @@ async def test_backend_failure_mid_stream_is_an_error_event() -> None:
                 text += (chunk.choices[0].delta.content or "") if chunk.choices else ""
         assert text == "The"
         assert app.state.flexserv.registry.active_requests == 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_model_load_failure_is_a_json_503_before_any_stream(stream: bool) -> None:
+    app = make_app([FakeBackendPlugin(fail="weights are corrupt")])
+    async with app_client(app) as client:
+        r = await client.post(CHAT, json={"messages": USER, "max_tokens": 2, "stream": stream})
+        assert r.status_code == 503 and r.headers["content-type"].startswith("application/json")
+        error = r.json()["error"]
+        assert error["code"] == "model_load_failed" and "weights are corrupt" in error["message"]
+        assert app.state.flexserv.registry.active_requests == 0
