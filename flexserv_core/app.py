@@ -16,6 +16,7 @@ from litestar.openapi import OpenAPIConfig
 
 from flexserv_core import __version__, hooks
 from flexserv_core.api.errors import EXCEPTION_HANDLERS
+from flexserv_core.errors import PluginStartupError
 from flexserv_core.plugin_manager import FlexServPluginManager
 from flexserv_core.server import FlexServer
 from flexserv_core.settings import Settings
@@ -45,7 +46,13 @@ def create_app(settings: Settings, plugin_manager: FlexServPluginManager) -> Lit
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         server.registry.start()
-        await hooks.startup(server)
+        try:
+            await hooks.startup(server)
+        except PluginStartupError as exc:
+            log.error("%s", exc)  # said once, plainly; uvicorn then reports the failed start-up
+            await hooks.shutdown(server)
+            await server.registry.shutdown(0)
+            raise
         log.info("FlexServ %s ready: plugins %s", __version__, ", ".join(plugin_manager.loaded_names()))
         try:
             yield

@@ -94,3 +94,13 @@ class PluginLoadError(Exception):
         self.name = name
         self.distribution = distribution
         self.cause = cause
+
+
+class PluginStartupError(Exception):
+    """A plugin's ``flexserv_startup`` failed; the server does not serve."""
+
+    def __init__(self, name: str, distribution: str | None, cause: BaseException) -> None:
+        dist = distribution or "not from a distribution"
+        super().__init__(f'Start-up of plugin "{name}" (distribution {dist}) failed: {cause}')
+        self.name = name
+        self.cause = cause

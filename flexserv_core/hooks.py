@@ -69,7 +69,18 @@ def configure(pm: FlexServPluginManager, settings: Settings) -> None:
 
 
 async def startup(server: FlexServer) -> None:
-    await _await_all(server.pm.hook.flexserv_startup(server=server))
+    """Run every plugin's startup in registration order; the first failure stops
+    start-up with a :class:`PluginStartupError` naming the plugin."""
+    from flexserv_core.errors import PluginStartupError
+
+    for impl in reversed(server.pm.hook.flexserv_startup.get_hookimpls()):
+        try:
+            result = impl.function(server=server)
+            if inspect.isawaitable(result):
+                await result
+        except Exception as exc:
+            info = server.pm.infos.get(impl.plugin_name)
+            raise PluginStartupError(impl.plugin_name, info.distribution if info else None, exc) from exc
 
 
 async def shutdown(server: FlexServer) -> None:
