@@ -60,9 +60,20 @@ def train_tiny_tokenizer(vocab_size: int = 512):  # type: ignore[no-untyped-def]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=TINY_SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=TINY_SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token="<|endoftext|>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|endoftext|>",
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+    )
 
 
 def build_tiny_llama(
@@ -94,9 +105,16 @@ def build_tiny_llama(
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     bos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
-        num_hidden_layers=num_hidden_layers, num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=max_position_embeddings, bos_token_id=bos, eos_token_id=eos, pad_token_id=bos,
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_position_embeddings,
+        bos_token_id=bos,
+        eos_token_id=eos,
+        pad_token_id=bos,
         tie_word_embeddings=True,
     )
     model = LlamaForCausalLM(config)

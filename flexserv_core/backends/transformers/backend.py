@@ -51,7 +51,9 @@ def embedded_spec() -> ModelSpec | None:
     path = embedded_gguf()
     if path is None:
         return None
-    return ModelSpec(name=EMBEDDED_MODEL_NAME, kind=ModelKind.TEXT, source=str(path), backend="transformers", origin="embedded")
+    return ModelSpec(
+        name=EMBEDDED_MODEL_NAME, kind=ModelKind.TEXT, source=str(path), backend="transformers", origin="embedded"
+    )
 
 
 class TransformersBackend(Backend):
@@ -75,12 +77,25 @@ class TransformersBackend(Backend):
         except UsageError as exc:
             raise ModelLoadError(f"Model '{spec.name}': {exc}") from exc
         options = LoadOptions(
-            device=device, dtype=dtype, cache_dir=default_cache_dir(self.settings),
-            attn_implementation=ts.attn_implementation, trust_remote_code=ts.trust_remote_code, quantization=ts.quantization,
+            device=device,
+            dtype=dtype,
+            cache_dir=default_cache_dir(self.settings),
+            attn_implementation=ts.attn_implementation,
+            trust_remote_code=ts.trust_remote_code,
+            quantization=ts.quantization,
         )
         started = time.perf_counter()
         model, tokenizer = load_model_and_tokenizer(spec, options, progress)
         progress(f"starting the {ts.engine} engine", None)
-        text_model = TransformersTextModel(spec, model, tokenizer, settings=self.settings, engine=ts.engine, default_max_tokens=ts.default_max_tokens)
-        log.info("model '%s' loaded in %.2f s on %s (%s), engine %s", spec.name, time.perf_counter() - started, text_model.device, text_model.dtype, ts.engine)
+        text_model = TransformersTextModel(
+            spec, model, tokenizer, settings=self.settings, engine=ts.engine, default_max_tokens=ts.default_max_tokens
+        )
+        log.info(
+            "model '%s' loaded in %.2f s on %s (%s), engine %s",
+            spec.name,
+            time.perf_counter() - started,
+            text_model.device,
+            text_model.dtype,
+            ts.engine,
+        )
         return text_model

@@ -66,7 +66,12 @@ class ResolvedSource(msgspec.Struct, kw_only=True, frozen=True):
 
 
 def _looks_like_path(source: str) -> bool:
-    return source.startswith(("/", "./", "../", "~", "\\")) or os.path.isabs(source) or source.lower().endswith(".gguf") or "\\" in source
+    return (
+        source.startswith(("/", "./", "../", "~", "\\"))
+        or os.path.isabs(source)
+        or source.lower().endswith(".gguf")
+        or "\\" in source
+    )
 
 
 def resolve_source(spec: ModelSpec) -> ResolvedSource:
@@ -76,10 +81,14 @@ def resolve_source(spec: ModelSpec) -> ResolvedSource:
     path = Path(source).expanduser()
     if path.exists() or _looks_like_path(source):
         if not path.exists():
-            raise ModelLoadError(f"Model '{spec.name}': the source {source!r} does not exist (no such file or directory).")
+            raise ModelLoadError(
+                f"Model '{spec.name}': the source {source!r} does not exist (no such file or directory)."
+            )
         if path.is_file():
             if path.suffix.lower() != ".gguf":
-                raise ModelLoadError(f"Model '{spec.name}': {source!r} is a file but not a .gguf file; give a checkpoint directory, a .gguf file or a Hub id.")
+                raise ModelLoadError(
+                    f"Model '{spec.name}': {source!r} is a file but not a .gguf file; give a checkpoint directory, a .gguf file or a Hub id."
+                )
             return ResolvedSource(kind="gguf", location=str(path.resolve()))
         if gguf_option:
             gguf = path / gguf_option
@@ -87,7 +96,9 @@ def resolve_source(spec: ModelSpec) -> ResolvedSource:
                 raise ModelLoadError(f"Model '{spec.name}': gguf_file {gguf_option!r} is not in {source!r}.")
             return ResolvedSource(kind="gguf", location=str(gguf.resolve()))
         if not (path / "config.json").is_file():
-            raise ModelLoadError(f"Model '{spec.name}': the directory {source!r} is not a transformers checkpoint (it has no config.json).")
+            raise ModelLoadError(
+                f"Model '{spec.name}': the directory {source!r} is not a transformers checkpoint (it has no config.json)."
+            )
         return ResolvedSource(kind="dir", location=str(path.resolve()))
     return ResolvedSource(kind="hub", location=source, gguf_file=gguf_option)
 
@@ -153,12 +164,26 @@ def ensure_gguf_checkpoint(gguf: Path, cache_dir: Path, progress: ProgressCallba
     tmp = root / f".tmp-{target.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         convert_gguf(gguf, tmp, progress)
-        _write_atomic(tmp / MANIFEST, json.dumps({"source": str(gguf), "sha256": target.name.rsplit("-", 1)[1], "created": time.time(), "seconds": time.perf_counter() - started}, indent=1))
+        _write_atomic(
+            tmp / MANIFEST,
+            json.dumps(
+                {
+                    "source": str(gguf),
+                    "sha256": target.name.rsplit("-", 1)[1],
+                    "created": time.time(),
+                    "seconds": time.perf_counter() - started,
+                },
+                indent=1,
+            ),
+        )
         try:
             os.rename(tmp, target)
         except OSError:
-            if not (target / MANIFEST).is_file():  # not another process winning the race
-                raise
+            if (target / MANIFEST).is_file():  # another process finished the same conversion first
+                pass
+            else:  # an incomplete leftover (not written by this code): replace it
+                shutil.rmtree(target)
+                os.rename(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     log.info("GGUF %s converted in %.1f s into %s", gguf.name, time.perf_counter() - started, target)
@@ -209,7 +234,9 @@ def convert_gguf(gguf: Path, out_dir: Path, progress: ProgressCallback) -> None:
 # --- loading --------------------------------------------------------------------------
 
 
-def load_model_and_tokenizer(spec: ModelSpec, options: LoadOptions, progress: ProgressCallback) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def load_model_and_tokenizer(
+    spec: ModelSpec, options: LoadOptions, progress: ProgressCallback
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load ``spec`` (see the module docstring); errors are :class:`ModelLoadError`."""
     source = resolve_source(spec)
     if source.kind == "hub" and source.gguf_file:
@@ -231,9 +258,9 @@ def _hub_download(spec: ModelSpec, repo: str, filename: str) -> str:
 
 
 def _hub_message(spec: ModelSpec, repo: str, exc: BaseException) -> str:
-    from huggingface_hub import constants
+    from huggingface_hub import is_offline_mode
 
-    if constants.HF_HUB_OFFLINE:
+    if is_offline_mode():
         return (
             f"Model '{spec.name}': {repo!r} is not in the local Hugging Face cache and the Hub is offline (HF_HUB_OFFLINE=1). "
             "Download it while online (hf download ...) or configure a local directory or .gguf file."
@@ -241,7 +268,9 @@ def _hub_message(spec: ModelSpec, repo: str, exc: BaseException) -> str:
     return f"Model '{spec.name}': could not load {repo!r} from the Hugging Face Hub (is the id right, and is it reachable?): {type(exc).__name__}: {exc}"
 
 
-def _from_pretrained(spec: ModelSpec, location: str, options: LoadOptions, *, hub: bool) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def _from_pretrained(
+    spec: ModelSpec, location: str, options: LoadOptions, *, hub: bool
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     kwargs: dict[str, Any] = {"dtype": options.dtype, "trust_remote_code": options.trust_remote_code}
@@ -260,7 +289,9 @@ def _from_pretrained(spec: ModelSpec, location: str, options: LoadOptions, *, hu
     except Exception as exc:
         if hub and isinstance(exc, OSError):
             raise ModelLoadError(_hub_message(spec, location, exc)) from exc
-        raise ModelLoadError(f"Model '{spec.name}': transformers could not load {location!r} as a causal LM: {type(exc).__name__}: {exc}") from exc
+        raise ModelLoadError(
+            f"Model '{spec.name}': transformers could not load {location!r} as a causal LM: {type(exc).__name__}: {exc}"
+        ) from exc
     model.eval()
     return model, tokenizer
 
@@ -269,7 +300,9 @@ def _bnb_config(options: LoadOptions) -> Any:
     from transformers import BitsAndBytesConfig
 
     if options.device.type != "cuda":
-        raise ModelLoadError(f"--quantization {options.quantization} needs a CUDA GPU (bitsandbytes); the device is {options.device.type}.")
+        raise ModelLoadError(
+            f"--quantization {options.quantization} needs a CUDA GPU (bitsandbytes); the device is {options.device.type}."
+        )
     if options.quantization == "bnb-4bit":
         return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=options.dtype)
     return BitsAndBytesConfig(load_in_8bit=True)
@@ -299,4 +332,3 @@ def context_length(model: PreTrainedModel) -> int:
 
 def parameter_dtype(model: PreTrainedModel) -> torch.dtype:
     return next(model.parameters()).dtype
-

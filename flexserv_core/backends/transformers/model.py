@@ -25,8 +25,20 @@ log = logging.getLogger(__name__)
 
 #: ``apply_chat_template`` arguments a request's template variables may not set.
 _RESERVED_TEMPLATE_KWARGS = frozenset(
-    {"conversation", "tokenize", "add_generation_prompt", "continue_final_message", "return_dict", "return_tensors",
-     "padding", "truncation", "max_length", "tokenizer_kwargs", "return_assistant_tokens_mask", "chat_template"}
+    {
+        "conversation",
+        "tokenize",
+        "add_generation_prompt",
+        "continue_final_message",
+        "return_dict",
+        "return_tensors",
+        "padding",
+        "truncation",
+        "max_length",
+        "tokenizer_kwargs",
+        "return_assistant_tokens_mask",
+        "chat_template",
+    }
 )
 
 
@@ -59,9 +71,14 @@ class TransformersTextModel(TextGenerationModel):
         self._token_texts: dict[int, str] = {}
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_token_ids, default=0)
         engine_model = EngineModel(
-            model=model, device=model.device, dtype=dtype, eos_token_ids=self.eos_token_ids,
-            context_length=self.context_length, vocab_size=int(model.get_output_embeddings().weight.shape[0]),
-            pad_token_id=int(pad), name=spec.name,
+            model=model,
+            device=model.device,
+            dtype=dtype,
+            eos_token_ids=self.eos_token_ids,
+            context_length=self.context_length,
+            vocab_size=int(model.get_output_embeddings().weight.shape[0]),
+            pad_token_id=int(pad),
+            name=spec.name,
         )
         self.engine: Engine = load_engine_factory(engine)(engine_model, settings)
         self._model: PreTrainedModel | None = model
@@ -70,14 +87,23 @@ class TransformersTextModel(TextGenerationModel):
 
     def render_chat(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any]) -> list[int]:
         if not self.tokenizer.chat_template:
-            raise InvalidRequest(f"The model '{self.spec.name}' has no chat template; use /v1/completions with a raw prompt.", param="messages")
+            raise InvalidRequest(
+                f"The model '{self.spec.name}' has no chat template; use /v1/completions with a raw prompt.",
+                param="messages",
+            )
         reserved = sorted(_RESERVED_TEMPLATE_KWARGS.intersection(template_kwargs))
         if reserved:
-            raise InvalidRequest(f"chat_template_kwargs may not set {', '.join(reserved)}.", param="chat_template_kwargs")
+            raise InvalidRequest(
+                f"chat_template_kwargs may not set {', '.join(reserved)}.", param="chat_template_kwargs"
+            )
         try:
-            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False, **template_kwargs)
+            ids = self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=True, return_dict=False, **template_kwargs
+            )
         except Exception as exc:  # jinja errors, raise_exception() in templates, bad message shapes
-            raise InvalidRequest(f"The chat template of '{self.spec.name}' rejected the messages: {exc}", param="messages") from exc
+            raise InvalidRequest(
+                f"The chat template of '{self.spec.name}' rejected the messages: {exc}", param="messages"
+            ) from exc
         return [int(i) for i in ids]
 
     def encode(self, text: str) -> list[int]:
@@ -118,12 +144,23 @@ class TransformersTextModel(TextGenerationModel):
                 top = None
                 if token.top_logprobs is not None:
                     top = [TopLogprob(token_id=i, token=self.token_text(i), logprob=lp) for i, lp in token.top_logprobs]
-                yield TokenDelta(token_id=token.token_id, text=text, logprob=token.logprob, top_logprobs=top, finish_reason=token.finish_reason)
+                yield TokenDelta(
+                    token_id=token.token_id,
+                    text=text,
+                    logprob=token.logprob,
+                    top_logprobs=top,
+                    finish_reason=token.finish_reason,
+                )
 
     # -- lifecycle ------------------------------------------------------------------
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "source": self.spec.source, "context_length": self.context_length, "engine": self.engine.stats()}
+        return {
+            **super().describe(),
+            "source": self.spec.source,
+            "context_length": self.context_length,
+            "engine": self.engine.stats(),
+        }
 
     def unload(self) -> None:
         self.engine.close()

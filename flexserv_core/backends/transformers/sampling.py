@@ -106,7 +106,9 @@ def sample_next(logits: torch.Tensor, states: Sequence[SamplerState]) -> list[En
         rows = torch.tensor(sampled_rows, device=logits.device)
         candidates = logits.index_select(0, rows)
         if any(params[i].top_k > 0 or params[i].top_p < 1.0 for i in sampled_rows):
-            candidates = _filter_top_k_top_p(candidates, [params[i].top_k for i in sampled_rows], [params[i].top_p for i in sampled_rows])
+            candidates = _filter_top_k_top_p(
+                candidates, [params[i].top_k for i in sampled_rows], [params[i].top_p for i in sampled_rows]
+            )
         probs = candidates.softmax(dim=-1)
         draws = [torch.multinomial(probs[j], 1, generator=states[i].generator) for j, i in enumerate(sampled_rows)]
         chosen = chosen.index_copy(0, rows, torch.cat(draws))
@@ -129,6 +131,10 @@ def sample_next(logits: torch.Tensor, states: Sequence[SamplerState]) -> list[En
         if not want_logprobs[i]:
             out.append(EngineToken(token_id=token_id))
             continue
-        top_pairs = list(zip(top_ids[i][: p.top_logprobs], top_vals[i][: p.top_logprobs], strict=True)) if p.top_logprobs else None
+        top_pairs = (
+            list(zip(top_ids[i][: p.top_logprobs], top_vals[i][: p.top_logprobs], strict=True))
+            if p.top_logprobs
+            else None
+        )
         out.append(EngineToken(token_id=token_id, logprob=chosen_lp[i], top_logprobs=top_pairs))
     return out

@@ -33,21 +33,23 @@ class TransformersSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=T
         ),
     ] = "auto"
     attn_implementation: Annotated[
-        str | None, msgspec.Meta(description="Attention kernel passed to transformers (eager, sdpa, flash_attention_2...).")
+        str | None,
+        msgspec.Meta(description="Attention kernel passed to transformers (eager, sdpa, flash_attention_2...)."),
     ] = None
     trust_remote_code: Annotated[
         bool,
-        msgspec.Meta(description="Run model code shipped with a checkpoint. Only for models you trust.", extra={"cli_only": True}),
+        msgspec.Meta(
+            description="Run model code shipped with a checkpoint. Only for models you trust.", extra={"cli_only": True}
+        ),
     ] = False
     quantization: Annotated[
-        Quantization, msgspec.Meta(description="Load weights quantized with bitsandbytes (CUDA only): none, bnb-8bit, bnb-4bit.")
+        Quantization,
+        msgspec.Meta(description="Load weights quantized with bitsandbytes (CUDA only): none, bnb-8bit, bnb-4bit."),
     ] = "none"
     default_max_tokens: Annotated[
         int, msgspec.Meta(ge=1, description="Completion length limit for requests that set no max_tokens.")
     ] = 2048
-    engine: Annotated[
-        str, msgspec.Meta(description=f"Generation engine: {', '.join(ENGINES)}.")
-    ] = DEFAULT_ENGINE
+    engine: Annotated[str, msgspec.Meta(description=f"Generation engine: {', '.join(ENGINES)}.")] = DEFAULT_ENGINE
 
 
 def resolve_device(value: str) -> torch.device:
@@ -63,16 +65,24 @@ def resolve_device(value: str) -> torch.device:
     try:
         device = torch.device(value)
     except (RuntimeError, ValueError):
-        raise UsageError(f"invalid value for setting 'device' (--device): {value!r}; use auto, cpu, cuda, cuda:N or mps") from None
+        raise UsageError(
+            f"invalid value for setting 'device' (--device): {value!r}; use auto, cpu, cuda, cuda:N or mps"
+        ) from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise UsageError("invalid value for setting 'device' (--device): CUDA is not available on this machine (torch without CUDA or no GPU)")
+            raise UsageError(
+                "invalid value for setting 'device' (--device): CUDA is not available on this machine (torch without CUDA or no GPU)"
+            )
         if device.index is not None and device.index >= torch.cuda.device_count():
-            raise UsageError(f"invalid value for setting 'device' (--device): {value} does not exist ({torch.cuda.device_count()} GPU(s))")
+            raise UsageError(
+                f"invalid value for setting 'device' (--device): {value} does not exist ({torch.cuda.device_count()} GPU(s))"
+            )
     elif device.type == "mps" and not torch.backends.mps.is_available():
         raise UsageError("invalid value for setting 'device' (--device): MPS is not available on this machine")
     elif device.type not in ("cpu", "cuda", "mps"):
-        raise UsageError(f"invalid value for setting 'device' (--device): {value!r}; use auto, cpu, cuda, cuda:N or mps")
+        raise UsageError(
+            f"invalid value for setting 'device' (--device): {value!r}; use auto, cpu, cuda, cuda:N or mps"
+        )
     return device
 
 
@@ -92,7 +102,9 @@ def resolve_dtype(value: DType, device: torch.device) -> torch.dtype:
     if value != "auto":
         dtype: torch.dtype = getattr(torch, value)
         if dtype is torch.float16 and device.type == "cpu":
-            raise UsageError("invalid value for setting 'dtype' (--dtype): float16 is not supported on CPU; use bfloat16 or float32")
+            raise UsageError(
+                "invalid value for setting 'dtype' (--dtype): float16 is not supported on CPU; use bfloat16 or float32"
+            )
         return dtype
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
@@ -119,7 +131,9 @@ def check_quantization(quantization: Quantization, device: torch.device) -> None
 def check_settings(settings: TransformersSettings) -> None:
     """Validate everything that can be checked before a model is loaded."""
     if settings.engine not in ENGINES:
-        raise UsageError(f"invalid value for setting 'engine' (--engine): {settings.engine!r}; choose one of {', '.join(ENGINES)}")
+        raise UsageError(
+            f"invalid value for setting 'engine' (--engine): {settings.engine!r}; choose one of {', '.join(ENGINES)}"
+        )
     device = resolve_device(settings.device)
     resolve_dtype(settings.dtype, device)
     check_quantization(settings.quantization, device)

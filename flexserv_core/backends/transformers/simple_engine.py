@@ -37,9 +37,22 @@ _ids = itertools.count(1)
 
 
 class _Sequence:
-    __slots__ = ("cache", "cancelled", "generated", "id", "last_token", "loop", "params", "prompt_ids", "queue", "sampler")
+    __slots__ = (
+        "cache",
+        "cancelled",
+        "generated",
+        "id",
+        "last_token",
+        "loop",
+        "params",
+        "prompt_ids",
+        "queue",
+        "sampler",
+    )
 
-    def __init__(self, prompt_ids: list[int], params: SamplingParams, sampler: SamplerState, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, prompt_ids: list[int], params: SamplingParams, sampler: SamplerState, loop: asyncio.AbstractEventLoop
+    ) -> None:
         self.id = next(_ids)
         self.prompt_ids = prompt_ids
         self.params = params
@@ -73,9 +86,20 @@ class SimpleEngine:
         self._active: deque[_Sequence] = deque()
         self._current: _Sequence | None = None
         self._closed = False
-        self._counters = {"sequences": 0, "finished": 0, "cancelled": 0, "failed": 0, "prefill_tokens": 0, "generated_tokens": 0, "steps": 0}
+        self._counters = {
+            "sequences": 0,
+            "finished": 0,
+            "cancelled": 0,
+            "failed": 0,
+            "prefill_tokens": 0,
+            "generated_tokens": 0,
+            "steps": 0,
+        }
         self._busy_seconds = 0.0
-        self._thread = threading.Thread(target=self._run, name=f"flexserv-simple-engine[{engine_model.name}]", daemon=True)
+        self._cache_kwarg = cache_argument(engine_model.model)
+        self._thread = threading.Thread(
+            target=self._run, name=f"flexserv-simple-engine[{engine_model.name}]", daemon=True
+        )
         self._thread.start()
 
     # -- event-loop side ------------------------------------------------------------
@@ -122,7 +146,13 @@ class SimpleEngine:
     def stats(self) -> dict[str, Any]:
         with self._cv:
             active = len(self._active) + (self._current is not None)
-            return {"engine": self.name, "active_sequences": active, "waiting_sequences": len(self._waiting), "busy_seconds": round(self._busy_seconds, 3), **self._counters}
+            return {
+                "engine": self.name,
+                "active_sequences": active,
+                "waiting_sequences": len(self._waiting),
+                "busy_seconds": round(self._busy_seconds, 3),
+                **self._counters,
+            }
 
     def close(self) -> None:
         with self._cv:
@@ -178,10 +208,10 @@ class SimpleEngine:
             seq.cache = DynamicCache(config=model.config)
             input_ids = torch.tensor([seq.prompt_ids], device=self._em.device)
             self._counters["prefill_tokens"] += len(seq.prompt_ids)
-            out = model(input_ids=input_ids, past_key_values=seq.cache, use_cache=True, logits_to_keep=1)
+            out = model(input_ids=input_ids, use_cache=True, logits_to_keep=1, **{self._cache_kwarg: seq.cache})
         else:
             input_ids = torch.tensor([[seq.last_token]], device=self._em.device)
-            out = model(input_ids=input_ids, past_key_values=seq.cache, use_cache=True)
+            out = model(input_ids=input_ids, use_cache=True, **{self._cache_kwarg: seq.cache})
         token = sample_next(out.logits[:, -1, :], [seq.sampler])[0]
         seq.sampler.observe(token.token_id)
         seq.last_token = token.token_id
@@ -197,6 +227,14 @@ class SimpleEngine:
             self._counters["finished"] += 1
             return True
         return not delivered
+
+
+def cache_argument(model: Any) -> str:
+    """The name of the forward pass's KV-cache argument: ``cache`` since transformers
+    5.2x, ``past_key_values`` before (and in much remote code)."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def create_engine(engine_model: EngineModel, settings: Settings) -> SimpleEngine:

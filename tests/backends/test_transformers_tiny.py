@@ -1,0 +1,106 @@
+"""A tiny random Llama built in-process, loaded from a directory by the same code."""
+
+from __future__ import annotations
+
+import pytest
+
+from flexserv_core.backends.transformers.detokenize import IncrementalDetokenizer
+from flexserv_core.backends.transformers.model import TransformersTextModel
+from flexserv_core.errors import ContextLengthExceeded, InvalidRequest
+from flexserv_core.models.spec import ModelKind, ModelSpec
+from flexserv_core.testing.tiny_models import build_tiny_llama, train_tiny_tokenizer
+
+USER = [{"role": "user", "content": "hello there"}]
+
+
+def test_loads_from_a_directory(tiny):
+    assert isinstance(tiny, TransformersTextModel)
+    assert tiny.context_length == 64 and tiny.dtype == "float32" and tiny.device == "cpu"
+    assert tiny.eos_token_ids == {tiny.tokenizer.convert_tokens_to_ids("<|im_end|>")}
+
+
+def test_template_variables_reach_the_template(tiny):
+    plain = tiny.tokenizer.decode(tiny.render_chat(USER, {}))
+    thinking = tiny.tokenizer.decode(tiny.render_chat(USER, {"enable_thinking": True}))
+    not_thinking = tiny.tokenizer.decode(tiny.render_chat(USER, {"enable_thinking": False}))
+    assert plain.endswith("<|im_start|>assistant\n")
+    assert thinking.endswith("<|im_start|>assistant\n<think>\n")
+    assert not_thinking.endswith("<|im_start|>assistant\n<think></think>\n")
+    assert tiny.tokenizer.decode(tiny.render_chat(USER, {})) == plain  # no state left behind
+
+
+def test_reserved_template_kwargs_rejected(tiny):
+    with pytest.raises(InvalidRequest, match="tokenize") as info:
+        tiny.render_chat(USER, {"tokenize": False})
+    assert info.value.param == "chat_template_kwargs"
+
+
+def test_template_errors_are_invalid_requests(tiny_dir, tmp_path, load_model):
+    strict = "{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('no system messages') }}{% endif %}{{ m['content'] }}{% endfor %}"
+    path = build_tiny_llama(tmp_path / "strict", chat_template=strict)
+    model = load_model(ModelSpec(name="strict", kind=ModelKind.TEXT, source=str(path)), tmp_path)
+    try:
+        with pytest.raises(InvalidRequest, match="no system messages"):
+            model.render_chat([{"role": "system", "content": "x"}], {})
+    finally:
+        model.unload()
+
+
+def test_model_without_chat_template(tmp_path, load_model):
+    path = build_tiny_llama(tmp_path / "plain", chat_template=None)
+    model = load_model(ModelSpec(name="plain", kind=ModelKind.TEXT, source=str(path)), tmp_path)
+    try:
+        with pytest.raises(InvalidRequest, match="no chat template"):
+            model.render_chat(USER, {})
+    finally:
+        model.unload()
+
+
+async def test_context_exhaustion_ends_with_length(tiny, collect):
+    prompt = list(range(10, 70))  # 60 of the 64 positions
+    deltas = await collect(tiny, prompt, max_tokens=100, temperature=0)
+    assert len(deltas) <= 4
+    if deltas[-1].finish_reason != "stop":
+        assert len(deltas) == 4 and deltas[-1].finish_reason == "length"
+    with pytest.raises(ContextLengthExceeded):
+        await collect(tiny, list(range(10, 74)), max_tokens=5, temperature=0)
+
+
+async def test_streamed_text_equals_decoded_completion(tiny, collect):
+    deltas = await collect(tiny, tiny.render_chat(USER, {}), max_tokens=40, temperature=1.0, seed=3)
+    generated = [d.token_id for d in deltas if d.finish_reason != "stop"]
+    assert "".join(d.text for d in deltas) == tiny.decode(generated)
+
+
+def test_detokenizer_never_splits_a_character():
+    tok = train_tiny_tokenizer()
+    text = "crab 🦀 and 漢字 ok"  # characters the tiny tokenizer never merged: several byte tokens each
+    ids = tok(text)["input_ids"]
+    assert len(ids) > len(text.split())
+    detok = IncrementalDetokenizer(tok, [])
+    pieces = [detok.add(i) for i in ids]
+    pieces.append(detok.flush())
+    assert "".join(pieces) == text
+    assert not any("\ufffd" in p for p in pieces)
+    assert "" in pieces  # some tokens completed no character
+
+
+def test_detokenizer_flushes_an_incomplete_tail():
+    tok = train_tiny_tokenizer()
+    ids = tok("🦀")["input_ids"]
+    detok = IncrementalDetokenizer(tok, [])
+    assert [detok.add(i) for i in ids[:-1]] == [""] * (len(ids) - 1)
+    assert detok.flush() == "\ufffd"  # the stream ended mid-character: what decode() says too
+
+
+def test_empty_prompt_rejected(tiny):
+    import asyncio
+
+    from flexserv_core.backends.base import SamplingParams
+
+    async def run() -> None:
+        async for _ in tiny.generate([], SamplingParams(max_tokens=2)):
+            pass
+
+    with pytest.raises(InvalidRequest, match="empty"):
+        asyncio.run(run())
