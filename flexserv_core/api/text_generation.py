@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,7 +81,7 @@ class _TokenAligner:
         return out
 
 
-async def run_choice(job: ChoiceJob) -> AsyncIterator[ChoiceEvent]:
+async def run_choice(job: ChoiceJob) -> AsyncGenerator[ChoiceEvent, None]:
     """Generate one choice. A stop string (or closing this iterator) closes the
     model's token iterator at once, which cancels the sequence in the backend."""
     matcher = StopMatcher(job.stops)
@@ -139,7 +140,7 @@ class _Failed:
         self.exc = exc
 
 
-async def merge(jobs: Sequence[ChoiceJob]) -> AsyncIterator[ChoiceEvent]:
+async def merge(jobs: Sequence[ChoiceJob]) -> AsyncGenerator[ChoiceEvent, None]:
     """Run ``jobs`` concurrently and yield their events as they come.
 
     An exception in one choice cancels the others and is re-raised. Closing the
@@ -199,13 +200,17 @@ async def collect(jobs: Sequence[ChoiceJob]) -> list[ChoiceResult]:
     """Run ``jobs`` concurrently to the end; results in ``index`` order."""
     parts: dict[int, list[str]] = {job.index: [] for job in jobs}
     results = {job.index: ChoiceResult(job.index) for job in jobs}
-    async for event in merge(jobs):
-        result = results[event.index]
-        parts[event.index].append(event.text)
-        result.tokens.extend(event.tokens)
-        if event.finish_reason is not None:
-            result.finish_reason = event.finish_reason
-            result.completion_tokens = event.completion_tokens
+    async with aclosing(merge(jobs)) as events:
+        async for event in events:
+            _add(results[event.index], parts[event.index], event)
     for index, result in results.items():
         result.text = "".join(parts[index])
     return [results[i] for i in sorted(results)]
+
+
+def _add(result: ChoiceResult, parts: list[str], event: ChoiceEvent) -> None:
+    parts.append(event.text)
+    result.tokens.extend(event.tokens)
+    if event.finish_reason is not None:
+        result.finish_reason = event.finish_reason
+        result.completion_tokens = event.completion_tokens
