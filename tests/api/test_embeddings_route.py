@@ -1,0 +1,124 @@
+"""The core ``/v1/embeddings`` route over a deterministic embedding backend written
+here: response shape, base64 layout, ``dimensions`` and model-kind checks."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import numpy as np
+import pytest
+
+from flexserv_core.backends.base import Backend, EmbeddingModel, EmbeddingResult, LoadedModel, ProgressCallback
+from flexserv_core.hookspecs import hookimpl
+from flexserv_core.models.spec import ModelKind, ModelSpec
+from flexserv_core.testing.fakes import FakeBackendPlugin
+
+
+class CountingEmbeddingModel(EmbeddingModel):
+    """Vector of a text: ``[len, 1, 2, ..., dims-1]`` normalised; one token per character."""
+
+    dimensions = 8
+    max_input_tokens = 100
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__(spec)
+        self.calls: list[tuple[Any, bool]] = []
+
+    async def embed(self, inputs: list[str] | list[list[int]], *, truncate: bool = True) -> EmbeddingResult:
+        self.calls.append((inputs, truncate))
+        vectors = []
+        for item in inputs:
+            raw = np.arange(self.dimensions, dtype=np.float64)
+            raw[0] = len(item)
+            vectors.append((raw / np.linalg.norm(raw)).tolist())
+        return EmbeddingResult(vectors=vectors, prompt_tokens=sum(len(i) for i in inputs))
+
+    def unload(self) -> None:
+        pass
+
+
+class CountingBackend(Backend):
+    name = "counting"
+    kind = ModelKind.EMBEDDING
+
+    def load(self, spec: ModelSpec, progress: ProgressCallback) -> LoadedModel:
+        return CountingEmbeddingModel(spec)
+
+
+class CountingPlugin:
+    @hookimpl
+    def flexserv_register_backends(self, server: Any) -> list[Backend]:
+        return [CountingBackend()]
+
+    @hookimpl
+    def flexserv_default_models(self, server: Any) -> list[ModelSpec]:
+        return [
+            ModelSpec(
+                name="counting", kind=ModelKind.EMBEDDING, source="counting://", backend="counting", origin="embedded"
+            )
+        ]
+
+
+@pytest.fixture
+def flexserv_plugins() -> list[object | str]:
+    return [CountingPlugin(), FakeBackendPlugin()]
+
+
+def expected(text: str, dims: int = 8) -> np.ndarray:
+    raw = np.arange(8, dtype=np.float64)
+    raw[0] = len(text)
+    raw = raw[:dims]
+    return raw / np.linalg.norm(raw)
+
+
+async def test_shape_usage_and_float_values(flexserv_client: Any) -> None:
+    r = await flexserv_client.post("/v1/embeddings", json={"input": ["ab", "abcd"], "model": "counting"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["object"] == "list" and body["model"] == "counting"
+    assert body["usage"] == {"prompt_tokens": 6, "total_tokens": 6}
+    assert [d["index"] for d in body["data"]] == [0, 1] and all(d["object"] == "embedding" for d in body["data"])
+    np.testing.assert_allclose(body["data"][1]["embedding"], expected("abcd"), rtol=1e-6)
+
+
+async def test_base64_is_little_endian_float32(flexserv_client: Any) -> None:
+    r = await flexserv_client.post("/v1/embeddings", json={"input": "abc", "encoding_format": "base64"})
+    raw = base64.b64decode(r.json()["data"][0]["embedding"])
+    assert len(raw) == 8 * 4
+    np.testing.assert_allclose(np.frombuffer(raw, dtype="<f4"), expected("abc"), rtol=1e-6)
+
+
+async def test_dimensions_truncate_then_renormalise(flexserv_client: Any) -> None:
+    r = await flexserv_client.post("/v1/embeddings", json={"input": "abc", "dimensions": 3})
+    vector = np.asarray(r.json()["data"][0]["embedding"])
+    np.testing.assert_allclose(vector, expected("abc", 3), rtol=1e-6)
+    r = await flexserv_client.post("/v1/embeddings", json={"input": "abc", "dimensions": 8})
+    assert len(r.json()["data"][0]["embedding"]) == 8
+    r = await flexserv_client.post("/v1/embeddings", json={"input": "abc", "dimensions": 9})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "dimensions"
+
+
+async def test_single_token_list_is_one_input(flexserv_client: Any, flexserv_server: Any) -> None:
+    r = await flexserv_client.post("/v1/embeddings", json={"input": [5, 6, 7]})
+    assert r.status_code == 200 and len(r.json()["data"]) == 1
+    model = flexserv_server.registry.model_if_loaded("counting")
+    assert model.calls[-1] == ([[5, 6, 7]], True)
+
+
+async def test_a_text_model_cannot_embed(flexserv_client: Any) -> None:
+    r = await flexserv_client.post("/v1/embeddings", json={"input": "x", "model": "fake-model"})
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["param"] == "model" and error["code"] == "model_kind_mismatch"
+
+
+async def test_not_json_and_unknown_fields(flexserv_client: Any) -> None:
+    r = await flexserv_client.post(
+        "/v1/embeddings", content=b"input=x", headers={"content-type": "application/x-www-form-urlencoded"}
+    )
+    assert r.status_code == 415
+    r = await flexserv_client.post("/v1/embeddings", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+    r = await flexserv_client.post("/v1/embeddings", json={"input": "x", "surprise": 1})
+    assert r.status_code == 200  # unknown fields are dropped unless --block-on-unexpected-fields
