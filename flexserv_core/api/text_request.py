@@ -35,8 +35,8 @@ def choice_seed(seed: int | None, choice: int) -> int | None:
 
 
 def resolve_max_tokens(model: TextGenerationModel, prompt_len: int, requested: int | None, *, param: str) -> int:
-    """The completion budget: the request's, else the backend's default (if the
-    model exposes ``default_max_tokens``) capped by what is left of the context."""
+    """The completion budget: the request's, else the model's ``default_max_tokens``
+    capped by what is left of the context."""
     limit = model.context_length
     left = limit - prompt_len
     if requested is not None:
@@ -54,8 +54,8 @@ def resolve_max_tokens(model: TextGenerationModel, prompt_len: int, requested: i
             f"Please reduce the length of the {param}.",
             param=param,
         )
-    default = getattr(model, "default_max_tokens", None)
-    return min(default, left) if isinstance(default, int) and default > 0 else left
+    default = model.default_max_tokens
+    return min(default, left) if default is not None and default > 0 else left
 
 
 def sampling_params(
@@ -174,7 +174,7 @@ def _is_token_id(value: Any) -> bool:
 
 
 def _checked_ids(model: TextGenerationModel, ids: list[Any], param: str) -> list[int]:
-    vocab = getattr(model, "vocab_size", None)
+    vocab = model.vocab_size
     for j, token in enumerate(ids):
         if not _is_token_id(token) or token < 0 or (isinstance(vocab, int) and token >= vocab):
             bound = f" in [0, {vocab})" if isinstance(vocab, int) else " (non-negative integers)"

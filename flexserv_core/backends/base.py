@@ -111,6 +111,13 @@ class TextGenerationModel(LoadedModel):
 
     #: Maximum number of tokens (prompt + completion) the model accepts.
     context_length: int
+    #: Number of token ids the model knows, when it can tell: the API answers 400
+    #: for prompt token ids outside ``[0, vocab_size)`` instead of letting them
+    #: reach the embedding. ``None``: unchecked.
+    vocab_size: int | None = None
+    #: ``max_tokens`` for requests that set none (capped by what is left of the
+    #: context); ``None``: all of what is left.
+    default_max_tokens: int | None = None
 
     @abc.abstractmethod
     def render_chat(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any]) -> list[int]:

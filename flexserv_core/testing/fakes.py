@@ -55,6 +55,7 @@ class FakeTextModel(TextGenerationModel):
     ) -> None:
         super().__init__(spec, device="cpu", dtype="none")
         self.context_length = context_length
+        self.vocab_size = 0x110000  # token ids are code points
         self.token_delay = token_delay
         self.script = script
         self.eos_after = eos_after

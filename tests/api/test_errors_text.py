@@ -100,6 +100,7 @@ async def test_chat_bad_values_name_the_param(
         ({"prompt": ""}, "prompt"),
         ({"prompt": ["a", 1]}, "prompt"),
         ({"prompt": [1, -2]}, "prompt[1]"),
+        ({"prompt": [72, 0x110000]}, "prompt[1]"),  # beyond the fake's vocabulary
         ({"prompt": [[1, 2], [3, "x"]]}, "prompt[1][1]"),
         ({"prompt": [[1, 2], []]}, "prompt[1]"),
         ({"prompt": "hi", "logprobs": 21}, "logprobs"),
