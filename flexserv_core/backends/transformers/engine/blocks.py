@@ -1,0 +1,180 @@
+"""Block accounting for the paged KV cache, with block-level prefix caching.
+
+The KV tensors themselves live in :mod:`.kv_cache`; this module only decides which
+block ids a sequence owns. A *full* block whose tokens are known gets a key that
+chains the key of the block before it with its own token ids, so two sequences
+whose first ``n`` blocks hold the same tokens (a shared system prompt) map them to
+the same physical blocks. Blocks are reference counted; a hashed block whose count
+drops to zero stays cached (and findable) in an LRU list until a fresh block is
+needed and it is evicted.
+
+Only the engine thread touches a :class:`BlockManager`, so it needs no lock.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import msgspec
+
+#: Key of a full block: (key of the previous block or None, the block's token ids).
+BlockKey = tuple[object, tuple[int, ...]]
+
+
+class BlockStats(msgspec.Struct, kw_only=True):
+    """A snapshot of cache usage and prefix-cache effectiveness."""
+
+    block_size: int
+    total_blocks: int
+    used_blocks: int  # referenced by at least one live sequence
+    cached_blocks: int  # unreferenced but still holding a reusable prefix
+    free_blocks: int  # never used or evicted
+    prefix_hit_blocks: int
+    prefix_queried_blocks: int
+    prefix_hit_tokens: int
+    evictions: int
+
+
+class BlockManager:
+    """Hands out block ids; counts references; remembers full blocks by content."""
+
+    def __init__(self, num_blocks: int, block_size: int, *, enable_prefix_caching: bool = True) -> None:
+        if num_blocks < 1 or block_size < 1:
+            raise ValueError("num_blocks and block_size must be positive")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self._free: list[int] = list(range(num_blocks - 1, -1, -1))  # pop() gives low ids first
+        self._refs = [0] * num_blocks
+        self._key_of: list[BlockKey | None] = [None] * num_blocks
+        self._by_key: dict[BlockKey, int] = {}
+        self._evictable: OrderedDict[int, None] = OrderedDict()  # LRU: oldest first
+        self.prefix_hit_blocks = 0
+        self.prefix_queried_blocks = 0
+        self.evictions = 0
+
+    # --- capacity -------------------------------------------------------------------
+
+    @property
+    def available(self) -> int:
+        """Blocks that could be handed out now (free plus evictable cached ones)."""
+        return len(self._free) + len(self._evictable)
+
+    @property
+    def used(self) -> int:
+        return self.num_blocks - self.available
+
+    def stats(self) -> BlockStats:
+        return BlockStats(
+            block_size=self.block_size,
+            total_blocks=self.num_blocks,
+            used_blocks=self.used,
+            cached_blocks=len(self._evictable),
+            free_blocks=len(self._free),
+            prefix_hit_blocks=self.prefix_hit_blocks,
+            prefix_queried_blocks=self.prefix_queried_blocks,
+            prefix_hit_tokens=self.prefix_hit_blocks * self.block_size,
+            evictions=self.evictions,
+        )
+
+    # --- prefix lookup --------------------------------------------------------------
+
+    def block_keys(self, token_ids: Sequence[int], n_blocks: int) -> list[BlockKey]:
+        """Chained keys of the first ``n_blocks`` full blocks of ``token_ids``."""
+        keys: list[BlockKey] = []
+        prev: object = None
+        bs = self.block_size
+        for i in range(n_blocks):
+            key = (prev, tuple(token_ids[i * bs : (i + 1) * bs]))
+            keys.append(key)
+            prev = hash(key)
+        return keys
+
+    def cached_prefix_blocks(self, keys: Sequence[BlockKey]) -> int:
+        """How many leading ``keys`` are cached now (no references taken)."""
+        if not self.enable_prefix_caching:
+            return 0
+        n = 0
+        for key in keys:
+            if key not in self._by_key:
+                break
+            n += 1
+        return n
+
+    def match_prefix(self, keys: Sequence[BlockKey]) -> list[int]:
+        """Take a reference on the longest cached run of blocks matching ``keys``
+        (the caller passes only blocks it may skip computing) and return their ids."""
+        if not self.enable_prefix_caching:
+            return []
+        self.prefix_queried_blocks += len(keys)
+        hits: list[int] = []
+        for key in keys:
+            block = self._by_key.get(key)
+            if block is None:
+                break
+            self._acquire(block)
+            hits.append(block)
+        self.prefix_hit_blocks += len(hits)
+        return hits
+
+    def register_full_block(self, block: int, key: BlockKey) -> int:
+        """Record that ``block`` now holds the tokens ``key`` describes.
+
+        If another block already holds the same content (two sequences computed
+        the same prefix at once), the duplicate is released and the cached one is
+        returned with a reference taken, so the caller swaps it into its table.
+        """
+        if not self.enable_prefix_caching:
+            return block
+        existing = self._by_key.get(key)
+        if existing is not None and existing != block:
+            self._acquire(existing)
+            self.release([block])
+            return existing
+        if existing is None:
+            self._by_key[key] = block
+            self._key_of[block] = key
+        return block
+
+    # --- allocation -----------------------------------------------------------------
+
+    def allocate(self, n: int) -> list[int] | None:
+        """``n`` fresh blocks (reference 1 each), evicting cached ones if needed;
+        ``None`` (and no change) when fewer than ``n`` are available."""
+        if n > self.available:
+            return None
+        out = []
+        for _ in range(n):
+            if self._free:
+                block = self._free.pop()
+            else:
+                block, _ = self._evictable.popitem(last=False)
+                key = self._key_of[block]
+                if key is not None and self._by_key.get(key) == block:
+                    del self._by_key[key]
+                self._key_of[block] = None
+                self.evictions += 1
+            self._refs[block] = 1
+            out.append(block)
+        return out
+
+    def release(self, blocks: Sequence[int]) -> None:
+        """Drop one reference on each block; unreferenced blocks become free, or
+        evictable when they hold a cached prefix. Released in reverse order so a
+        sequence's tail blocks are evicted before its head (the shared part)."""
+        for block in reversed(blocks):
+            refs = self._refs[block] - 1
+            if refs < 0:
+                raise RuntimeError(f"block {block} released more often than acquired")
+            self._refs[block] = refs
+            if refs == 0:
+                if self._key_of[block] is not None:
+                    self._evictable[block] = None
+                else:
+                    self._free.append(block)
+
+    def _acquire(self, block: int) -> None:
+        if self._refs[block] == 0:
+            self._evictable.pop(block, None)
+        self._refs[block] += 1

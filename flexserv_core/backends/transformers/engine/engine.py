@@ -1,0 +1,283 @@
+"""The continuous-batching engine: a scheduler thread feeding async token streams.
+
+Requests enter through :meth:`PagedEngine.generate` on the event loop; the engine
+thread runs one step at a time (admit, schedule, forward, sample, emit) and hands
+tokens back with ``loop.call_soon_threadsafe``. Closing the async iterator marks
+the sequence cancelled; the next step drops it and frees its blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+import torch
+
+from flexserv_core.backends.base import SamplingParams
+from flexserv_core.backends.transformers.engine.blocks import BlockManager
+from flexserv_core.backends.transformers.engine.kv_cache import PagedKVCache
+from flexserv_core.backends.transformers.engine.runner import ModelRunner, kv_geometry
+from flexserv_core.backends.transformers.engine.scheduler import Scheduler
+from flexserv_core.backends.transformers.engine.sequence import Sequence
+from flexserv_core.backends.transformers.engine.settings import EngineSettings
+from flexserv_core.backends.transformers.engine_api import EngineModel, EngineToken
+from flexserv_core.backends.transformers.sampling import sample_next
+from flexserv_core.errors import ContextLengthExceeded, ServiceUnavailable, TooManyRequests
+
+log = logging.getLogger(__name__)
+
+
+class PagedEngine:
+    """Continuous batching over a paged KV cache with prefix caching."""
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        settings: EngineSettings | None = None,
+        eos_token_ids: Iterable[int] = (),
+        context_length: int | None = None,
+        name: str = "",
+    ) -> None:
+        self.name = name
+        self.settings = settings or EngineSettings()
+        s = self.settings
+        num_layers, kv_heads, head_dim = kv_geometry(model)
+        dtype = next(model.parameters()).dtype
+        device = next(model.parameters()).device
+        per_block = PagedKVCache.bytes_per_block(
+            num_layers=num_layers, block_size=s.kv_block_size, kv_heads=kv_heads, head_dim=head_dim, dtype=dtype
+        )
+        num_blocks = s.kv_cache_blocks or max(1, int(s.kv_cache_memory * 2**20 // per_block))
+        cache = PagedKVCache(
+            num_layers=num_layers,
+            num_blocks=num_blocks,
+            block_size=s.kv_block_size,
+            kv_heads=kv_heads,
+            head_dim=head_dim,
+            dtype=dtype,
+            device=device,
+        )
+        self.device = str(device)
+        self.vocab_size = model.get_output_embeddings().weight.shape[0]
+        self.eos_token_ids = frozenset(eos_token_ids)
+        self.context_length = context_length or getattr(model.config, "max_position_embeddings", 1 << 30)
+        self.block_manager = BlockManager(num_blocks, s.kv_block_size, enable_prefix_caching=s.prefix_caching)
+        self.scheduler = Scheduler(
+            self.block_manager, max_batch_size=s.max_batch_size, max_batch_tokens=s.max_batch_tokens
+        )
+        self.runner = ModelRunner(model, cache)
+        self._inbox: list[Sequence] = []
+        self._wake = threading.Condition()
+        self._active = 0  # submitted and not finished; guarded by _wake
+        self._closed = False
+        self._steps = 0
+        self._step_time = 0.0
+        self._tokens_out = 0
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name="flexserv-engine", daemon=True)
+        self._thread.start()
+
+    # --- event-loop side ------------------------------------------------------------
+
+    @property
+    def capacity_tokens(self) -> int:
+        return self.block_manager.num_blocks * self.block_manager.block_size
+
+    def _submit(self, prompt_ids: list[int], params: SamplingParams) -> Sequence:
+        if not prompt_ids:
+            raise ContextLengthExceeded("The prompt is empty.", param="messages")
+        total = len(prompt_ids) + params.max_tokens
+        if len(prompt_ids) >= self.context_length:
+            raise ContextLengthExceeded(
+                f"The prompt has {len(prompt_ids)} tokens; this model's context is {self.context_length}.",
+                param="messages",
+            )
+        if min(total, self.context_length) > self.capacity_tokens:
+            raise ContextLengthExceeded(
+                f"The prompt plus max_tokens ({total} tokens) exceed the KV cache ({self.capacity_tokens} tokens).",
+                param="max_tokens",
+            )
+        loop = asyncio.get_running_loop()
+        seq = Sequence(
+            list(prompt_ids),
+            params,
+            max_total_tokens=min(total, self.context_length),
+            loop=loop,
+            queue=asyncio.Queue(),
+            vocab_size=self.vocab_size,
+            device=self.device,
+        )
+        limit = self.settings.max_batch_size + self.settings.max_queued_requests
+        with self._wake:
+            if self._closed:
+                raise ServiceUnavailable("The engine is shut down.")
+            if self._active >= limit:
+                raise TooManyRequests(
+                    f"The server is at capacity ({self._active} requests in flight); retry shortly.",
+                    retry_after=self._retry_after(),
+                )
+            self._active += 1
+            self._inbox.append(seq)
+            self._wake.notify()
+        return seq
+
+    def _retry_after(self) -> float:
+        per_step = self._step_time / self._steps if self._steps else 0.05
+        return max(1.0, per_step * self.settings.max_batch_size)
+
+    def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[EngineToken]:
+        """Submit now (call it on the event loop) and stream outputs for ``prompt_ids``; the last one has ``finish_reason`` set.
+
+        Raises :class:`TooManyRequests` at once when the queue is full. Closing the
+        iterator early cancels the sequence within one step.
+        """
+        seq = self._submit(prompt_ids, params)
+        return self._stream(seq)
+
+    async def _stream(self, seq: Sequence) -> AsyncIterator[EngineToken]:
+        try:
+            while True:
+                item = await seq.queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if item.finish_reason is not None:
+                    return
+        finally:
+            if not seq.finished:
+                seq.cancelled = True
+                with self._wake:
+                    self._wake.notify()
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for health, metrics and tests (read without locks: a snapshot)."""
+        blocks = self.block_manager.stats()
+        return {
+            "engine": "paged",
+            "active_sequences": len(self.scheduler.running),
+            "waiting_sequences": len(self.scheduler.waiting) + len(self._inbox),
+            "active_requests": self._active,
+            "steps": self._steps,
+            "mean_step_ms": 1000 * self._step_time / self._steps if self._steps else 0.0,
+            "tokens_generated": self._tokens_out,
+            "preemptions": self.scheduler.preemptions,
+            "kv_cache": {
+                "block_size": blocks.block_size,
+                "total_blocks": blocks.total_blocks,
+                "used_blocks": blocks.used_blocks,
+                "cached_blocks": blocks.cached_blocks,
+                "free_blocks": blocks.free_blocks,
+                "evictions": blocks.evictions,
+            },
+            "prefix_cache": {
+                "hit_blocks": blocks.prefix_hit_blocks,
+                "queried_blocks": blocks.prefix_queried_blocks,
+                "hit_tokens": blocks.prefix_hit_tokens,
+            },
+        }
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the thread; requests still in flight end with ServiceUnavailable. Idempotent."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+        self._thread.join(timeout)
+
+    # --- engine thread --------------------------------------------------------------
+
+    def _take_inbox(self) -> bool:
+        """Move new requests to the scheduler; wait while there is nothing to do.
+        Returns False when the engine is closing."""
+        with self._wake:
+            while not self._closed and not self._inbox and not self.scheduler.has_work():
+                self._wake.wait()
+            if self._closed:
+                return False
+            for seq in self._inbox:
+                self.scheduler.add(seq)
+            self._inbox.clear()
+            return True
+
+    def _done(self, seq: Sequence) -> None:
+        with self._wake:
+            self._active -= 1
+
+    def _loop(self) -> None:
+        torch.set_grad_enabled(False)
+        try:
+            while self._take_inbox():
+                for seq in self.scheduler.drop_cancelled():
+                    self._done(seq)
+                plan = self.scheduler.schedule()
+                if not plan:
+                    if self.scheduler.has_work():
+                        time.sleep(0.001)  # everything cancelled mid-plan; next round
+                    continue
+                self._step(plan)
+        except BaseException as exc:  # a failing forward must not leave clients hanging
+            log.exception("engine step failed")
+            self._error = exc
+        finally:
+            self._fail_all(f"The generation engine stopped: {self._error or 'shut down'}")
+
+    def _step(self, plan: list[tuple[Sequence, int]]) -> None:
+        t0 = time.perf_counter()
+        if self.scheduler.fresh_blocks:
+            self.runner.clear_blocks(self.scheduler.fresh_blocks)
+            self.scheduler.fresh_blocks.clear()
+        logits, owners = self.runner.forward(plan)
+        self.scheduler.after_step(plan)
+        if owners:
+            seqs = [plan[i][0] for i in owners]
+            picks = sample_next(logits, [s.sampler for s in seqs])
+            for seq, pick in zip(seqs, picks, strict=True):
+                self._emit(seq, pick)
+        self._steps += 1
+        self._step_time += time.perf_counter() - t0
+
+    def _emit(self, seq: Sequence, pick: EngineToken) -> None:
+        if seq.cancelled:
+            return  # dropped at the next step
+        token = pick.token_id
+        seq.sampler.observe(token)
+        seq.tokens.append(token)
+        self._tokens_out += 1
+        finish = None
+        if token in self.eos_token_ids:
+            finish = "stop"
+        elif seq.num_generated >= seq.params.max_tokens or len(seq.tokens) >= seq.max_total_tokens:
+            finish = "length"
+        pick.finish_reason = finish
+        seq.emit(pick)
+        if finish is not None:
+            self.scheduler.finish(seq)
+            self._done(seq)
+
+    def _fail_all(self, message: str) -> None:
+        with self._wake:
+            pending = list(self._inbox)
+            self._inbox.clear()
+            self._closed = True
+        for seq in [*pending, *self.scheduler.running, *self.scheduler.waiting]:
+            seq.emit(ServiceUnavailable(message))
+            seq.finished = True
+
+
+def create_engine(engine_model: EngineModel, settings: Any) -> PagedEngine:
+    """The factory ``--engine paged`` names (see ``engine_api``)."""
+    try:
+        engine_settings = settings.get(EngineSettings)
+    except (KeyError, LookupError):
+        engine_settings = EngineSettings()
+    return PagedEngine(
+        engine_model.model,
+        settings=engine_settings,
+        eos_token_ids=engine_model.eos_token_ids,
+        context_length=engine_model.context_length,
+        name=engine_model.name,
+    )

@@ -1,0 +1,168 @@
+"""Paged KV storage and the attention function that reads and writes it.
+
+The model runs on a *flattened ragged batch*: the new tokens of every scheduled
+sequence are concatenated into one row (batch dimension 1) with explicit
+``position_ids``. Our attention function is registered with transformers'
+``AttentionInterface`` under :data:`ATTN_IMPL`; every attention layer calls it with
+the layer's new query/key/value for all those tokens, and it
+
+1. writes the new keys and values into their slots (``block * block_size + offset``),
+2. attends, for each sequence, over that sequence's blocks:
+   single-token sequences (decodes) in one batched SDPA over their padded block
+   tables, multi-token chunks (prefills) one SDPA call each with a causal mask
+   offset by the already-cached length.
+
+The per-step layout (:class:`StepLayout`) reaches the function through the model's
+``**kwargs`` (``flexserv_step=...``), so nothing global changes per request. When
+that kwarg is absent (a plain ``model.generate`` on the same model) the function
+falls back to transformers' SDPA attention.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+ATTN_IMPL = "flexserv_paged"
+
+#: A 4-D placeholder passed as ``attention_mask`` so transformers' mask builder
+#: returns it as-is instead of materialising a mask we would ignore.
+NO_MASK = torch.empty(1, 1, 0, 0, dtype=torch.bool)
+
+
+class PagedKVCache:
+    """Key and value tensors of shape ``[layers, num_blocks, block_size, kv_heads, head_dim]``.
+
+    Allocated with ``torch.empty``: pages the OS never sees written are not
+    resident, and blocks are handed out lowest id first, so resident memory
+    follows the high-water mark of blocks actually used, not the budget.
+    """
+
+    def __init__(
+        self,
+        *,
+        num_layers: int,
+        num_blocks: int,
+        block_size: int,
+        kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ) -> None:
+        shape = (num_layers, num_blocks, block_size, kv_heads, head_dim)
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self._k = torch.empty(shape, dtype=dtype, device=device)
+        self._v = torch.empty(shape, dtype=dtype, device=device)
+        self.keys = list(self._k.unbind(0))
+        self.values = list(self._v.unbind(0))
+
+    def clear_blocks(self, blocks: torch.Tensor) -> None:
+        """Zero newly handed-out blocks. Padded decode attention reads a block's
+        unwritten tail (masked out), and masked garbage that happens to be NaN or
+        inf would still poison the softmax-weighted sum (0 * NaN = NaN)."""
+        self._k.index_fill_(1, blocks, 0)
+        self._v.index_fill_(1, blocks, 0)
+
+    @staticmethod
+    def bytes_per_block(*, num_layers: int, block_size: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
+        return 2 * num_layers * block_size * kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+
+
+@dataclass(slots=True)
+class PrefillChunk:
+    """A sequence contributing ``q_len > 1`` tokens to this step."""
+
+    q_start: int  # offset of its first new token in the flattened row
+    q_len: int
+    ctx_len: int  # cached + new tokens it attends over
+    blocks: torch.Tensor  # [n_blocks] block ids covering ctx_len
+
+
+@dataclass(slots=True)
+class StepLayout:
+    """Where each new token goes and what each sequence attends to, for one step."""
+
+    cache: PagedKVCache
+    slots: torch.Tensor  # [T] cache slot of each new token
+    decode_rows: torch.Tensor | None  # [B] offsets of single-token sequences in the row
+    decode_blocks: torch.Tensor | None  # [B, max_blocks] padded block tables
+    decode_mask: torch.Tensor | None  # [B, 1, 1, max_blocks * block_size], True = attend
+    decode_is_whole_row: bool  # every token of the row is a decode: skip the index ops
+    prefills: list[PrefillChunk]
+
+
+def paged_attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,  # [1, heads, T, head_dim]
+    key: torch.Tensor,  # [1, kv_heads, T, head_dim]
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    step: StepLayout | None = kwargs.get("flexserv_step")
+    if step is None:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+        )
+    layer = module.layer_idx
+    cache = step.cache
+    k_blocks, v_blocks = cache.keys[layer], cache.values[layer]
+    n_blocks, bs, kv_heads, head_dim = k_blocks.shape
+    k_flat, v_flat = k_blocks.view(-1, kv_heads, head_dim), v_blocks.view(-1, kv_heads, head_dim)
+    k_flat.index_copy_(0, step.slots, key[0].transpose(0, 1))
+    v_flat.index_copy_(0, step.slots, value[0].transpose(0, 1))
+
+    heads, total = query.shape[1], query.shape[2]
+    n_rep = heads // kv_heads
+    out = query.new_empty(1, total, heads, head_dim)
+
+    if step.decode_rows is not None:
+        batch = step.decode_rows.shape[0]
+        q = query[0] if step.decode_is_whole_row else query[0].index_select(1, step.decode_rows)  # [H, B, D]
+        # One query token per sequence: fold the query heads sharing a KV head into
+        # the "query length" axis, so SDPA needs no repeated keys (GQA without copies).
+        q = q.transpose(0, 1).reshape(batch, kv_heads, n_rep, head_dim)
+        length = step.decode_blocks.shape[1] * bs
+        k = k_blocks[step.decode_blocks].view(batch, length, kv_heads, head_dim).transpose(1, 2)
+        v = v_blocks[step.decode_blocks].view(batch, length, kv_heads, head_dim).transpose(1, 2)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=step.decode_mask, scale=scaling)  # [B, kvH, n_rep, D]
+        o = o.reshape(batch, heads, head_dim)
+        if step.decode_is_whole_row:
+            out[0] = o
+        else:
+            out[0].index_copy_(0, step.decode_rows, o)
+
+    for chunk in step.prefills:
+        s, n, ctx = chunk.q_start, chunk.q_len, chunk.ctx_len
+        q = query[:, :, s : s + n, :]
+        length = chunk.blocks.shape[0] * bs
+        k = k_blocks[chunk.blocks].view(1, length, kv_heads, head_dim)[:, :ctx].transpose(1, 2)
+        v = v_blocks[chunk.blocks].view(1, length, kv_heads, head_dim)[:, :ctx].transpose(1, 2)
+        if n_rep > 1:
+            k = k.repeat_interleave(n_rep, dim=1)
+            v = v.repeat_interleave(n_rep, dim=1)
+        if ctx == n:
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling)
+        else:
+            past = ctx - n
+            rows = torch.arange(n, device=query.device)[:, None] + past
+            mask = torch.arange(ctx, device=query.device)[None, :] <= rows
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling)
+        out[0, s : s + n] = o[0].transpose(0, 1)
+    return out, None
+
+
+def register_attention() -> None:
+    """Register the paged attention (idempotent). Its mask function is SDPA's, so a
+    model switched to it still works with ``model.generate`` (the fallback path)."""
+    AttentionInterface.register(ATTN_IMPL, paged_attention_forward)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(ATTN_IMPL, sdpa_mask)

@@ -1,0 +1,107 @@
+"""Turns a step's plan into one forward pass over the flattened ragged batch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from flexserv_core.backends.transformers.engine.kv_cache import (
+    ATTN_IMPL,
+    PagedKVCache,
+    PrefillChunk,
+    StepLayout,
+    register_attention,
+)
+from flexserv_core.backends.transformers.engine.sequence import Sequence
+
+
+def kv_geometry(model: Any) -> tuple[int, int, int]:
+    """``(num_layers, kv_heads, head_dim)`` of a decoder-only transformers model."""
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    heads = cfg.num_attention_heads
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    return cfg.num_hidden_layers, kv_heads, head_dim
+
+
+class ModelRunner:
+    """Owns the model (switched to the paged attention) and its KV cache."""
+
+    def __init__(self, model: Any, cache: PagedKVCache) -> None:
+        register_attention()
+        model.set_attn_implementation(ATTN_IMPL)
+        self.model = model
+        self.cache = cache
+        self.device = next(model.parameters()).device
+        self._no_mask = torch.empty(1, 1, 0, 0, dtype=torch.bool, device=self.device)
+        self._offsets = torch.arange(cache.block_size, device=self.device)
+
+    def clear_blocks(self, blocks: list[int]) -> None:
+        self.cache.clear_blocks(self._tensor(blocks))
+
+    def _tensor(self, data: list[int]) -> torch.Tensor:
+        return torch.tensor(data, dtype=torch.long, device=self.device)
+
+    def layout(self, plan: list[tuple[Sequence, int]]) -> tuple[torch.Tensor, torch.Tensor, StepLayout, list[int]]:
+        """Input ids, positions, the attention layout, and the row offsets whose
+        logits are needed (the last new token of each sequence that completes)."""
+        bs = self.cache.block_size
+        ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        decode_rows: list[int] = []
+        decode_tables: list[list[int]] = []
+        decode_lens: list[int] = []
+        prefills: list[PrefillChunk] = []
+        keep: list[int] = []
+        for seq, n in plan:
+            start, row = seq.num_computed, len(ids)
+            ids.extend(seq.tokens[start : start + n])
+            positions.extend(range(start, start + n))
+            blocks = seq.blocks
+            slots.extend(blocks[p // bs] * bs + p % bs for p in range(start, start + n))
+            ctx = start + n
+            used = blocks[: -(-ctx // bs)]
+            if n == 1:
+                decode_rows.append(row)
+                decode_tables.append(used)
+                decode_lens.append(ctx)
+            else:
+                prefills.append(PrefillChunk(q_start=row, q_len=n, ctx_len=ctx, blocks=self._tensor(used)))
+            if ctx == len(seq.tokens):
+                keep.append(row + n - 1)
+        layout = StepLayout(
+            cache=self.cache,
+            slots=self._tensor(slots),
+            decode_rows=None,
+            decode_blocks=None,
+            decode_mask=None,
+            decode_is_whole_row=len(decode_rows) == len(ids),
+            prefills=prefills,
+        )
+        if decode_rows:
+            width = max(len(t) for t in decode_tables)
+            table = self._tensor([t + [0] * (width - len(t)) for t in decode_tables])
+            lens = self._tensor(decode_lens)
+            layout.decode_rows = self._tensor(decode_rows)
+            layout.decode_blocks = table
+            span = torch.arange(width * bs, device=self.device)
+            layout.decode_mask = (span[None, :] < lens[:, None]).view(len(decode_rows), 1, 1, width * bs)
+        return self._tensor(ids), self._tensor(positions), layout, keep
+
+    @torch.inference_mode()
+    def forward(self, plan: list[tuple[Sequence, int]]) -> tuple[torch.Tensor, list[int]]:
+        """Run the step; return last-position logits ``[k, vocab]`` and, for each
+        row, the index in ``plan`` of the sequence it belongs to."""
+        ids, positions, layout, keep = self.layout(plan)
+        out = self.model(
+            input_ids=ids[None],
+            position_ids=positions[None],
+            attention_mask=self._no_mask,
+            use_cache=False,
+            logits_to_keep=self._tensor(keep),
+            flexserv_step=layout,
+        )
+        owners = [i for i, (seq, n) in enumerate(plan) if seq.num_computed + n == len(seq.tokens)]
+        return out.logits[0], owners

@@ -1,0 +1,181 @@
+"""Which sequences run in the next step, with how many tokens each.
+
+Policy, in order:
+
+* Cancelled sequences leave first and give back their blocks.
+* Waiting sequences are admitted (FIFO) while the batch has room and blocks are
+  available for their first chunk. Their cached prefix is matched at admission; a
+  sequence whose next uncached block is being computed right now by a running
+  sequence (twenty requests with one system prompt arriving together) waits for
+  it instead of computing the same prefix twice.
+* Every running sequence that is decoding gets its one token; prefilling
+  sequences share the rest of ``max_batch_tokens`` in admission order (chunked
+  prefill: a long prompt never stalls the decodes for more than one step).
+* A sequence that needs a block when none is left preempts the most recently
+  admitted sequence (its blocks are released, and it is recomputed later, mostly
+  from the prefix cache); a lone sequence always fits, as requests larger than
+  the whole cache are refused at submission.
+
+Runs on the engine thread only.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from flexserv_core.backends.transformers.engine.blocks import BlockKey, BlockManager
+from flexserv_core.backends.transformers.engine.sequence import Sequence
+
+
+def extend_keys(seq: Sequence, block_size: int, upto_blocks: int) -> None:
+    """Compute chained keys for ``seq``'s full blocks up to ``upto_blocks``."""
+    keys = seq.block_keys
+    prev: object = hash(keys[-1]) if keys else None
+    for i in range(len(keys), upto_blocks):
+        key: BlockKey = (prev, tuple(seq.tokens[i * block_size : (i + 1) * block_size]))
+        keys.append(key)
+        prev = hash(key)
+
+
+class Scheduler:
+    def __init__(self, blocks: BlockManager, *, max_batch_size: int, max_batch_tokens: int) -> None:
+        self.blocks = blocks
+        self.max_batch_size = max_batch_size
+        self.max_batch_tokens = max_batch_tokens
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.preemptions = 0
+        #: Blocks handed out since the runner last cleared them (see ``PagedKVCache.clear_blocks``).
+        self.fresh_blocks: list[int] = []
+
+    @property
+    def block_size(self) -> int:
+        return self.blocks.block_size
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # --- leaving ----------------------------------------------------------------------
+
+    def drop_cancelled(self) -> list[Sequence]:
+        gone = [s for s in self.running if s.cancelled]
+        for seq in gone:
+            self.finish(seq)
+        if any(s.cancelled for s in self.waiting):
+            gone += [s for s in self.waiting if s.cancelled]
+            self.waiting = deque(s for s in self.waiting if not s.cancelled)
+        return gone
+
+    def finish(self, seq: Sequence) -> None:
+        """Remove ``seq`` from the batch and release its blocks."""
+        seq.finished = True
+        if seq in self.running:
+            self.running.remove(seq)
+        self._release(seq)
+
+    def _release(self, seq: Sequence) -> None:
+        self.blocks.release(seq.blocks)
+        seq.blocks = []
+        seq.num_computed = 0
+        seq.num_registered = 0
+        seq.prefix_checked = False
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self._release(seq)
+        seq.preemptions += 1
+        self.preemptions += 1
+        self.waiting.appendleft(seq)
+
+    # --- admission --------------------------------------------------------------------
+
+    def _pending_keys(self) -> set[BlockKey]:
+        """Keys of prompt blocks that running sequences are still computing."""
+        pending: set[BlockKey] = set()
+        for seq in self.running:
+            pending.update(seq.block_keys[seq.num_registered : seq.prompt_len // self.block_size])
+        return pending
+
+    def _admit(self) -> None:
+        bs = self.block_size
+        pending: set[BlockKey] | None = None
+        while self.waiting and len(self.running) < self.max_batch_size:
+            seq = self.waiting[0]
+            # Skippable blocks: full ones, leaving at least one token to compute.
+            skippable = (len(seq.tokens) - 1) // bs
+            hits = 0
+            if self.blocks.enable_prefix_caching:
+                extend_keys(seq, bs, len(seq.tokens) // bs)
+                hits = self.blocks.cached_prefix_blocks(seq.block_keys[:skippable])
+                if hits < skippable and self.running:
+                    if pending is None:
+                        pending = self._pending_keys()
+                    if seq.block_keys[hits] in pending:
+                        break  # its prefix is being computed: take it from the cache next step
+            first_chunk = min(len(seq.tokens) - hits * bs, self.max_batch_tokens)
+            if self.running and self.blocks.available < -(-first_chunk // bs) + 1:
+                break
+            self.waiting.popleft()
+            if self.blocks.enable_prefix_caching:
+                seq.blocks = self.blocks.match_prefix(seq.block_keys[:skippable])
+                seq.num_computed = seq.num_registered = len(seq.blocks) * bs
+            seq.prefix_checked = True
+            self.running.append(seq)
+            pending = None
+
+    # --- the plan ---------------------------------------------------------------------
+
+    def schedule(self) -> list[tuple[Sequence, int]]:
+        """Admit, allocate blocks, and return ``(sequence, new_tokens)`` for this step."""
+        self._admit()
+        bs = self.block_size
+        budget = self.max_batch_tokens
+        order = [s for s in self.running if s.pending == 1] + [s for s in self.running if s.pending > 1]
+        plan: dict[int, tuple[Sequence, int]] = {}
+        for seq in order:
+            if seq not in self.running or budget == 0:
+                continue
+            n = min(seq.pending, budget)
+            while n > 0:
+                need = -(-(seq.num_computed + n) // bs) - len(seq.blocks)
+                if need <= 0:
+                    break
+                got = self.blocks.allocate(need)
+                if got is not None:
+                    seq.blocks.extend(got)
+                    self.fresh_blocks.extend(got)
+                    break
+                room = (len(seq.blocks) + self.blocks.available) * bs - seq.num_computed
+                if seq.pending > 1 and room > 0:
+                    n = min(n, room)  # a shorter prefill chunk fits
+                    continue
+                victim = self.running[-1]
+                if victim is seq:
+                    self._preempt(seq)
+                    n = 0
+                    break
+                if victim.id in plan:
+                    budget += plan.pop(victim.id)[1]
+                self._preempt(victim)
+            if n > 0:
+                plan[seq.id] = (seq, n)
+                budget -= n
+        return list(plan.values())
+
+    def after_step(self, plan: list[tuple[Sequence, int]]) -> None:
+        """Advance computed counts and publish newly full blocks to the prefix cache."""
+        bs = self.block_size
+        caching = self.blocks.enable_prefix_caching
+        for seq, n in plan:
+            seq.num_computed += n
+            if not caching:
+                continue
+            full = seq.num_computed // bs
+            if full > seq.num_registered:
+                extend_keys(seq, bs, full)
+                for i in range(seq.num_registered, full):
+                    seq.blocks[i] = self.blocks.register_full_block(seq.blocks[i], seq.block_keys[i])
+                seq.num_registered = full

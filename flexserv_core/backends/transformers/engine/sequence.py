@@ -1,0 +1,70 @@
+"""One request's state inside the engine."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+
+from flexserv_core.backends.base import SamplingParams
+from flexserv_core.backends.transformers.engine.blocks import BlockKey
+from flexserv_core.backends.transformers.engine_api import EngineToken
+from flexserv_core.backends.transformers.sampling import SamplerState
+
+_ids = itertools.count()
+
+#: What flows to a request's coroutine: a token, or the error that ends its stream.
+Outcome = EngineToken | BaseException
+
+
+class Sequence:
+    """Tokens, KV blocks and output channel of one request.
+
+    The engine thread owns every field except ``cancelled``, which the event loop
+    sets (a plain bool write; the engine reads it at the start of each step).
+    """
+
+    def __init__(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        *,
+        max_total_tokens: int,
+        loop: asyncio.AbstractEventLoop,
+        queue: asyncio.Queue[Outcome],
+        vocab_size: int,
+        device: str = "cpu",
+    ) -> None:
+        self.id = next(_ids)
+        self.prompt_len = len(prompt_ids)
+        self.tokens = list(prompt_ids)
+        self.params = params
+        self.max_total_tokens = max_total_tokens
+        self.sampler = SamplerState(params, vocab_size=vocab_size, device=device)
+        self.loop = loop
+        self.queue = queue
+        self.blocks: list[int] = []
+        self.num_computed = 0  # tokens whose K/V sit in ``blocks``
+        self.block_keys: list[BlockKey] = []  # keys of full blocks (grows as tokens do)
+        self.num_registered = 0  # leading full blocks registered with the prefix cache
+        self.prefix_checked = False
+        self.cancelled = False
+        self.finished = False
+        self.preemptions = 0
+        self.arrival = time.monotonic()
+
+    @property
+    def num_generated(self) -> int:
+        return len(self.tokens) - self.prompt_len
+
+    @property
+    def pending(self) -> int:
+        """Tokens still to run through the model before the next sample."""
+        return len(self.tokens) - self.num_computed
+
+    def emit(self, item: Outcome) -> None:
+        """Hand ``item`` to the request's coroutine (called from the engine thread)."""
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:  # the request's loop is closed: nobody is listening
+            self.cancelled = True

