@@ -114,14 +114,14 @@ def chat_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
     return out
 
 
-def chat_template_kwargs(spec: ModelSpec, body: ChatCompletionRequest, context: RequestContext) -> dict[str, Any]:
-    """Per-model options < plugins (hook) < the request's ``chat_template_kwargs``
-    < top-level shorthands (``enable_thinking``)."""
+def chat_template_kwargs(spec: ModelSpec, context: RequestContext) -> dict[str, Any]:
+    """Per-model options < plugins (the ``flexserv_chat_template_kwargs`` hook).
+
+    The request's own ``chat_template_kwargs``/``enable_thinking`` are not core
+    fields: the template-kwargs plugin reads them in preprocessing and returns them
+    through the hook, last, so they win; without it they are unknown fields."""
     merged: dict[str, Any] = dict(spec.options.get("chat_template_kwargs") or {})
     merged.update(hooks.chat_template_kwargs(spec, context))
-    merged.update(body.chat_template_kwargs or {})
-    if body.enable_thinking is not None:
-        merged["enable_thinking"] = body.enable_thinking
     return merged
 
 
@@ -130,7 +130,7 @@ def chat_jobs(
 ) -> tuple[list[int], list[ChoiceJob]]:
     """Render the prompt and plan ``n`` choices; returns ``(prompt_ids, jobs)``."""
     check_chat(body)
-    prompt_ids = model.render_chat(chat_messages(body.messages), chat_template_kwargs(spec, body, context))
+    prompt_ids = model.render_chat(chat_messages(body.messages), chat_template_kwargs(spec, context))
     requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     max_tokens = resolve_max_tokens(model, len(prompt_ids), requested, param="messages")
     logprobs = bool(body.logprobs)

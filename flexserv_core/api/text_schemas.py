@@ -77,8 +77,6 @@ class ChatCompletionRequest(_SamplingFields, kw_only=True):
     max_completion_tokens: PositiveInt | None = None
     logprobs: bool | None = None
     top_logprobs: TopLogprobs | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
-    enable_thinking: bool | None = None
 
 
 class CompletionRequest(_SamplingFields, kw_only=True):

@@ -217,7 +217,8 @@ class _FakeWithTemplateOptions(FakeBackendPlugin):
 
 async def test_content_parts_and_template_kwargs_merge() -> None:
     """FakeTextModel renders template kwargs into the prompt, so prompt_tokens (one per
-    character) shows which value won: model options < plugin hook < request < shorthand."""
+    character) shows which value won: model options < plugin hook. Request-level
+    kwargs belong to the template-kwargs plugin; without it they are dropped."""
     app = make_app([_FakeWithTemplateOptions(), _TemplatePlugin()])
     async with app_client(app) as client:
         sdk = openai_client(client)
@@ -235,9 +236,7 @@ async def test_content_parts_and_template_kwargs_merge() -> None:
                 "enable_thinking": True,
             },
         )
-        prompt = (
-            "system: be brief\nuser: ab\nenable_thinking=True\nfrom_plugin=1\nper_model=m\nshared=request\nassistant: "
-        )
+        prompt = "system: be brief\nuser: ab\nfrom_plugin=1\nper_model=m\nshared=plugin\nassistant: "
         assert r.usage.prompt_tokens == len(prompt)
 
 
