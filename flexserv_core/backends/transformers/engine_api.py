@@ -154,6 +154,10 @@ class EngineEntry(msgspec.Struct, frozen=True):
 #: Engines selectable with ``--engine``.
 ENGINES: dict[str, EngineEntry] = {
     "simple": EngineEntry("flexserv_core.backends.transformers.simple_engine:create_engine"),
+    "paged": EngineEntry(
+        "flexserv_core.backends.transformers.engine.engine:create_engine",
+        settings="flexserv_core.backends.transformers.engine.settings:EngineSettings",
+    ),
 }
 #: The engine used when ``--engine`` is not given.
 DEFAULT_ENGINE = "simple"

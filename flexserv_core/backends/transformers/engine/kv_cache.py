@@ -116,7 +116,7 @@ def paged_attention_forward(
     layer = module.layer_idx
     cache = step.cache
     k_blocks, v_blocks = cache.keys[layer], cache.values[layer]
-    n_blocks, bs, kv_heads, head_dim = k_blocks.shape
+    _, bs, kv_heads, head_dim = k_blocks.shape
     k_flat, v_flat = k_blocks.view(-1, kv_heads, head_dim), v_blocks.view(-1, kv_heads, head_dim)
     k_flat.index_copy_(0, step.slots, key[0].transpose(0, 1))
     v_flat.index_copy_(0, step.slots, value[0].transpose(0, 1))

@@ -24,6 +24,6 @@ class EngineSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     kv_cache_memory: Annotated[
         float, _meta("KV-cache budget in MiB (pages are touched only as blocks are used).", gt=0)
     ] = 1024.0
-    kv_cache_blocks: Annotated[int | None, _meta("KV-cache size in blocks; overrides --kv-cache-memory.", ge=1)] = None
+    kv_cache_blocks: Annotated[int, _meta("KV-cache size in blocks; overrides --kv-cache-memory unless 0.", ge=0)] = 0
     kv_block_size: Annotated[int, _meta("Tokens per KV-cache block.", ge=1, le=1024)] = 16
     prefix_caching: Annotated[bool, msgspec.Meta(description="Reuse KV blocks of shared prompt prefixes.")] = True
