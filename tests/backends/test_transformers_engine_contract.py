@@ -57,7 +57,7 @@ def reference(engine_model: EngineModel, prompt: list[int], n: int) -> list[int]
     eos = sorted(engine_model.eos_token_ids)
     with torch.inference_mode():
         out = engine_model.model.generate(
-            torch.tensor([prompt]),
+            torch.tensor([prompt], device=engine_model.device),
             do_sample=False,
             max_new_tokens=n,
             eos_token_id=eos,

@@ -24,7 +24,7 @@ def reference_greedy(model, prompt_ids: list[int], max_new_tokens: int) -> list[
     hf = model.engine._em.model
     with torch.inference_mode():
         out = hf.generate(
-            torch.tensor([prompt_ids]),
+            torch.tensor([prompt_ids], device=hf.device),
             do_sample=False,
             max_new_tokens=max_new_tokens,
             pad_token_id=model.engine._em.pad_token_id,
@@ -44,6 +44,8 @@ async def test_greedy_parity_bfloat16(smollm_spec, flexserv_test_cache, load_mod
     model = load_model(smollm_spec, flexserv_test_cache, dtype="bfloat16")
     try:
         assert model.dtype == "bfloat16"
+        deltas = await collect(model, model.render_chat(CHATS[0], {}), max_tokens=16, temperature=0)
+        assert "Paris" in "".join(d.text for d in deltas)
         for chat in CHATS[:2]:
             ids = model.render_chat(chat, {})
             deltas = await collect(model, ids, max_tokens=16, temperature=0)
@@ -123,7 +125,7 @@ async def test_logprobs_valid_and_consistent(smollm, collect):
     generated = [d.token_id for d in deltas]
     hf = smollm.engine._em.model
     with torch.inference_mode():  # the model's own distribution at each generated position
-        logits = hf(torch.tensor([ids + generated])).logits[0, len(ids) - 1 : -1].float()
+        logits = hf(torch.tensor([ids + generated], device=hf.device)).logits[0, len(ids) - 1 : -1].float()
     expected = logits.log_softmax(-1)
     for i, d in enumerate(deltas):
         assert d.logprob is not None and d.logprob <= 0.0
@@ -209,5 +211,7 @@ async def test_concurrent_streams_interleave(smollm, collect):
 
 def test_describe(smollm):
     info = smollm.describe()
-    assert info["model_id"] == "SmolLM2-135M-Instruct" and info["device"] == "cpu" and info["dtype"] == "float32"
+    assert (
+        info["model_id"] == "SmolLM2-135M-Instruct" and info["device"] == smollm.device and info["dtype"] == "float32"
+    )
     assert info["context_length"] == 8192 and info["engine"]["engine"] == "simple"

@@ -15,8 +15,9 @@ USER = [{"role": "user", "content": "hello there"}]
 
 def test_loads_from_a_directory(tiny):
     assert isinstance(tiny, TransformersTextModel)
-    assert tiny.context_length == 64 and tiny.dtype == "float32" and tiny.device == "cpu"
+    assert tiny.context_length == 64 and tiny.dtype == "float32"
     assert tiny.eos_token_ids == {tiny.tokenizer.convert_tokens_to_ids("<|im_end|>")}
+    assert tiny.vocab_size == len(tiny.tokenizer) and tiny.default_max_tokens == 2048
 
 
 def test_template_variables_reach_the_template(tiny):

@@ -204,7 +204,8 @@ def convert_gguf(gguf: Path, out_dir: Path, progress: ProgressCallback) -> None:
     """Dequantise ``gguf`` with transformers and save a plain float32 checkpoint.
 
     transformers refuses ``save_pretrained`` on a GGUF-loaded model, so the weights
-    are copied into a model freshly built from the same config first.
+    are handed to a model freshly built from the same config first (built on the
+    meta device and given the loaded tensors, so nothing is initialised or copied).
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -221,8 +222,10 @@ def convert_gguf(gguf: Path, out_dir: Path, progress: ProgressCallback) -> None:
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    fresh.load_state_dict(loaded.state_dict(), strict=True)
+    with torch.device("meta"):  # no random init: the weights are assigned right after
+        fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    fresh.load_state_dict(loaded.state_dict(), strict=True, assign=True)
+    fresh.tie_weights()
     fresh.generation_config = loaded.generation_config
     del loaded
     out_dir.mkdir(parents=True)

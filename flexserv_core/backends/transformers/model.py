@@ -49,6 +49,7 @@ class TransformersTextModel(TextGenerationModel):
         engine: the engine running the forward passes (see ``engine_api``).
         eos_token_ids: ids that end a completion with ``finish_reason="stop"``.
         default_max_tokens: the limit for requests that set no ``max_tokens``.
+        vocab_size: rows of the input embedding (prompt ids must be below it).
     """
 
     def __init__(
@@ -67,6 +68,7 @@ class TransformersTextModel(TextGenerationModel):
         self.context_length = context_length(model)
         self.eos_token_ids = eos_token_ids(model, tokenizer)
         self.default_max_tokens = default_max_tokens
+        self.vocab_size = int(model.get_input_embeddings().weight.shape[0])
         self.engine_name = engine
         self._token_texts: dict[int, str] = {}
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_token_ids, default=0)

