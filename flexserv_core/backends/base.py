@@ -22,6 +22,28 @@ ProgressCallback = Callable[[str, float | None], None]
 
 FinishReason = Literal["stop", "length"]
 
+#: Names a request may not use as chat-template variables: chat-template
+#: renderers (``apply_chat_template`` and the Jinja render it calls) take them as
+#: arguments of their own, so a variable of that name would clash with what the
+#: backend passes. Includes ``"messages"`` and ``"conversation"``.
+RESERVED_TEMPLATE_KWARGS: frozenset[str] = frozenset(
+    {
+        "conversation",
+        "messages",
+        "tokenize",
+        "add_generation_prompt",
+        "continue_final_message",
+        "return_dict",
+        "return_tensors",
+        "padding",
+        "truncation",
+        "max_length",
+        "tokenizer_kwargs",
+        "return_assistant_tokens_mask",
+        "chat_template",
+    }
+)
+
 
 class LoadedModel(abc.ABC):
     """A model resident in memory, owned by the registry until it is unloaded."""

@@ -9,7 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from flexserv_core.backends.base import SamplingParams, TextGenerationModel, TokenDelta, TopLogprob
+from flexserv_core.backends.base import (
+    RESERVED_TEMPLATE_KWARGS,
+    SamplingParams,
+    TextGenerationModel,
+    TokenDelta,
+    TopLogprob,
+)
 from flexserv_core.backends.transformers.detokenize import IncrementalDetokenizer
 from flexserv_core.backends.transformers.engine_api import Engine, EngineModel, load_engine_factory
 from flexserv_core.backends.transformers.loading import context_length, eos_token_ids, parameter_dtype
@@ -22,24 +28,6 @@ if TYPE_CHECKING:
     from flexserv_core.settings import Settings
 
 log = logging.getLogger(__name__)
-
-#: ``apply_chat_template`` arguments a request's template variables may not set.
-_RESERVED_TEMPLATE_KWARGS = frozenset(
-    {
-        "conversation",
-        "tokenize",
-        "add_generation_prompt",
-        "continue_final_message",
-        "return_dict",
-        "return_tensors",
-        "padding",
-        "truncation",
-        "max_length",
-        "tokenizer_kwargs",
-        "return_assistant_tokens_mask",
-        "chat_template",
-    }
-)
 
 
 class TransformersTextModel(TextGenerationModel):
@@ -93,7 +81,7 @@ class TransformersTextModel(TextGenerationModel):
                 f"The model '{self.spec.name}' has no chat template; use /v1/completions with a raw prompt.",
                 param="messages",
             )
-        reserved = sorted(_RESERVED_TEMPLATE_KWARGS.intersection(template_kwargs))
+        reserved = sorted(RESERVED_TEMPLATE_KWARGS.intersection(template_kwargs))
         if reserved:
             raise InvalidRequest(
                 f"chat_template_kwargs may not set {', '.join(reserved)}.", param="chat_template_kwargs"

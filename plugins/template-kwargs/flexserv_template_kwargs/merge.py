@@ -11,27 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from flexserv_core.backends.base import RESERVED_TEMPLATE_KWARGS
 from flexserv_core.errors import InvalidRequest
 
-#: Arguments of ``apply_chat_template`` itself: a request may not set them as
-#: template variables (they would clash with what the backend passes).
-RESERVED_KEYS = frozenset(
-    {
-        "conversation",
-        "messages",
-        "tokenize",
-        "add_generation_prompt",
-        "continue_final_message",
-        "return_dict",
-        "return_tensors",
-        "padding",
-        "truncation",
-        "max_length",
-        "tokenizer_kwargs",
-        "return_assistant_tokens_mask",
-        "chat_template",
-    }
-)
+#: Template variable names a request may not set; one list with the core's
+#: transformers backend (re-exported here under the plugin's historical name).
+RESERVED_KEYS = RESERVED_TEMPLATE_KWARGS
 
 #: Top-level request fields that are shorthands for a template variable.
 SHORTHANDS = ("enable_thinking",)
