@@ -1,5 +1,6 @@
-"""A real model through the built-in transformers backend: a tiny random Llama with
-an in-process trained tokenizer whose chat template branches on ``enable_thinking``.
+"""A real model through the built-in transformers backend: the testing kit's tiny
+random Llama (:func:`build_tiny_llama`) with a chat template of this module's that
+branches on ``enable_thinking``.
 
 The thinking branch adds tokens to the prompt, so ``usage.prompt_tokens`` of each
 response says which branch that request was rendered with.
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from flexserv_core.testing.app import app_client, make_app, openai_client
+from flexserv_core.testing.tiny_models import build_tiny_llama
 
 pytest.importorskip("flexserv_core.backends.transformers.backend")
 pytestmark = pytest.mark.slow
@@ -26,42 +28,14 @@ TEMPLATE = (
 USER = [{"role": "user", "content": "hello"}]
 
 
-def _build_tiny_model(directory: Path) -> Any:
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tok.train_from_iterator(["hello world, let me think step by step: user assistant"] * 10, trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
-    tokenizer.chat_template = TEMPLATE
-    tokenizer.save_pretrained(directory)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(directory)
-    return tokenizer
-
-
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[bool, int]]:
     """The model directory, and the prompt length of each branch as the tokenizer renders it."""
     directory = tmp_path_factory.mktemp("tiny-thinking-llama")
-    tokenizer = _build_tiny_model(directory)
+    build_tiny_llama(directory, chat_template=TEMPLATE)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(directory)
     lengths = {
         flag: len(
             tokenizer.apply_chat_template(
