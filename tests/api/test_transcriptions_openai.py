@@ -15,7 +15,7 @@ import pytest
 import pytest_asyncio
 from litestar import Litestar
 
-from flexserv_core.testing.app import app_client, make_app, openai_client
+from flexserv_core.testing.app import make_app, openai_client, running_app_client
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -38,12 +38,6 @@ def wer(text: str) -> float:
     return float(jiwer.wer(SPOKEN, text, reference_transform=normalise, hypothesis_transform=normalise))
 
 
-async def _serve(app: Litestar, ready: asyncio.Future[Any], stop: asyncio.Event) -> None:
-    async with app_client(app) as client:
-        ready.set_result(client)
-        await stop.wait()
-
-
 @pytest.fixture(scope="module")
 def asr_app() -> Litestar:
     return make_app(["audio", "whisper"])
@@ -51,17 +45,10 @@ def asr_app() -> Litestar:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def asr_client(asr_app: Litestar) -> AsyncIterator[Any]:
-    # the client's lifespan lives in its own task: module-scoped async fixtures are
-    # torn down in another task, which the test client's cancel scopes refuse
-    ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-    stop = asyncio.Event()
-    task = asyncio.create_task(_serve(asr_app, ready, stop))
-    await asyncio.wait({ready, task}, return_when=asyncio.FIRST_COMPLETED)
-    if task.done():
-        task.result()
-    yield ready.result()
-    stop.set()
-    await task
+    # module-scoped async fixtures are torn down in another task than they were set
+    # up in: running_app_client holds the app's lifespan in a task of its own
+    async with running_app_client(asr_app) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")

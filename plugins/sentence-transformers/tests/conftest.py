@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -11,7 +10,7 @@ import pytest_asyncio
 from flexserv_sentence_transformers.plugin import DEFAULT_MODEL_NAME, embedded_model_path
 from litestar import Litestar
 
-from flexserv_core.testing.app import app_client, make_app, openai_client
+from flexserv_core.testing.app import make_app, openai_client, running_app_client
 
 
 @pytest.fixture(scope="module")
@@ -34,26 +33,13 @@ def embed_app(embed_settings: dict[str, Any]) -> Litestar:
     return make_app(["sentence-transformers"], settings=embed_settings)
 
 
-async def _serve(app: Litestar, ready: asyncio.Future[Any], stop: asyncio.Event) -> None:
-    async with app_client(app) as client:
-        ready.set_result(client)
-        await stop.wait()
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def embed_client(embed_app: Litestar) -> AsyncIterator[Any]:
-    """The client's lifespan runs in a task of its own: a module-scoped async
-    generator fixture is set up and torn down in different tasks, which anyio's
-    cancel scopes (used by the test client) do not allow."""
-    ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-    stop = asyncio.Event()
-    task = asyncio.create_task(_serve(embed_app, ready, stop))
-    await asyncio.wait({ready, task}, return_when=asyncio.FIRST_COMPLETED)
-    if task.done():
-        task.result()  # start-up failed: raise its error instead of hanging
-    yield ready.result()
-    stop.set()
-    await task
+    """The client's lifespan runs in a task of its own (:func:`running_app_client`):
+    a module-scoped async generator fixture is set up and torn down in different
+    tasks, which anyio's cancel scopes (used by the test client) do not allow."""
+    async with running_app_client(embed_app) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")
