@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 
 def free_port() -> int:
@@ -58,3 +59,40 @@ def wait_healthy(base_url: str, proc: subprocess.Popen[str], timeout: float = 12
             pass
         time.sleep(0.2)
     raise AssertionError(f"flexserv at {base_url} did not become healthy in {timeout} s")
+
+
+class ServedApp:
+    """uvicorn serving an app on a free loopback port, in a thread of this process.
+
+    For tests that need a real socket (incremental SSE, client disconnects) but want
+    to inspect the app's objects directly::
+
+        with ServedApp(make_app([fake])) as base_url:
+            ...
+    """
+
+    def __init__(self, app: Any, *, start_timeout: float = 30) -> None:
+        import threading
+
+        import uvicorn
+
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="uvicorn", daemon=True)
+        self.start_timeout = start_timeout
+
+    def __enter__(self) -> str:
+        import time
+
+        self.thread.start()
+        deadline = time.monotonic() + self.start_timeout
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.02)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)

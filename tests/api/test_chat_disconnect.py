@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import openai
 import pytest
-import uvicorn
 
 from flexserv_core.testing.app import app_client, make_app
 from flexserv_core.testing.fakes import FakeBackendPlugin, FakeTextModel
+from flexserv_core.testing.process import ServedApp
 
 TOKEN_DELAY = 0.02  # one fake "decode step"
 
@@ -91,32 +90,10 @@ async def test_disconnect_over_asgi_cancels_every_sequence(path: str, body: dict
         assert app.state.flexserv.registry.active_requests == 0
 
 
-class _ThreadedServer:
-    """uvicorn serving an app on a loopback port, in a thread."""
-
-    def __init__(self, app: Any) -> None:
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
-        self.thread = threading.Thread(target=self.server.run, name="uvicorn", daemon=True)
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.02)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}"
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=15)
-
-
 @pytest.fixture
 def served_fake() -> Iterator[tuple[str, FakeBackendPlugin]]:
     fake = FakeBackendPlugin(token_delay=TOKEN_DELAY)
-    with _ThreadedServer(make_app([fake])) as url:
+    with ServedApp(make_app([fake])) as url:
         yield url, fake
 
 
