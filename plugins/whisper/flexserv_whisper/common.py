@@ -1,13 +1,19 @@
-"""What both Whisper backends share: device choice, language checks, one worker thread."""
+"""What both Whisper backends share: device choice, language checks, one worker
+thread per model, the request path of a loaded model and the load error."""
 
 from __future__ import annotations
 
+import abc
 import asyncio
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from flexserv_core.errors import InvalidRequest
+import numpy as np
+
+from flexserv_core.backends.base import Transcription, TranscriptionModel
+from flexserv_core.errors import InvalidRequest, ModelLoadError
+from flexserv_core.models.spec import ModelSpec
 
 T = TypeVar("T")
 
@@ -57,3 +63,45 @@ class SerialWorker:
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+class SerialWhisperModel(TranscriptionModel):
+    """A loaded Whisper model that decodes on a :class:`SerialWorker` of its own.
+
+    Subclasses set ``backend_name`` and ``multilingual`` and implement :meth:`_run`,
+    the blocking decode of one request (called on the worker thread).
+    """
+
+    backend_name: ClassVar[str]
+    multilingual: bool
+
+    def __init__(self, spec: ModelSpec, *, device: str, dtype: str | None, worker_name: str) -> None:
+        super().__init__(spec, device=device, dtype=dtype)
+        self._languages = whisper_languages()
+        self._worker = SerialWorker(worker_name)
+
+    async def transcribe(
+        self, audio: Any, *, language: str | None = None, prompt: str | None = None, temperature: float = 0.0
+    ) -> Transcription:
+        code = check_language(language, multilingual=self.multilingual, languages=self._languages)
+        samples = np.asarray(audio, dtype=np.float32)
+        return await self._worker.run(lambda: self._run(samples, code, prompt, temperature))
+
+    @abc.abstractmethod
+    def _run(self, audio: np.ndarray, language: str | None, prompt: str | None, temperature: float) -> Transcription:
+        """Decode ``audio`` (float32 at ``sampling_rate``); ``language`` is an ISO
+        code, or ``None`` to detect it."""
+
+    def unload(self) -> None:
+        """Stop the worker; subclasses then drop their weights."""
+        self._worker.close()
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "backend": self.backend_name, "multilingual": self.multilingual}
+
+
+def load_error(spec: ModelSpec, library: str, exc: Exception) -> ModelLoadError:
+    """The error a backend raises when ``library`` could not load ``spec``."""
+    return ModelLoadError(
+        f"Could not load Whisper model '{spec.name}' from {spec.source!r} with {library}: {type(exc).__name__}: {exc}"
+    )

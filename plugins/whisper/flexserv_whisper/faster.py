@@ -7,17 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from flexserv_core.backends.base import (
-    Backend,
-    LoadedModel,
-    ProgressCallback,
-    Transcription,
-    TranscriptionModel,
-    TranscriptionSegment,
-)
-from flexserv_core.errors import ModelLoadError
+from flexserv_core.backends.base import Backend, LoadedModel, ProgressCallback, Transcription, TranscriptionSegment
 from flexserv_core.models.spec import ModelKind, ModelSpec
-from flexserv_whisper.common import SerialWorker, check_language, pick_device, whisper_languages
+from flexserv_whisper.common import SerialWhisperModel, load_error, pick_device
 from flexserv_whisper.settings import WhisperSettings
 
 #: Model sizes faster-whisper downloads by name (when Hub access is allowed).
@@ -45,21 +37,14 @@ def is_ctranslate2_dir(source: str) -> bool:
     return path.is_dir() and (path / "model.bin").is_file()
 
 
-class FasterWhisperModel(TranscriptionModel):
+class FasterWhisperModel(SerialWhisperModel):
+    backend_name = "faster-whisper"
+
     def __init__(self, spec: ModelSpec, model: Any, *, device: str, compute_type: str, beam_size: int) -> None:
-        super().__init__(spec, device=device, dtype=compute_type)
+        super().__init__(spec, device=device, dtype=compute_type, worker_name=f"whisper-{spec.name}")
         self._model = model
         self.beam_size = beam_size
         self.multilingual = bool(model.model.is_multilingual)
-        self._languages = whisper_languages()
-        self._worker = SerialWorker(f"whisper-{spec.name}")
-
-    async def transcribe(
-        self, audio: Any, *, language: str | None = None, prompt: str | None = None, temperature: float = 0.0
-    ) -> Transcription:
-        code = check_language(language, multilingual=self.multilingual, languages=self._languages)
-        samples = np.asarray(audio, dtype=np.float32)
-        return await self._worker.run(lambda: self._run(samples, code, prompt, temperature))
 
     def _run(self, audio: np.ndarray, language: str | None, prompt: str | None, temperature: float) -> Transcription:
         # temperature 0 means what it means at OpenAI: start greedy, fall back to
@@ -98,11 +83,8 @@ class FasterWhisperModel(TranscriptionModel):
         )
 
     def unload(self) -> None:
-        self._worker.close()
+        super().unload()
         del self._model
-
-    def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "backend": "faster-whisper", "multilingual": self.multilingual}
 
 
 class FasterWhisperBackend(Backend):
@@ -132,9 +114,7 @@ class FasterWhisperBackend(Backend):
                 spec.source, device=device, compute_type=compute_type, cpu_threads=self.settings.whisper_cpu_threads
             )
         except Exception as exc:
-            raise ModelLoadError(
-                f"Could not load Whisper model '{spec.name}' from {spec.source!r} with faster-whisper: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise load_error(spec, "faster-whisper", exc) from exc
         return FasterWhisperModel(
             spec, model, device=device, compute_type=compute_type, beam_size=self.settings.whisper_beam_size
         )

@@ -6,40 +6,27 @@ from typing import Any
 
 import numpy as np
 
-from flexserv_core.backends.base import (
-    Backend,
-    LoadedModel,
-    ProgressCallback,
-    Transcription,
-    TranscriptionModel,
-    TranscriptionSegment,
-)
+from flexserv_core.backends.base import Backend, LoadedModel, ProgressCallback, Transcription, TranscriptionSegment
 from flexserv_core.errors import ModelLoadError
 from flexserv_core.models.spec import ModelKind, ModelSpec
-from flexserv_whisper.common import SerialWorker, check_language, pick_device, whisper_languages
+from flexserv_whisper.common import SerialWhisperModel, load_error, pick_device
 from flexserv_whisper.settings import WhisperSettings
 
 #: Whisper attends to 30 s windows; longer audio is decoded window by window.
 WINDOW_SECONDS = 30.0
 
 
-class TransformersWhisperModel(TranscriptionModel):
+class TransformersWhisperModel(SerialWhisperModel):
+    backend_name = "transformers-whisper"
+
     def __init__(self, spec: ModelSpec, pipe: Any, *, device: str) -> None:
-        super().__init__(spec, device=device, dtype=str(pipe.model.dtype).removeprefix("torch."))
+        dtype = str(pipe.model.dtype).removeprefix("torch.")
+        super().__init__(spec, device=device, dtype=dtype, worker_name=f"whisper-hf-{spec.name}")
         self._pipe = pipe
         generation = pipe.model.generation_config
         self.multilingual = bool(getattr(generation, "is_multilingual", False))
         self.timestamps = getattr(generation, "no_timestamps_token_id", None) is not None
         self.sampling_rate = int(pipe.feature_extractor.sampling_rate)
-        self._languages = whisper_languages()
-        self._worker = SerialWorker(f"whisper-hf-{spec.name}")
-
-    async def transcribe(
-        self, audio: Any, *, language: str | None = None, prompt: str | None = None, temperature: float = 0.0
-    ) -> Transcription:
-        code = check_language(language, multilingual=self.multilingual, languages=self._languages)
-        samples = np.asarray(audio, dtype=np.float32)
-        return await self._worker.run(lambda: self._run(samples, code, prompt, temperature))
 
     def _run(self, audio: np.ndarray, language: str | None, prompt: str | None, temperature: float) -> Transcription:
         generate: dict[str, Any] = {"task": "transcribe"} if self.multilingual else {}
@@ -75,11 +62,8 @@ class TransformersWhisperModel(TranscriptionModel):
         )
 
     def unload(self) -> None:
-        self._worker.close()
+        super().unload()
         del self._pipe
-
-    def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "backend": "transformers-whisper", "multilingual": self.multilingual}
 
 
 class TransformersWhisperBackend(Backend):
@@ -103,9 +87,7 @@ class TransformersWhisperBackend(Backend):
                 "automatic-speech-recognition", model=spec.source, device=device, dtype=dtype, trust_remote_code=False
             )
         except Exception as exc:
-            raise ModelLoadError(
-                f"Could not load Whisper model '{spec.name}' from {spec.source!r} with transformers: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise load_error(spec, "transformers", exc) from exc
         if getattr(pipe.model.config, "model_type", None) != "whisper":
             raise ModelLoadError(
                 f"Model '{spec.name}' ({spec.source}) is a {pipe.model.config.model_type!r} model, not Whisper; the transformers-whisper backend serves Whisper checkpoints only."
