@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import pytest
-
 from flexserv_core.hookspecs import hookimpl
 from flexserv_core.models.spec import ModelKind, ModelSpec
 from flexserv_core.testing.app import app_client, make_app, openai_client
@@ -15,16 +13,6 @@ from flexserv_core.testing.fakes import FAKE_SCRIPT, FakeBackendPlugin, FakeText
 USER = [{"role": "user", "content": "hi"}]
 # What FakeTextModel.render_chat makes of USER: "user: hi\nassistant: ", one token per character.
 USER_PROMPT_TOKENS = len("user: hi\nassistant: ")
-
-
-@pytest.fixture
-def fake() -> FakeBackendPlugin:
-    return FakeBackendPlugin()
-
-
-@pytest.fixture
-def flexserv_plugins(fake: FakeBackendPlugin) -> list[object]:
-    return [fake]
 
 
 def model_of(fake: FakeBackendPlugin) -> FakeTextModel:

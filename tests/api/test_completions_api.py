@@ -4,19 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from flexserv_core.testing.fakes import FAKE_SCRIPT, FakeBackendPlugin
-
-
-@pytest.fixture
-def fake() -> FakeBackendPlugin:
-    return FakeBackendPlugin()
-
-
-@pytest.fixture
-def flexserv_plugins(fake: FakeBackendPlugin) -> list[object]:
-    return [fake]
 
 
 async def test_string_prompt(flexserv_openai: Any) -> None:

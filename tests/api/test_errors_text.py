@@ -15,16 +15,6 @@ COMPLETIONS = "/v1/completions"
 USER = [{"role": "user", "content": "hi"}]
 
 
-@pytest.fixture
-def fake() -> FakeBackendPlugin:
-    return FakeBackendPlugin()
-
-
-@pytest.fixture
-def flexserv_plugins(fake: FakeBackendPlugin) -> list[object]:
-    return [fake]
-
-
 def assert_error(r: Any, status: int, *, param: str | None = None, code: str | None = None) -> dict[str, Any]:
     assert r.status_code == status, r.text
     error = r.json()["error"]
