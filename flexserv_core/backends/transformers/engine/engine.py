@@ -166,6 +166,7 @@ class PagedEngine:
             "mean_step_ms": 1000 * self._step_time / self._steps if self._steps else 0.0,
             "tokens_generated": self._tokens_out,
             "preemptions": self.scheduler.preemptions,
+            "peak_running": self.scheduler.peak_running,
             "kv_cache": {
                 "block_size": blocks.block_size,
                 "total_blocks": blocks.total_blocks,
@@ -253,10 +254,10 @@ class PagedEngine:
         elif seq.num_generated >= seq.params.max_tokens or len(seq.tokens) >= seq.max_total_tokens:
             finish = "length"
         pick.finish_reason = finish
-        seq.emit(pick)
-        if finish is not None:
+        if finish is not None:  # free first, so a client that saw its last token sees the blocks freed
             self.scheduler.finish(seq)
             self._done(seq)
+        seq.emit(pick)
 
     def _fail_all(self, message: str) -> None:
         with self._wake:

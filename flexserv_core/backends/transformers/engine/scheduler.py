@@ -45,6 +45,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.preemptions = 0
+        self.peak_running = 0
         #: Blocks handed out since the runner last cleared them (see ``PagedKVCache.clear_blocks``).
         self.fresh_blocks: list[int] = []
 
@@ -124,6 +125,7 @@ class Scheduler:
                 seq.num_computed = seq.num_registered = len(seq.blocks) * bs
             seq.prefix_checked = True
             self.running.append(seq)
+            self.peak_running = max(self.peak_running, len(self.running))
             pending = None
 
     # --- the plan ---------------------------------------------------------------------
