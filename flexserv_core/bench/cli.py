@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 from collections.abc import Callable
-from typing import TextIO
+from pathlib import Path
+from typing import Any, TextIO
 
 import httpx
 
@@ -64,6 +66,16 @@ def _positive_float(value: str) -> float:
     return number
 
 
+def _json_object(value: str) -> dict[str, Any]:
+    try:
+        data = json.loads(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object")
+    return data
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", default="http://127.0.0.1:8000", help="Server base URL (default: %(default)s).")
     parser.add_argument("--model", help="Model name to request (default: the first of GET /v1/models).")
@@ -109,6 +121,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Count output tokens by re-tokenising the streamed text with this local transformers tokenizer "
         "(a directory), instead of trusting the server's usage.",
     )
+    parser.add_argument(
+        "--extra-body",
+        type=_json_object,
+        default={},
+        metavar="JSON",
+        help="Extra fields for every request body, e.g. '{\"repeat_penalty\": 1.0}' (cannot override the bench's own).",
+    )
+    parser.add_argument(
+        "--responses",
+        metavar="FILE",
+        help="Also write every measured request as a JSONL line (level, index, prompt, text, tokens, error).",
+    )
     parser.add_argument("--json", action="store_true", help="Print the report as JSON on stdout.")
     parser.add_argument("--quiet", action="store_true", help="No progress line on stderr.")
 
@@ -153,11 +177,13 @@ async def bench(args: argparse.Namespace, progress: TextIO | None) -> BenchRepor
         temperature=args.temperature,
         system_prompt=shared_prefix(args.shared_prefix_tokens),
         timeout=args.timeout,
+        extra_body=args.extra_body,
     )
     common = {"api_key": args.api_key, "progress_stream": None, "count_tokens": count_tokens}
     for i in range(args.warmup):
         await run_level(url, spec, [prompts[i % len(prompts)]], concurrency=1, requests=1, **common)
     levels = []
+    records: list[dict[str, Any]] = []
     for concurrency in args.concurrency:
         results, duration = await run_level(
             url,
@@ -168,6 +194,21 @@ async def bench(args: argparse.Namespace, progress: TextIO | None) -> BenchRepor
             **{**common, "progress_stream": progress},
         )
         levels.append(summarise(concurrency, results, duration))
+        records += [
+            {
+                "concurrency": concurrency,
+                "index": i,
+                "prompt": prompts[i % len(prompts)],
+                "text": r.text,
+                "output_tokens": r.output_tokens,
+                "ttft_s": r.ttft,
+                "e2e_s": r.e2e,
+                "error": None if r.ok else f"{r.error_kind}: {r.error_message}",
+            }
+            for i, r in enumerate(results)
+        ]
+    if args.responses:
+        _write_jsonl(Path(args.responses), records)
     config = BenchConfig(
         url=url,
         model=model,
@@ -183,6 +224,13 @@ async def bench(args: argparse.Namespace, progress: TextIO | None) -> BenchRepor
         token_count=f"tokenizer:{args.tokenizer}" if args.tokenizer else "usage",
     )
     return BenchReport(schema_version=SCHEMA_VERSION, config=config, levels=levels)
+
+
+def _write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
+    try:
+        path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    except OSError as exc:
+        raise BenchUsageError(f"cannot write {path}: {exc}") from exc
 
 
 def run(args: argparse.Namespace) -> int:

@@ -33,6 +33,9 @@ class RequestSpec:
     temperature: float = 0.0
     system_prompt: str = ""
     timeout: float = 300.0
+    #: Extra top-level body fields (e.g. a peer's ``repeat_penalty``); they cannot
+    #: replace the fields the benchmark itself sets.
+    extra_body: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -57,6 +60,7 @@ class RequestResult:
 
 def request_body(spec: RequestSpec, prompt: str) -> dict[str, Any]:
     body: dict[str, Any] = {
+        **spec.extra_body,
         "model": spec.model,
         "max_tokens": spec.max_tokens,
         "temperature": spec.temperature,

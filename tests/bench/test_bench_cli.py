@@ -171,3 +171,28 @@ def test_process_progress_on_stderr_json_on_stdout(served: Served) -> None:
     )
     assert text.returncode == 0 and text.stderr == ""
     assert "TTFT p50" in text.stdout and "fake-model" in text.stdout
+
+
+def test_extra_body_and_responses_file(served: Served, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "responses.jsonl"
+    calls_before = len(served.fake.backend.models[0].params_log) if served.fake.backend.models else 0
+    code, report, _ = _bench(
+        capsys,
+        *("--url", served.url, "--requests", "3", "--max-tokens", "7", "--warmup", "0", "--quiet"),
+        *("--extra-body", '{"seed": 1234, "max_tokens": 999}', "--responses", str(out)),
+    )
+    assert code == 0 and report is not None
+    new_calls = served.fake.backend.models[0].params_log[calls_before:]
+    assert [(p.seed, p.max_tokens) for p in new_calls] == [(1234, 7)] * 3  # the bench's own fields win
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["index"] for r in records] == [0, 1, 2]
+    assert {r["text"] for r in records} == {FAKE_SCRIPT[:7]}
+    assert all(r["error"] is None and r["output_tokens"] == 7 and r["ttft_s"] < r["e2e_s"] for r in records)
+    assert records[1]["prompt"] != records[0]["prompt"]
+
+
+@pytest.mark.parametrize("value", ["[1]", "{not json"])
+def test_bad_extra_body_is_a_usage_error(capsys: pytest.CaptureFixture[str], value: str) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["bench", "--extra-body", value])
+    assert info.value.code == 2 and "--extra-body" in capsys.readouterr().err
