@@ -61,6 +61,19 @@ def wait_healthy(base_url: str, proc: subprocess.Popen[str], timeout: float = 12
     raise AssertionError(f"flexserv at {base_url} did not become healthy in {timeout} s")
 
 
+def stop_process(proc: subprocess.Popen[str], timeout: float = 30) -> None:
+    """End a server started by a test: SIGTERM (a graceful shutdown), then kill it
+    if it has not exited within ``timeout`` seconds."""
+    import signal
+
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 class ServedApp:
     """uvicorn serving an app on a free loopback port, in a thread of this process.
 

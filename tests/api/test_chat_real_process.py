@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -14,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from flexserv_core.testing.process import flexserv_cmd, free_port, wait_healthy
+from flexserv_core.testing.process import flexserv_cmd, free_port, stop_process, wait_healthy
 
 pytestmark = pytest.mark.slow
 
@@ -41,12 +40,7 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         wait_healthy(url, proc, timeout=300)
         yield url
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 async def test_sdk_over_loopback_streaming_and_not(server_url: str) -> None:

@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shlex
-import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +15,7 @@ import httpx
 import openai
 import pytest
 
-from flexserv_core.testing.process import flexserv_cmd, free_port, wait_healthy
+from flexserv_core.testing.process import flexserv_cmd, free_port, stop_process, wait_healthy
 
 pytestmark = pytest.mark.slow
 
@@ -38,12 +37,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         wait_healthy(base, proc)
         yield base
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 def readme_curl_body() -> tuple[str, dict]:
