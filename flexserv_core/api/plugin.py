@@ -18,4 +18,10 @@ def flexserv_add_settings() -> list[type[msgspec.Struct]]:
 
 @hookimpl
 def flexserv_register_routes(server: FlexServer) -> list[Any]:
-    return [*models_routes.ROUTES, *chat.ROUTES, *completions.ROUTES, *embeddings.ROUTES, *transcriptions.routes(server)]
+    return [
+        *models_routes.ROUTES,
+        *chat.ROUTES,
+        *completions.ROUTES,
+        *embeddings.ROUTES,
+        *transcriptions.routes(server),
+    ]
