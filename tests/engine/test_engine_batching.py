@@ -126,14 +126,14 @@ async def test_block_exhaustion_waits_or_preempts(model_tok):
     prompts = [chat_prompt(tok, f"Describe {t} in detail.") for t in TOPICS[:6]]
     longest = max(len(p) for p in prompts) + 16
     blocks = -(-longest // 16) + 2  # room for one sequence and a bit: the others must wait or be preempted
-    small = make_engine(model, tok, kv_cache_blocks=blocks, max_batch_size=6)
+    small = make_engine(model, tok, kv_cache_blocks=blocks, max_batch_size=6, prefix_caching=False)
     try:
         solo = [await greedy(small, p, 16) for p in prompts]
         together = await greedy_all(small, prompts, 16)
         stats = small.stats()
         assert stats["kv_cache"]["used_blocks"] == 0
-        # Never more than two sequences fit at once: the rest waited or were preempted.
-        assert stats["peak_running"] < len(prompts)
+        # Two sequences at most fit at once: the rest waited for blocks or were preempted.
+        assert stats["preemptions"] > 0 or stats["peak_running"] < len(prompts)
     finally:
         small.close()
     for p, a, b in zip(prompts, solo, together, strict=True):
