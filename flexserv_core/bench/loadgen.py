@@ -34,14 +34,20 @@ class Progress:
     done: int = 0
     tokens: int = 0
     errors: int = 0
+    _shown: str = ""
 
     def line(self) -> str:
         return f"c={self.concurrency} {self.done}/{self.total} requests, {self.tokens} tokens, {self.errors} errors"
 
     def show(self, final: bool = False) -> None:
+        """Redraw the line if it changed (always for the final one)."""
         if self.stream is None:
             return
-        self.stream.write("\r" + self.line() + ("\n" if final else ""))
+        line = self.line()
+        if line == self._shown and not final:
+            return
+        self._shown = line
+        self.stream.write("\r" + line + ("\n" if final else ""))
         self.stream.flush()
 
     def token(self) -> None:
@@ -105,7 +111,8 @@ async def run_level(
         trust_env=False,
         follow_redirects=False,
     ) as client:
-        refresher = asyncio.create_task(_refresh(progress, refresh_interval))
+        interactive = progress_stream is not None and progress_stream.isatty()
+        refresher = asyncio.create_task(_refresh(progress, refresh_interval if interactive else 5 * refresh_interval))
         started = time.perf_counter()
         try:
             await asyncio.gather(*(client_task(client) for _ in range(workers)))
