@@ -72,6 +72,7 @@ class PeerResult:
     rss_idle: int | None = None
     rss_peak: dict[str, int] = field(default_factory=dict)  # phase -> peak bytes
     startup_s: float | None = None
+    load_avg: list[float] = field(default_factory=list)  # 1-minute load average after each level
     responses: dict[tuple[int, int], str] = field(default_factory=dict)
 
 
@@ -273,6 +274,7 @@ def run_peer(args: argparse.Namespace, peer: Peer, out_dir: Path) -> PeerResult:
                 args, peer, url, concurrency, requests, args.max_tokens, out_dir / f"{peer.name}-c{concurrency}.jsonl"
             )
             result.levels[concurrency] = level
+            result.load_avg.append(os.getloadavg()[0])
             result.responses.update({(concurrency, r["index"]): r["text"] for r in records if r["error"] is None})
             print(
                 f"[{peer.name}] c={concurrency}: {level['output_tokens_per_s']:.1f} tok/s, "
@@ -312,7 +314,7 @@ def markdown(results: list[PeerResult], args: argparse.Namespace, baseline: str)
     head = ["server"]
     for c in levels:
         head += [f"c={c} tok/s", f"c={c} TTFT p50", f"c={c} TTFT p95"]
-    head += [f"c={top} E2E p95", "idle RSS", f"peak RSS at c={top}", f"same text as {baseline}", "status"]
+    head += [f"c={top} E2E p95", "idle RSS", f"peak RSS at c={top}", f"same text as {baseline}", "load avg", "status"]
     rows = [head, ["---"] * len(head)]
     base = next((r for r in results if r.name == baseline), None)
     for r in results:
@@ -326,7 +328,7 @@ def markdown(results: list[PeerResult], args: argparse.Namespace, baseline: str)
             )
         last = r.levels.get(top)
         row += [_s(last["e2e_s"]["p95"]) if last else "-", _gb(r.rss_idle), _gb(r.rss_peak.get(f"c={top}"))]
-        row += [_same(r, base), r.status]
+        row += [_same(r, base), "/".join(f"{x:.1f}" for x in r.load_avg) or "-", r.status]
         rows.append(row)
     lines = ["| " + " | ".join(row) + " |" for row in rows]
     if base is not None and base.levels:
@@ -432,6 +434,7 @@ def main() -> int:
             "rss_idle": r.rss_idle,
             "rss_peak": r.rss_peak,
             "startup_s": r.startup_s,
+            "load_avg": r.load_avg,
         }
         for r in results
     ]
