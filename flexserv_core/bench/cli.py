@@ -87,37 +87,58 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Concurrent clients; a comma list runs each level in turn (default: 1).",
     )
     parser.add_argument(
-        "--requests", type=_bounded_int(1, MAX_REQUESTS), default=20, help="Requests per level (default: 20)."
+        "--requests",
+        type=_bounded_int(1, MAX_REQUESTS),
+        default=20,
+        metavar="N",
+        help="Requests per level (default: 20).",
     )
     parser.add_argument(
-        "--max-tokens", type=_bounded_int(1, 1_000_000), default=64, help="max_tokens per request (default: 64)."
+        "--max-tokens",
+        type=_bounded_int(1, 1_000_000),
+        default=64,
+        metavar="N",
+        help="max_tokens per request (default: 64).",
     )
     parser.add_argument(
         "--shared-prefix-tokens",
         type=_bounded_int(0, 1_000_000),
         default=0,
+        metavar="N",
         help="Prepend a deterministic system prompt of about N tokens, the same for every request (default: 0).",
     )
     parser.add_argument(
         "--dataset",
+        metavar="FILE",
         help=f"JSONL of prompts: objects with 'prompt', or JSON strings (default: built-in {BUILTIN_DATASET}).",
     )
     parser.add_argument("--endpoint", choices=("chat", "completions"), default="chat", help="API to load.")
-    parser.add_argument("--temperature", type=float, default=0.0, help="Sampling temperature (default: 0, greedy).")
     parser.add_argument(
-        "--timeout", type=_positive_float, default=300.0, help="Seconds one request may take (default: 300)."
+        "--temperature", type=float, default=0.0, metavar="T", help="Sampling temperature (default: 0, greedy)."
     )
     parser.add_argument(
-        "--api-key", default=os.environ.get("FLEXSERV_API_KEY"), help="Bearer token [env FLEXSERV_API_KEY]."
+        "--timeout",
+        type=_positive_float,
+        default=300.0,
+        metavar="SECONDS",
+        help="Seconds one request may take (default: 300).",
+    )
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("FLEXSERV_API_KEY"),
+        metavar="KEY",
+        help="Bearer token [env FLEXSERV_API_KEY].",
     )
     parser.add_argument(
         "--warmup",
         type=_bounded_int(0, 1000),
         default=1,
+        metavar="N",
         help="Unmeasured requests sent first, one at a time, so that model loading is not measured (default: 1).",
     )
     parser.add_argument(
         "--tokenizer",
+        metavar="DIR",
         help="Count output tokens by re-tokenising the streamed text with this local transformers tokenizer "
         "(a directory), instead of trusting the server's usage.",
     )
