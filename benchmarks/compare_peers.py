@@ -366,6 +366,35 @@ def _same(result: PeerResult, base: PeerResult | None) -> str:
 # --- main -------------------------------------------------------------------------------------------------
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def write_results(results: list[PeerResult], args: argparse.Namespace, out_dir: Path, load_before: float) -> str:
+    """Write results.md and results.json under ``out_dir``; return the markdown."""
+    header = (
+        f"{dt.datetime.now():%Y-%m-%d %H:%M}, {os.cpu_count()} CPUs, 1-minute load average before the run "
+        f"{load_before:.1f}; levels {', '.join(f'c={c} x{n}' for c, n in args.levels)}; "
+        f"max_tokens {args.max_tokens}; shared prefix ~{args.shared_prefix_tokens} tokens; dtype {args.dtype}"
+    )
+    text = header + "\n\n" + markdown(results, args, args.baseline) + "\n"
+    (out_dir / "results.md").write_text(text)
+    raw = [
+        {
+            "name": r.name,
+            "status": r.status,
+            "levels": r.levels,
+            "rss_idle": r.rss_idle,
+            "rss_peak": r.rss_peak,
+            "startup_s": r.startup_s,
+            "load_avg": r.load_avg,
+        }
+        for r in results
+    ]
+    (out_dir / "results.json").write_text(json.dumps(raw, indent=2))
+    return text
+
+
 def levels_arg(value: str) -> list[tuple[int, int]]:
     """``"1:5,20:20"`` -> ``[(1, 5), (20, 20)]`` (concurrency:requests)."""
     try:
@@ -415,32 +444,19 @@ def main() -> int:
     out_dir = args.out_dir / stamp
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    results = []
-    for peer in build_peers(args, Path(gguf), checkpoint):
-        results.append(run_peer(args, peer, out_dir))
-        print(f"[{peer.name}] {results[-1].status}", file=sys.stderr)
-    table = markdown(results, args, args.baseline)
-    header = (
-        f"{dt.datetime.now():%Y-%m-%d %H:%M}, {os.cpu_count()} CPUs, load average before the run "
-        f"{os.getloadavg()[0]:.1f}; levels {', '.join(f'c={c} x{n}' for c, n in args.levels)}; "
-        f"max_tokens {args.max_tokens}; shared prefix ~{args.shared_prefix_tokens} tokens; dtype {args.dtype}"
-    )
-    (out_dir / "results.md").write_text(header + "\n\n" + table + "\n")
-    raw = [
-        {
-            "name": r.name,
-            "status": r.status,
-            "levels": r.levels,
-            "rss_idle": r.rss_idle,
-            "rss_peak": r.rss_peak,
-            "startup_s": r.startup_s,
-            "load_avg": r.load_avg,
-        }
-        for r in results
-    ]
-    (out_dir / "results.json").write_text(json.dumps(raw, indent=2))
-    print(header + "\n\n" + table)
-    print(f"\n(written to {out_dir})", file=sys.stderr)
+    # SIGTERM unwinds like Ctrl-C, so the running server is stopped, not orphaned.
+    signal.signal(signal.SIGTERM, _interrupt)
+    load_before = os.getloadavg()[0]
+    results: list[PeerResult] = []
+    try:
+        for peer in build_peers(args, Path(gguf), checkpoint):
+            results.append(run_peer(args, peer, out_dir))
+            print(f"[{peer.name}] {results[-1].status}", file=sys.stderr)
+            write_results(results, args, out_dir, load_before)  # after each peer: an interrupted run keeps its rows
+    except KeyboardInterrupt:
+        print("interrupted: the table holds the servers measured so far", file=sys.stderr)
+    print(write_results(results, args, out_dir, load_before))
+    print(f"(written to {out_dir})", file=sys.stderr)
     return 0
 
 
