@@ -132,8 +132,10 @@ def paged_attention_forward(
         # the "query length" axis, so SDPA needs no repeated keys (GQA without copies).
         q = q.transpose(0, 1).reshape(batch, kv_heads, n_rep, head_dim)
         length = step.decode_blocks.shape[1] * bs
-        k = k_blocks[step.decode_blocks].view(batch, length, kv_heads, head_dim).transpose(1, 2)
-        v = v_blocks[step.decode_blocks].view(batch, length, kv_heads, head_dim).transpose(1, 2)
+        # index_select, not k_blocks[table]: advanced indexing costs ~1000x more here (torch 2.13 CPU).
+        flat_table = step.decode_blocks.view(-1)
+        k = k_blocks.index_select(0, flat_table).view(batch, length, kv_heads, head_dim).transpose(1, 2)
+        v = v_blocks.index_select(0, flat_table).view(batch, length, kv_heads, head_dim).transpose(1, 2)
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=step.decode_mask, scale=scaling)  # [B, kvH, n_rep, D]
         o = o.reshape(batch, heads, head_dim)
         if step.decode_is_whole_row:
@@ -145,8 +147,8 @@ def paged_attention_forward(
         s, n, ctx = chunk.q_start, chunk.q_len, chunk.ctx_len
         q = query[:, :, s : s + n, :]
         length = chunk.blocks.shape[0] * bs
-        k = k_blocks[chunk.blocks].view(1, length, kv_heads, head_dim)[:, :ctx].transpose(1, 2)
-        v = v_blocks[chunk.blocks].view(1, length, kv_heads, head_dim)[:, :ctx].transpose(1, 2)
+        k = k_blocks.index_select(0, chunk.blocks).view(1, length, kv_heads, head_dim)[:, :ctx].transpose(1, 2)
+        v = v_blocks.index_select(0, chunk.blocks).view(1, length, kv_heads, head_dim)[:, :ctx].transpose(1, 2)
         if n_rep > 1:
             k = k.repeat_interleave(n_rep, dim=1)
             v = v.repeat_interleave(n_rep, dim=1)
