@@ -122,7 +122,8 @@ class Scheduler:
             self.waiting.popleft()
             if self.blocks.enable_prefix_caching:
                 seq.blocks = self.blocks.match_prefix(seq.block_keys[:skippable])
-                seq.num_computed = seq.num_registered = len(seq.blocks) * bs
+                seq.num_registered = len(seq.blocks)  # counted in blocks
+                seq.num_computed = len(seq.blocks) * bs
             seq.prefix_checked = True
             self.running.append(seq)
             self.peak_running = max(self.peak_running, len(self.running))
