@@ -29,7 +29,7 @@ def engine_name(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def engine_model(tiny) -> EngineModel:
-    return tiny.engine._em
+    return tiny.engine_model
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import pytest
 
 from flexserv_core.backends.transformers import loading
 from flexserv_core.backends.transformers.backend import EMBEDDED_MODEL_NAME, embedded_gguf, embedded_spec
+from flexserv_core.backends.transformers.engine_api import DEFAULT_ENGINE
 from flexserv_core.backends.transformers.settings import TransformersSettings, resolve_dtype
 from flexserv_core.errors import ModelLoadError, UsageError
 from flexserv_core.models.spec import ModelKind, ModelSpec
@@ -204,7 +205,7 @@ def test_settings_from_environment():
     ts = s.get(TransformersSettings)
     assert ts.device == "cpu" and ts.dtype == "float32"
     assert ts.trust_remote_code is False  # command line only
-    assert s.get(TransformersSettings).engine == "simple"
+    assert s.get(TransformersSettings).engine == DEFAULT_ENGINE == "paged"
 
 
 def test_auto_dtype_on_cpu():

@@ -21,13 +21,13 @@ CHATS = [
 
 
 def reference_greedy(model, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
-    hf = model.engine._em.model
+    hf = model.engine_model.model
     with torch.inference_mode():
         out = hf.generate(
             torch.tensor([prompt_ids], device=hf.device),
             do_sample=False,
             max_new_tokens=max_new_tokens,
-            pad_token_id=model.engine._em.pad_token_id,
+            pad_token_id=model.engine_model.pad_token_id,
         )
     return out[0, len(prompt_ids) :].tolist()
 
@@ -123,7 +123,7 @@ async def test_logprobs_valid_and_consistent(smollm, collect):
     ids = smollm.render_chat(CHATS[1], {})
     deltas = await collect(smollm, ids, max_tokens=10, temperature=0, logprobs=True, top_logprobs=5)
     generated = [d.token_id for d in deltas]
-    hf = smollm.engine._em.model
+    hf = smollm.engine_model.model
     with torch.inference_mode():  # the model's own distribution at each generated position
         logits = hf(torch.tensor([ids + generated], device=hf.device)).logits[0, len(ids) - 1 : -1].float()
     expected = logits.log_softmax(-1)

@@ -160,7 +160,7 @@ ENGINES: dict[str, EngineEntry] = {
     ),
 }
 #: The engine used when ``--engine`` is not given.
-DEFAULT_ENGINE = "simple"
+DEFAULT_ENGINE = "paged"
 
 
 def _import(target: str) -> Any:

@@ -70,6 +70,8 @@ class TransformersTextModel(TextGenerationModel):
             pad_token_id=int(pad),
             name=spec.name,
         )
+        #: What the engine runs (the HF model, EOS ids, pad id): public for tools and tests.
+        self.engine_model = engine_model
         self.engine: Engine = load_engine_factory(engine)(engine_model, settings)
         self._model: PreTrainedModel | None = model
 
