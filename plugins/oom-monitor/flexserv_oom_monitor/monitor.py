@@ -188,6 +188,8 @@ class OomMonitor:
             for info in targets:
                 await self._evict(info, breach, reading, active)
                 evicted.append(info.model_id)
+            # Visible in /health as soon as models are evicted, not only after the settle wait.
+            self.last_eviction = self._record(started, breach, evicted, active, after=None)
             reading = await self._settle()
             breach = reading.breach(self.settings)
             if self.settings.oom_eviction == "all":
@@ -200,21 +202,32 @@ class OomMonitor:
             )  # fmt: skip
         if not evicted:
             return None
-        eviction = Eviction(
+        eviction = self._record(started, (resource, value, threshold), evicted, active, after=reading)
+        self.evictions += 1
+        self.last_eviction = eviction
+        log.warning("OOM monitor evicted %d model(s) %s; now %s", len(evicted), evicted, reading.describe())
+        return eviction
+
+    def _record(
+        self,
+        started: Reading,
+        breach: tuple[Resource, float, float],
+        evicted: list[str],
+        active: dict[str, int],
+        after: Reading | None,
+    ) -> Eviction:
+        resource, value, threshold = breach
+        return Eviction(
             time=started.time,
             reason=f"{resource.upper()} use {value:.1f}% >= threshold {threshold:g}%",
             resource=resource,
             threshold=threshold,
             reading=started,
-            models=evicted,
-            active_requests=active,
+            models=list(evicted),
+            active_requests=dict(active),
             policy=self.settings.oom_eviction,
-            after=reading,
+            after=after,
         )
-        self.evictions += 1
-        self.last_eviction = eviction
-        log.warning("OOM monitor evicted %d model(s) %s; now %s", len(evicted), evicted, reading.describe())
-        return eviction
 
     def _targets(self, loaded: list[ModelInfo]) -> list[ModelInfo]:
         """``loaded`` is least recently used first; idle models go before busy ones."""
