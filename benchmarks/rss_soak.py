@@ -1,0 +1,82 @@
+"""Does FlexServ's memory grow with traffic? RSS after a warm-up vs after N more requests.
+
+Starts ``flexserv run`` (the embedded model unless ``--flexserv-args`` says
+otherwise), sends a warm-up batch through ``flexserv bench``, reads the server's
+RSS, sends ``--requests`` more at ``--concurrency`` and reads it again::
+
+    HF_HUB_OFFLINE=1 python benchmarks/rss_soak.py --requests 1000 --concurrency 20 --max-tokens 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare_peers import free_port, stop, wait_ready
+
+
+def rss(proc: subprocess.Popen[bytes]) -> int:
+    root = psutil.Process(proc.pid)
+    return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
+
+
+def load(url: str, args: argparse.Namespace, requests: int) -> dict:
+    command = [sys.executable, "-m", "flexserv_core", "bench", "--url", url, "--model", args.model, "--json", "--quiet"]
+    command += [
+        "--concurrency",
+        str(args.concurrency),
+        "--requests",
+        str(requests),
+        "--max-tokens",
+        str(args.max_tokens),
+    ]
+    command += ["--shared-prefix-tokens", str(args.shared_prefix_tokens), "--warmup", "0"]
+    out = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)["levels"][0]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument("--concurrency", type=int, default=20)
+    parser.add_argument("--max-tokens", type=int, default=8)
+    parser.add_argument("--shared-prefix-tokens", type=int, default=300)
+    parser.add_argument("--model", default="SmolLM2-135M-Instruct")
+    parser.add_argument("--flexserv-args", default="")
+    args = parser.parse_args()
+
+    port = free_port()
+    command = [sys.executable, "-m", "flexserv_core", "run", "--port", str(port), *shlex.split(args.flexserv_args)]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, proc, timeout=300)
+        warm = load(url, args, args.warmup)
+        before = rss(proc)
+        soak = load(url, args, args.requests)
+        after = rss(proc)
+    finally:
+        stop(proc)
+    result = {
+        "warmup_requests": args.warmup,
+        "soak_requests": args.requests,
+        "errors": warm.get("errors", 0) + soak.get("errors", 0),
+        "rss_after_warmup_gib": round(before / 2**30, 3),
+        "rss_after_soak_gib": round(after / 2**30, 3),
+        "growth": round(after / before, 4),
+        "soak_output_tok_s": soak.get("output_tokens_per_s"),
+    }
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
