@@ -28,11 +28,9 @@ def _model_status(server: FlexServer, kind: ModelKind) -> dict[str, Any] | None:
     spec = server.catalog.default(kind)
     if spec is None:
         return None
-    status: dict[str, Any] = {
-        "model_id": spec.name,
-        "state": server.registry.state_of(spec.name).value,
-        "source": spec.source,
-    }
+    # No source here: /v1/flexserv/health stays public under --api-key, and a
+    # source is often a filesystem path (it is in the guarded /info).
+    status: dict[str, Any] = {"model_id": spec.name, "state": server.registry.state_of(spec.name).value}
     model = server.registry.model_if_loaded(spec.name)
     if model is not None:
         status.update(device=model.device, dtype=model.dtype)
