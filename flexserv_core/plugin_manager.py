@@ -103,26 +103,29 @@ class FlexServPluginManager(pluggy.PluginManager):
         except Exception as exc:
             if self.is_registered(plugin):
                 self.unregister(plugin)
-            self.infos[name] = PluginInfo(
-                name=name,
-                distribution=distribution,
-                version=version,
-                status=PluginStatus.FAILED,
-                builtin=builtin,
-                error=str(exc),
-            )
-            raise PluginLoadError(name, distribution, exc) from exc
+            raise self._failed(name, distribution, version, builtin, str(exc)) from exc
         self.infos[name] = PluginInfo(
             name=name,
             distribution=distribution,
             version=version,
             status=PluginStatus.LOADED,
             builtin=builtin,
-            hooks=sorted(impl.name for impl in self._hookimpls_of(plugin)),
+            hooks=sorted(caller.name for caller in self.get_hookcallers(plugin) or []),
         )
 
-    def _hookimpls_of(self, plugin: object) -> list[Any]:
-        return [hc for hc in self.get_hookcallers(plugin) or []]
+    def _failed(
+        self, name: str, distribution: str | None, version: str | None, builtin: bool, error: str
+    ) -> PluginLoadError:
+        """Record plugin ``name`` as failed; return the error that stops start-up."""
+        self.infos[name] = PluginInfo(
+            name=name,
+            distribution=distribution,
+            version=version,
+            status=PluginStatus.FAILED,
+            builtin=builtin,
+            error=error,
+        )
+        return PluginLoadError(name, distribution, error)
 
     def _check_hookimpls(self, plugin: object) -> None:
         prefix = hookspecs.PROJECT_NAME + "_"
@@ -185,14 +188,7 @@ class FlexServPluginManager(pluggy.PluginManager):
         try:
             plugin = ep.load()
         except Exception as exc:
-            self.infos[ep.name] = PluginInfo(
-                name=ep.name,
-                distribution=dist,
-                version=version,
-                status=PluginStatus.FAILED,
-                error=f"{type(exc).__name__}: {exc}",
-            )
-            raise PluginLoadError(ep.name, dist, f"{type(exc).__name__}: {exc}") from exc
+            raise self._failed(ep.name, dist, version, False, f"{type(exc).__name__}: {exc}") from exc
         self.register_plugin(plugin, ep.name, distribution=dist, version=version)
 
     def _load_module(self, name: str, module: str, *, builtin: bool = False) -> None:
@@ -202,16 +198,8 @@ class FlexServPluginManager(pluggy.PluginManager):
         try:
             plugin = importlib.import_module(module)
         except Exception as exc:
-            self.infos[name] = PluginInfo(
-                name=name,
-                distribution=dist,
-                version=version,
-                status=PluginStatus.FAILED,
-                builtin=builtin,
-                error=f"{type(exc).__name__}: {exc}",
-            )
             hint = "" if "." in module or builtin else " (no installed plugin has that name either)"
-            raise PluginLoadError(name, dist, f"{type(exc).__name__}: {exc}{hint}") from exc
+            raise self._failed(name, dist, version, builtin, f"{type(exc).__name__}: {exc}{hint}") from exc
         self.register_plugin(plugin, name, distribution=dist, version=version, builtin=builtin)
 
     # -- introspection --------------------------------------------------------------
