@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
+from flexserv_core.errors import PluginLoadError, PluginStartupError
+from flexserv_core.settings import describe_fields
+
 if TYPE_CHECKING:
     import numpy as np
     from litestar.types import ControllerRouterHandler
@@ -46,9 +49,6 @@ async def _await_all(results: Iterable[Any]) -> None:
 
 def settings_structs(pm: FlexServPluginManager) -> list[type[msgspec.Struct]]:
     """Every plugin's settings structs; a malformed one fails naming its plugin."""
-    from flexserv_core.errors import PluginLoadError
-    from flexserv_core.settings import describe_fields
-
     structs: list[type[msgspec.Struct]] = []
     for impl in reversed(pm.hook.flexserv_add_settings.get_hookimpls()):
         try:
@@ -71,8 +71,6 @@ def configure(pm: FlexServPluginManager, settings: Settings) -> None:
 async def startup(server: FlexServer) -> None:
     """Run every plugin's startup in registration order; the first failure stops
     start-up with a :class:`PluginStartupError` naming the plugin."""
-    from flexserv_core.errors import PluginStartupError
-
     for impl in reversed(server.pm.hook.flexserv_startup.get_hookimpls()):
         try:
             result = impl.function(server=server)

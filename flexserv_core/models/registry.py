@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from flexserv_core.backends.base import Backend, LoadedModel
-from flexserv_core.errors import ModelLoadError
+from flexserv_core.errors import ModelLoadError, ServiceUnavailable
 from flexserv_core.events import EvictionReason, ModelEvent, ModelEventType
 from flexserv_core.models.catalog import ModelCatalog
 from flexserv_core.models.spec import ModelKind, ModelSpec
@@ -186,8 +186,6 @@ class ModelRegistry:
 
     def _start_load(self, spec: ModelSpec) -> _Entry:
         if self._closed:
-            from flexserv_core.errors import ServiceUnavailable
-
             raise ServiceUnavailable("the server is shutting down")
         backend = self.backend_for(spec)
         entry = _Entry(spec)
