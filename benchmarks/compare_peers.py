@@ -431,8 +431,8 @@ def main() -> int:
     parser.add_argument("--request-timeout", type=float, default=900)
     args = parser.parse_args()
 
-    from flexserv_core.backends.transformers.backend import embedded_gguf
-    from flexserv_core.backends.transformers.loading import ensure_gguf_checkpoint
+    from flexserv_transformers.backend import embedded_gguf
+    from flexserv_transformers.loading import ensure_gguf_checkpoint
 
     gguf = args.gguf or embedded_gguf()
     if gguf is None:

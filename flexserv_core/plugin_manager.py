@@ -1,7 +1,7 @@
 """Finding, selecting and registering plugins (pytest's semantics are the model).
 
 * Built-in plugins are registered through the same manager as installed ones:
-  *essential* ones cannot be blocked, *default* ones can (``-p no:transformers``).
+  *essential* ones (``core``, ``openai``) cannot be blocked.
 * Installed plugins are the entry points of the group ``flexserv``; all are loaded
   unless autoload is off (``FLEXSERV_DISABLE_PLUGIN_AUTOLOAD=1``) or
   ``FLEXSERV_PLUGINS=a,b`` lists the ones to load (``''`` loads none).
@@ -34,10 +34,9 @@ ESSENTIAL_PLUGINS: dict[str, str] = {
     "core": "flexserv_core.builtin.core_plugin",
     "openai": "flexserv_core.api.plugin",
 }
-#: Built-in plugins registered unless blocked with ``-p no:NAME``.
-DEFAULT_PLUGINS: dict[str, str] = {
-    "transformers": "flexserv_core.backends.transformers.plugin",
-}
+#: Built-in plugins registered unless blocked with ``-p no:NAME``. Backends are
+#: not among them: each is an installed distribution (``flexserv-transformers``...).
+DEFAULT_PLUGINS: dict[str, str] = {}
 
 
 class PluginStatus(enum.StrEnum):

@@ -1,1 +1,1 @@
-"""Backend base classes and the built-in transformers backend."""
+"""The typed classes backends implement (see :mod:`flexserv_core.backends.base`)."""

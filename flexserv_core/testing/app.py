@@ -39,10 +39,11 @@ def make_app(
     plugins: Iterable[object | str] = (),
     *,
     settings: Mapping[str, Any] | None = None,
-    block: Iterable[str] = ("transformers",),
+    block: Iterable[str] = (),
 ) -> Litestar:
-    """An app with ``plugins``. The built-in transformers backend is blocked unless
-    ``block`` says otherwise, so tests load real models only when they ask to."""
+    """An app with the built-ins (minus ``block``) and exactly ``plugins``: no
+    installed plugin is loaded unless named, so tests load real models only when
+    they ask for a backend (``make_app(["transformers"])``)."""
     pm = make_plugin_manager(plugins, block=block)
     return create_app(make_settings(pm, settings), pm)
 

@@ -31,8 +31,8 @@ def flexserv_settings() -> dict[str, Any]:
 
 @pytest.fixture
 def flexserv_blocked() -> list[str]:
-    """Built-in plugins to block; the transformers backend is blocked by default."""
-    return ["transformers"]
+    """Plugins to block (none by default: installed plugins load only when named)."""
+    return []
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """Chat, embeddings and transcription defaults side by side in one app, as ``flexserv
-run`` with no flags has them (every plugin, the built-in transformers backend too)."""
+run`` with no flags has them (every plugin, the transformers backend too)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,7 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 @pytest.fixture
 def flexserv_plugins() -> list[object | str]:
-    return ["sentence-transformers", "audio", "whisper"]
-
-
-@pytest.fixture
-def flexserv_blocked() -> list[str]:
-    return []  # nothing blocked: the transformers backend offers the chat default
+    return ["transformers", "sentence-transformers", "audio", "whisper"]
 
 
 async def test_all_three_defaults_are_offered_and_two_serve(

@@ -17,8 +17,10 @@ def plugins_json(*args: str, env: dict[str, str] | None = None) -> dict[str, dic
 
 def test_lists_builtins_and_installed_contrib_plugin() -> None:
     plugins = plugins_json()
-    for name in ("core", "openai", "transformers"):
+    for name in ("core", "openai"):
         assert plugins[name]["status"] == "loaded" and plugins[name]["distribution"] == "flexserv-core"
+    assert plugins["transformers"]["status"] == "loaded"
+    assert plugins["transformers"]["distribution"] == "flexserv-transformers"
     contrib = plugins["request-policy"]
     assert contrib["distribution"] == "flexserv-request-policy" and contrib["version"] == "0.1.0"
     assert "flexserv_preprocess_request" in contrib["hooks"]

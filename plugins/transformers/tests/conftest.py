@@ -23,7 +23,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 def transformers_settings(cache_dir: Path, **overrides: Any) -> Any:
     """Settings with the transformers backend's struct, defaults plus ``overrides``."""
-    from flexserv_core.backends.transformers.plugin import flexserv_add_settings
+    from flexserv_transformers.plugin import flexserv_add_settings
+
     from flexserv_core.settings import CoreSettings, resolve_settings
 
     return resolve_settings(
@@ -33,7 +34,7 @@ def transformers_settings(cache_dir: Path, **overrides: Any) -> Any:
 
 def load(spec: Any, cache_dir: Path, **overrides: Any) -> Any:
     """Load ``spec`` through :class:`TransformersBackend` as the registry would."""
-    from flexserv_core.backends.transformers.backend import TransformersBackend
+    from flexserv_transformers.backend import TransformersBackend
 
     return TransformersBackend(transformers_settings(cache_dir, **overrides)).load(
         spec, lambda message, fraction=None: None
@@ -48,7 +49,7 @@ def flexserv_test_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def smollm_spec() -> Any:
-    from flexserv_core.backends.transformers.backend import embedded_spec
+    from flexserv_transformers.backend import embedded_spec
 
     spec = embedded_spec()
     if spec is None:
@@ -66,7 +67,7 @@ def smollm(smollm_spec: Any, flexserv_test_cache: Path) -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from flexserv_core.testing.tiny_models import build_tiny_llama
+    from flexserv_transformers.testing import build_tiny_llama
 
     return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), max_position_embeddings=64)
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import random
 
+from flexserv_transformers.engine.blocks import BlockManager
+from flexserv_transformers.engine.scheduler import Scheduler
+from flexserv_transformers.engine.sequence import Sequence
+
 from flexserv_core.backends.base import SamplingParams
-from flexserv_core.backends.transformers.engine.blocks import BlockManager
-from flexserv_core.backends.transformers.engine.scheduler import Scheduler
-from flexserv_core.backends.transformers.engine.sequence import Sequence
 
 
 def _run_to_end(sch: Scheduler, seq: Sequence, rng: random.Random, gen: int) -> None:

@@ -6,10 +6,10 @@ import asyncio
 from typing import Any
 
 import torch
+from flexserv_transformers.engine.engine import PagedEngine
+from flexserv_transformers.engine.settings import EngineSettings
 
 from flexserv_core.backends.base import SamplingParams
-from flexserv_core.backends.transformers.engine.engine import PagedEngine
-from flexserv_core.backends.transformers.engine.settings import EngineSettings
 
 #: At a divergence between two greedy runs, the two best logits of the reference
 #: forward must be this close for the flip to count as float noise of batching.

@@ -7,9 +7,9 @@ import itertools
 import time
 
 from flexserv_core.backends.base import SamplingParams
-from flexserv_core.backends.transformers.engine.blocks import BlockKey
-from flexserv_core.backends.transformers.engine_api import EngineToken
-from flexserv_core.backends.transformers.sampling import SamplerState
+from flexserv_transformers.engine.blocks import BlockKey
+from flexserv_transformers.engine_api import EngineToken
+from flexserv_transformers.sampling import SamplerState
 
 _ids = itertools.count()
 

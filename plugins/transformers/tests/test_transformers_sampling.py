@@ -6,9 +6,9 @@ import math
 
 import pytest
 import torch
+from flexserv_transformers.sampling import SamplerState, sample_next
 
 from flexserv_core.backends.base import SamplingParams
-from flexserv_core.backends.transformers.sampling import SamplerState, sample_next
 
 V = 8
 

@@ -18,15 +18,15 @@ from typing import Any
 import torch
 
 from flexserv_core.backends.base import SamplingParams
-from flexserv_core.backends.transformers.engine.blocks import BlockManager
-from flexserv_core.backends.transformers.engine.kv_cache import PagedKVCache
-from flexserv_core.backends.transformers.engine.runner import ModelRunner, kv_geometry
-from flexserv_core.backends.transformers.engine.scheduler import Scheduler
-from flexserv_core.backends.transformers.engine.sequence import Sequence
-from flexserv_core.backends.transformers.engine.settings import EngineSettings
-from flexserv_core.backends.transformers.engine_api import EngineModel, EngineToken
-from flexserv_core.backends.transformers.sampling import sample_next
 from flexserv_core.errors import ContextLengthExceeded, ServiceUnavailable, TooManyRequests
+from flexserv_transformers.engine.blocks import BlockManager
+from flexserv_transformers.engine.kv_cache import PagedKVCache
+from flexserv_transformers.engine.runner import ModelRunner, kv_geometry
+from flexserv_transformers.engine.scheduler import Scheduler
+from flexserv_transformers.engine.sequence import Sequence
+from flexserv_transformers.engine.settings import EngineSettings
+from flexserv_transformers.engine_api import EngineModel, EngineToken
+from flexserv_transformers.sampling import sample_next
 
 log = logging.getLogger(__name__)
 

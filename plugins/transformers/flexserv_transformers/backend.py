@@ -9,18 +9,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from flexserv_core.backends.base import Backend, ProgressCallback
-from flexserv_core.backends.transformers.settings import (
+from flexserv_core.errors import ModelLoadError, UsageError
+from flexserv_core.models.spec import ModelKind, ModelSpec
+from flexserv_core.settings import Settings, default_cache_dir
+from flexserv_transformers.settings import (
     TransformersSettings,
     check_quantization,
     resolve_device,
     resolve_dtype,
 )
-from flexserv_core.errors import ModelLoadError, UsageError
-from flexserv_core.models.spec import ModelKind, ModelSpec
-from flexserv_core.settings import Settings, default_cache_dir
 
 if TYPE_CHECKING:
-    from flexserv_core.backends.transformers.model import TransformersTextModel
+    from flexserv_transformers.model import TransformersTextModel
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +66,8 @@ class TransformersBackend(Backend):
         self.settings = settings
 
     def load(self, spec: ModelSpec, progress: ProgressCallback) -> TransformersTextModel:
-        from flexserv_core.backends.transformers.loading import LoadOptions, load_model_and_tokenizer
-        from flexserv_core.backends.transformers.model import TransformersTextModel
+        from flexserv_transformers.loading import LoadOptions, load_model_and_tokenizer
+        from flexserv_transformers.model import TransformersTextModel
 
         ts = self.settings.get(TransformersSettings)
         try:

@@ -23,7 +23,7 @@ async def test_full_queue_answers_429_then_serves(tiny_dir: Path, tmp_path: Path
         "max_batch_size": 1,
         "max_queued_requests": 1,
     }
-    with ServedApp(make_app(block=(), settings=settings)) as base_url:
+    with ServedApp(make_app(["transformers"], settings=settings)) as base_url:
         async with httpx.AsyncClient(base_url=base_url, timeout=120) as client:
             body = {"model": "tiny", "messages": MESSAGES, "max_tokens": 40, "temperature": 1.0, "seed": 1}
             await client.post("/v1/chat/completions", json={**body, "max_tokens": 1})  # load the model first

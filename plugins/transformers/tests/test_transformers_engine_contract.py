@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 import torch
+from flexserv_transformers.engine_api import ENGINES, Engine, EngineModel, load_engine_factory
 
 from flexserv_core.backends.base import SamplingParams
-from flexserv_core.backends.transformers.engine_api import ENGINES, Engine, EngineModel, load_engine_factory
 from flexserv_core.errors import ServiceUnavailable
 
 PROMPTS = [[5, 17, 42, 99, 7], [300, 1, 2, 250], list(range(20, 40))]

@@ -9,10 +9,10 @@ a given ``seed``.
 The default chat template branches on a template variable, so tests of
 ``chat_template_kwargs`` can see a variable reach the template::
 
-    from flexserv_core.testing.tiny_models import build_tiny_llama
+    from flexserv_transformers.testing import build_tiny_llama
 
     path = build_tiny_llama(tmp_path / "tiny")
-    app = make_app(block=(), settings={"model": [f"tiny={path}"], "dtype": "float32"})
+    app = make_app(["transformers"], settings={"model": [f"tiny={path}"], "dtype": "float32"})
 
 With ``enable_thinking`` true the generation prompt ends in ``<think>\\n``, with it
 false in ``<think></think>\\n``, and without it in neither (see

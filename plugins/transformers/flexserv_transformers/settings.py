@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import msgspec
 
-from flexserv_core.backends.transformers.engine_api import DEFAULT_ENGINE, ENGINES
 from flexserv_core.errors import UsageError
+from flexserv_transformers.engine_api import DEFAULT_ENGINE, ENGINES
 
 if TYPE_CHECKING:
     import torch
@@ -20,7 +20,7 @@ DType = Literal["auto", "float32", "bfloat16", "float16"]
 
 
 class TransformersSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """Settings of the built-in transformers text-generation backend."""
+    """Settings of the transformers text-generation backend."""
 
     device: Annotated[
         str, msgspec.Meta(description="Device for text models: auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps.")

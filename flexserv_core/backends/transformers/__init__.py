@@ -1,1 +1,0 @@
-"""The built-in transformers text-generation backend (a default plugin)."""

@@ -1,0 +1,1 @@
+"""The transformers text-generation backend plugin (distribution ``flexserv-transformers``)."""
