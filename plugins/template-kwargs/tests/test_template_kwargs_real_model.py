@@ -17,7 +17,6 @@ from flexserv_transformers.testing import build_tiny_llama
 
 from flexserv_core.testing.app import app_client, make_app, openai_client
 
-pytest.importorskip("flexserv_transformers.backend")
 pytestmark = pytest.mark.slow
 
 TEMPLATE = (

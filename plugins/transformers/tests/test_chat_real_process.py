@@ -12,6 +12,8 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from flexserv_transformers.backend import embedded_gguf
+from flexserv_transformers.testing import SMOLLM2_MISSING
 
 from flexserv_core.testing.process import flexserv_cmd, free_port, stop_process, wait_healthy
 
@@ -22,7 +24,8 @@ QUESTION = [{"role": "user", "content": "What is the capital of France? Answer w
 
 @pytest.fixture(scope="module")
 def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    pytest.importorskip("flexserv_transformers.model")
+    if embedded_gguf() is None:
+        pytest.fail(SMOLLM2_MISSING)
     # Shared with the other real-model module of this session: the GGUF is converted once.
     cache = os.environ.get("FLEXSERV_CACHE_DIR") or str(tmp_path_factory.getbasetemp() / "flexserv-cache")
     Path(cache).mkdir(parents=True, exist_ok=True)

