@@ -150,6 +150,7 @@ def test_bad_concurrency_is_a_usage_error(capsys: pytest.CaptureFixture[str], va
     assert "--concurrency" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_process_progress_on_stderr_json_on_stdout(served: Served) -> None:
     proc = subprocess.run(
         flexserv_cmd(

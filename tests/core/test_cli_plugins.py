@@ -8,6 +8,8 @@ import pytest
 
 from flexserv_core.testing.process import free_port, run_flexserv
 
+pytestmark = pytest.mark.slow  # runs the flexserv CLI as processes
+
 
 def plugins_json(*args: str, env: dict[str, str] | None = None) -> dict[str, dict]:
     result = run_flexserv("plugins", "--json", *args, env=env)

@@ -8,8 +8,11 @@ import subprocess
 import time
 
 import httpx
+import pytest
 
 from flexserv_core.testing.process import flexserv_cmd, free_port, wait_healthy
+
+pytestmark = pytest.mark.slow  # starts flexserv as a process
 
 
 def test_serve_call_routes_and_stop_cleanly(tmp_path) -> None:

@@ -51,6 +51,7 @@ async def test_embedded_default_through_registry_and_http(smollm_spec, flexserv_
         assert not engine._thread.is_alive()  # unloading stopped the engine's worker
 
 
+@pytest.mark.slow
 async def test_configured_directory_model(tiny_dir, tmp_path):
     app = make_app(
         ["transformers"], settings={"cache_dir": str(tmp_path), "model": [f"tiny={tiny_dir}"], "dtype": "float32"}

@@ -19,6 +19,8 @@ from flexserv_transformers.engine_api import ENGINES, Engine, EngineModel, load_
 from flexserv_core.backends.base import SamplingParams
 from flexserv_core.errors import ServiceUnavailable
 
+pytestmark = pytest.mark.slow  # builds and loads a tiny random Llama
+
 PROMPTS = [[5, 17, 42, 99, 7], [300, 1, 2, 250], list(range(20, 40))]
 
 

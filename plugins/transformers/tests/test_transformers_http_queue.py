@@ -7,9 +7,12 @@ from pathlib import Path
 
 import httpx
 import openai
+import pytest
 
 from flexserv_core.testing.app import make_app
 from flexserv_core.testing.process import ServedApp
+
+pytestmark = pytest.mark.slow  # serves a tiny random Llama
 
 MESSAGES = [{"role": "user", "content": "hello there"}]
 

@@ -30,6 +30,7 @@ def noop(message: str, fraction: float | None = None) -> None:
 # --- sources ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_resolve_source_kinds(tmp_path, tiny_dir):
     assert loading.resolve_source(spec(str(tiny_dir))).kind == "dir"
     gguf = tmp_path / "x.gguf"
@@ -233,6 +234,7 @@ def test_bad_settings_stop_start_up(settings, message):
         make_app(["transformers"], settings=settings)
 
 
+@pytest.mark.slow
 def test_quantization_without_cuda_is_a_load_error(tmp_path, tiny_spec, load_model):
     import torch
 

@@ -10,6 +10,8 @@ from flexserv_transformers.testing import build_tiny_llama, train_tiny_tokenizer
 from flexserv_core.errors import ContextLengthExceeded, InvalidRequest
 from flexserv_core.models.spec import ModelKind, ModelSpec
 
+pytestmark = pytest.mark.slow  # builds and loads a tiny random Llama
+
 USER = [{"role": "user", "content": "hello there"}]
 
 

@@ -10,6 +10,8 @@ from engine_helpers import TOPICS, assert_same_or_tie, chat_prompt, greedy, gree
 from flexserv_core.backends.base import SamplingParams
 from flexserv_core.errors import TooManyRequests
 
+pytestmark = pytest.mark.slow  # loads the real SmolLM2-135M
+
 SYSTEM = (
     "You are a patient assistant for a museum of natural history. Answer in one or two short sentences, "
     "use plain words a child understands, never invent facts, and mention one exhibit the visitor could see. "
