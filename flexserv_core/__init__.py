@@ -1,5 +1,128 @@
-"""FlexServ: a plugin-based, OpenAI-compatible model server."""
+"""FlexServ: a plugin-based, OpenAI-compatible model server.
+
+This module is the public API for plugins: everything a plugin needs is imported
+from ``flexserv_core`` itself (tests may also use :mod:`flexserv_core.testing`).
+Submodules are internal and may change between releases.
+"""
 
 from flexserv_core._version import VERSION as __version__
+from flexserv_core.backends.base import (
+    RESERVED_TEMPLATE_KWARGS,
+    Backend,
+    EmbeddingModel,
+    EmbeddingResult,
+    FinishReason,
+    LoadedModel,
+    ProgressCallback,
+    SamplingParams,
+    TextGenerationModel,
+    TokenDelta,
+    TopLogprob,
+    Transcription,
+    TranscriptionModel,
+    TranscriptionSegment,
+)
+from flexserv_core.errors import (
+    ContextLengthExceeded,
+    FlexServError,
+    InvalidRequest,
+    ModelLoadError,
+    ModelNotFound,
+    NotFound,
+    PayloadTooLarge,
+    PluginLoadError,
+    PluginStartupError,
+    ServiceUnavailable,
+    TooManyRequests,
+    UsageError,
+)
+from flexserv_core.events import EvictionReason, ModelEvent, ModelEventType
+from flexserv_core.hookspecs import PROJECT_NAME, hookimpl, hookspec
+from flexserv_core.models.registry import Lease, ModelInfo, ModelRegistry, ModelState, UnloadResult
+from flexserv_core.models.spec import ModelKind, ModelSpec
+from flexserv_core.request_context import RequestContext
+from flexserv_core.resources import (
+    CpuCoreInfo,
+    GpuInfo,
+    RamInfo,
+    ResourceProbe,
+    SystemResourceSnapshot,
+    get_cpu_info,
+    get_gpu_info,
+    get_max_vram_used_pct,
+    get_ram_info,
+    get_system_resources,
+)
+from flexserv_core.server import FlexServer
+from flexserv_core.settings import (
+    CoreSettings,
+    SettingField,
+    Settings,
+    default_cache_dir,
+    describe_fields,
+    resolve_settings,
+)
+from flexserv_core.stash import Stash, StashKey
 
-__all__ = ["__version__"]
+__all__ = [
+    "PROJECT_NAME",
+    "RESERVED_TEMPLATE_KWARGS",
+    "Backend",
+    "ContextLengthExceeded",
+    "CoreSettings",
+    "CpuCoreInfo",
+    "EmbeddingModel",
+    "EmbeddingResult",
+    "EvictionReason",
+    "FinishReason",
+    "FlexServError",
+    "FlexServer",
+    "GpuInfo",
+    "InvalidRequest",
+    "Lease",
+    "LoadedModel",
+    "ModelEvent",
+    "ModelEventType",
+    "ModelInfo",
+    "ModelKind",
+    "ModelLoadError",
+    "ModelNotFound",
+    "ModelRegistry",
+    "ModelSpec",
+    "ModelState",
+    "NotFound",
+    "PayloadTooLarge",
+    "PluginLoadError",
+    "PluginStartupError",
+    "ProgressCallback",
+    "RamInfo",
+    "RequestContext",
+    "ResourceProbe",
+    "SamplingParams",
+    "ServiceUnavailable",
+    "SettingField",
+    "Settings",
+    "Stash",
+    "StashKey",
+    "SystemResourceSnapshot",
+    "TextGenerationModel",
+    "TokenDelta",
+    "TooManyRequests",
+    "TopLogprob",
+    "Transcription",
+    "TranscriptionModel",
+    "TranscriptionSegment",
+    "UnloadResult",
+    "UsageError",
+    "__version__",
+    "default_cache_dir",
+    "describe_fields",
+    "get_cpu_info",
+    "get_gpu_info",
+    "get_max_vram_used_pct",
+    "get_ram_info",
+    "get_system_resources",
+    "hookimpl",
+    "hookspec",
+    "resolve_settings",
+]

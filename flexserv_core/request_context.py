@@ -5,7 +5,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from flexserv_core.stash import Stash
 
 if TYPE_CHECKING:
     from flexserv_core.server import FlexServer
@@ -13,11 +15,13 @@ if TYPE_CHECKING:
 
 @dataclass
 class RequestContext:
-    """Lives for one HTTP request. ``state`` is a scratch dict for plugins; key it
-    by plugin name. Two concurrent requests never share a context."""
+    """Lives for one HTTP request; two concurrent requests never share a context.
+
+    ``state`` is a :class:`~flexserv_core.stash.Stash`: a plugin keeps what it needs
+    between its request hooks under its own module-level ``StashKey``."""
 
     endpoint: str
     server: FlexServer
     headers: Mapping[str, str] = field(default_factory=dict)
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    state: dict[str, Any] = field(default_factory=dict)
+    state: Stash = field(default_factory=Stash)

@@ -9,6 +9,7 @@ from flexserv_core import hooks
 from flexserv_core.models.catalog import ModelCatalog
 from flexserv_core.models.registry import ModelRegistry
 from flexserv_core.settings import Settings
+from flexserv_core.stash import Stash
 
 if TYPE_CHECKING:
     from litestar.types import ControllerRouterHandler
@@ -22,14 +23,15 @@ class FlexServer:
     """Settings, plugin manager, model catalog and registry of one server.
 
     Built by :func:`flexserv_core.app.create_app`; plugins receive it in hooks.
-    Plugins keep their own runtime objects in :attr:`state`, keyed by plugin name.
+    Plugins keep their own runtime objects in :attr:`state` (a :class:`Stash`) under
+    their own ``StashKey``.
     """
 
     def __init__(self, settings: Settings, pm: FlexServPluginManager) -> None:
         self.settings = settings
         self.pm = pm
         self.started_at = time.time()
-        self.state: dict[str, object] = {}
+        self.state = Stash()
         self.backends: list[Backend] = hooks.backends(self)
         self.catalog = ModelCatalog.from_settings(
             settings.core,

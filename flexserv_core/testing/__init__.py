@@ -1,1 +1,57 @@
-"""Testing kit for FlexServ and its plugins (also a pytest plugin)."""
+"""Testing kit for FlexServ and its plugins (also a pytest plugin, see ``pytest_plugin``).
+
+Plugin tests import what they need from here: app builders and clients, test
+doubles that are real plugins, and helpers to run ``flexserv`` as a process.
+"""
+
+from flexserv_core.testing.app import (
+    BASE_URL,
+    app_client,
+    make_app,
+    make_plugin_manager,
+    make_settings,
+    openai_client,
+    running_app_client,
+)
+from flexserv_core.testing.fakes import (
+    FAKE_ALTERNATIVES,
+    FAKE_SCRIPT,
+    FakeBackendPlugin,
+    FakeProbe,
+    FakeProbePlugin,
+    FakeTextBackend,
+    FakeTextModel,
+)
+from flexserv_core.testing.process import (
+    ServedApp,
+    flexserv_cmd,
+    free_port,
+    run_flexserv,
+    stop_process,
+    wait_healthy,
+    write_distribution,
+)
+
+__all__ = [
+    "BASE_URL",
+    "FAKE_ALTERNATIVES",
+    "FAKE_SCRIPT",
+    "FakeBackendPlugin",
+    "FakeProbe",
+    "FakeProbePlugin",
+    "FakeTextBackend",
+    "FakeTextModel",
+    "ServedApp",
+    "app_client",
+    "flexserv_cmd",
+    "free_port",
+    "make_app",
+    "make_plugin_manager",
+    "make_settings",
+    "openai_client",
+    "run_flexserv",
+    "running_app_client",
+    "stop_process",
+    "wait_healthy",
+    "write_distribution",
+]

@@ -20,7 +20,7 @@ import httpx
 import uvicorn
 from flexserv_sentence_transformers.plugin import DEFAULT_MODEL_NAME, embedded_model_path
 
-from flexserv_core.testing.app import make_app
+from flexserv_core.testing import make_app
 
 
 def sentences(n: int) -> list[str]:

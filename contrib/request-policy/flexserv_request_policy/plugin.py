@@ -7,9 +7,7 @@ from typing import Annotated, Any
 import msgspec
 from litestar import Request, get
 
-from flexserv_core.hookspecs import hookimpl
-from flexserv_core.request_context import RequestContext
-from flexserv_core.server import FlexServer
+from flexserv_core import FlexServer, RequestContext, StashKey, hookimpl
 
 GENERATION_ENDPOINTS = ("/v1/chat/completions", "/v1/completions")
 TOKEN_FIELDS = ("max_tokens", "max_completion_tokens")
@@ -33,8 +31,12 @@ class PolicyCounters:
         self.defaulted = 0
 
 
+COUNTERS_KEY = StashKey[PolicyCounters]("request-policy.counters")
+CAPPED_KEY = StashKey[str]("request-policy.capped")
+
+
 def _counters(server: FlexServer) -> PolicyCounters:
-    return server.state.setdefault("request-policy", PolicyCounters())  # type: ignore[return-value]
+    return server.state.setdefault(COUNTERS_KEY, PolicyCounters())
 
 
 @hookimpl
@@ -57,7 +59,7 @@ def flexserv_preprocess_request(endpoint: str, body: dict[str, Any], context: Re
             if body[field] > cap:
                 body[field] = cap
                 counters.capped += 1
-                context.state["request-policy"] = {"capped": field}
+                context.state[CAPPED_KEY] = field
     if policy.request_policy_default_temperature is not None and body.get("temperature") is None:
         body["temperature"] = policy.request_policy_default_temperature
         counters.defaulted += 1

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from flexserv_core.testing.fakes import FakeBackendPlugin
+from flexserv_core.testing import FakeBackendPlugin
 
 
 @pytest.fixture

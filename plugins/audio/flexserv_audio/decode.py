@@ -15,7 +15,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from flexserv_core.errors import InvalidRequest
+from flexserv_core import InvalidRequest
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from flexserv_audio.decode import load_audio
-from flexserv_core.hookspecs import hookimpl
+from flexserv_core import hookimpl
 
 
 @hookimpl(trylast=True)

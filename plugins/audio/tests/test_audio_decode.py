@@ -11,7 +11,7 @@ import pytest
 import soundfile as sf
 from flexserv_audio.decode import UndecodableAudio, decode_pyav, decode_soundfile, load_audio
 
-from flexserv_core.errors import InvalidRequest
+from flexserv_core import InvalidRequest
 
 DATA = Path(__file__).resolve().parents[3] / "tests" / "data"
 SPEECH_SECONDS = 3.73  # length of the espeak-ng fixture

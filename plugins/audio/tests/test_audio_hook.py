@@ -6,8 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from flexserv_core import hooks
-from flexserv_core.testing.app import make_plugin_manager
+from flexserv_core.testing import make_plugin_manager
 
 DATA = Path(__file__).resolve().parents[3] / "tests" / "data"
 
@@ -16,11 +15,18 @@ def test_entry_point_plugin_decodes_through_the_hook() -> None:
     pm = make_plugin_manager(["audio"])
     assert pm.infos["audio"].distribution == "flexserv-audio"
     assert "flexserv_load_audio" in pm.infos["audio"].hooks
-    audio = hooks.load_audio(pm, (DATA / "speech.ogg").read_bytes(), "speech.ogg", "audio/ogg", 16_000)
+    audio = pm.hook.flexserv_load_audio(
+        data=(DATA / "speech.ogg").read_bytes(), filename="speech.ogg", content_type="audio/ogg", sampling_rate=16_000
+    )
     assert isinstance(audio, np.ndarray) and audio.dtype == np.float32
     assert abs(len(audio) / 16_000 - 3.73) < 0.1
 
 
 def test_without_the_plugin_nobody_decodes() -> None:
     pm = make_plugin_manager([])
-    assert hooks.load_audio(pm, (DATA / "speech.ogg").read_bytes(), "speech.ogg", None, 16_000) is None
+    assert (
+        pm.hook.flexserv_load_audio(
+            data=(DATA / "speech.ogg").read_bytes(), filename="speech.ogg", content_type=None, sampling_rate=16_000
+        )
+        is None
+    )

@@ -29,12 +29,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from flexserv_core.events import EvictionReason
-from flexserv_core.resources import ResourceProbe, get_gpu_info, get_ram_info
+from flexserv_core import EvictionReason, ResourceProbe, get_gpu_info, get_ram_info
 from flexserv_oom_monitor.settings import OomMonitorSettings
 
 if TYPE_CHECKING:
-    from flexserv_core.models.registry import ModelInfo, ModelRegistry
+    from flexserv_core import ModelInfo, ModelRegistry
 
 log = logging.getLogger("flexserv.oom_monitor")
 

@@ -1,6 +1,6 @@
 """The ``oom-monitor`` plugin: loaded by default, idle unless ``--oom-monitor``.
 
-The monitor of one server lives in ``server.state["oom-monitor"]``; nothing is
+The monitor of one server lives in ``server.state[MONITOR_KEY]``; nothing is
 kept at module level, so several servers in one process do not interfere.
 """
 
@@ -10,18 +10,16 @@ from typing import Any
 
 import msgspec
 
-from flexserv_core.hookspecs import hookimpl
-from flexserv_core.server import FlexServer
+from flexserv_core import FlexServer, StashKey, hookimpl
 from flexserv_oom_monitor.monitor import OomMonitor
 from flexserv_oom_monitor.settings import OomMonitorSettings
 
-STATE_KEY = "oom-monitor"
+MONITOR_KEY = StashKey[OomMonitor]("oom-monitor")
 HEALTH_KEY = "oom_monitor"
 
 
 def monitor_of(server: FlexServer) -> OomMonitor | None:
-    monitor = server.state.get(STATE_KEY)
-    return monitor if isinstance(monitor, OomMonitor) else None
+    return server.state.get(MONITOR_KEY)
 
 
 @hookimpl
@@ -36,7 +34,7 @@ async def flexserv_startup(server: FlexServer) -> None:
         return
     monitor = OomMonitor(server.registry, server.probes, settings)
     await monitor.start()  # raises MissingMemoryProbe: start-up fails with its message
-    server.state[STATE_KEY] = monitor
+    server.state[MONITOR_KEY] = monitor
 
 
 @hookimpl

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from flexserv_core.events import ModelEvent
-from flexserv_core.hookspecs import hookimpl
-from flexserv_core.resources import RamInfo, ResourceProbe
-from flexserv_core.testing.fakes import FakeBackendPlugin, FakeTextBackend
+from flexserv_core import ModelEvent, RamInfo, ResourceProbe, hookimpl
+from flexserv_core.testing import FakeBackendPlugin, FakeTextBackend
 
 
 class ResidentModelsProbe(ResourceProbe):

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from flexserv_core.testing.process import flexserv_cmd, free_port, run_flexserv, wait_healthy
+from flexserv_core.testing import flexserv_cmd, free_port, run_flexserv, wait_healthy
 
 pytestmark = pytest.mark.slow
 

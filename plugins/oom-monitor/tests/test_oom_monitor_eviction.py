@@ -8,12 +8,11 @@ from typing import Any
 
 import pytest
 from flexserv_oom_monitor import OomMonitor, OomMonitorSettings
+from flexserv_oom_monitor.plugin import MONITOR_KEY
 from oom_helpers import EventRecorder, ProbePlugin, ResidentModelsProbe, live_models, model_plugins
 
-from flexserv_core.backends.base import SamplingParams
-from flexserv_core.models.spec import ModelKind
-from flexserv_core.testing.app import app_client, make_app, openai_client
-from flexserv_core.testing.fakes import FakeBackendPlugin, FakeProbe, FakeProbePlugin
+from flexserv_core import ModelKind, SamplingParams
+from flexserv_core.testing import FakeBackendPlugin, FakeProbe, FakeProbePlugin, app_client, make_app, openai_client
 
 NAMES = ["alpha", "beta", "gamma"]
 
@@ -106,7 +105,7 @@ async def test_lru_first_until_below_threshold(world: World, caplog: pytest.LogC
     ), warnings
     assert any("evicting model 'gamma'" in w for w in warnings)
     # health shows it afterwards (through the plugin's hook reading the monitor it owns)
-    world.server.state["oom-monitor"] = monitor
+    world.server.state[MONITOR_KEY] = monitor
     health = (await world.client.get("/v1/flexserv/health")).json()["oom_monitor"]
     assert health["last_eviction"]["models"] == ["beta", "gamma"]
     assert health["last_eviction"]["reason"] == "RAM use 100.0% >= threshold 70%"

@@ -7,12 +7,11 @@ import time
 from typing import Any
 
 import pytest
+from flexserv_oom_monitor.plugin import MONITOR_KEY
 from oom_helpers import EventRecorder
 
-from flexserv_core.errors import UsageError
-from flexserv_core.models.spec import ModelKind
-from flexserv_core.testing.app import app_client, make_app
-from flexserv_core.testing.fakes import FakeBackendPlugin, FakeProbe, FakeProbePlugin
+from flexserv_core import ModelKind, UsageError
+from flexserv_core.testing import FakeBackendPlugin, FakeProbe, FakeProbePlugin, app_client, make_app
 
 
 async def test_loaded_but_off_unless_flag_set() -> None:
@@ -64,7 +63,7 @@ async def test_background_task_evicts_and_health_shows_it() -> None:
 async def test_shutdown_is_prompt_with_a_long_interval() -> None:
     app = make_app([FakeProbePlugin(), "oom-monitor"], settings={"oom_monitor": True, "oom_check_interval": 30})
     async with app_client(app):
-        monitor = app.state.flexserv.state["oom-monitor"]
+        monitor = app.state.flexserv.state[MONITOR_KEY]
         assert monitor.running
         await asyncio.sleep(0.05)
         started = time.perf_counter()

@@ -12,7 +12,7 @@ import psutil
 import pytest
 from oom_helpers import EventRecorder
 
-from flexserv_core.testing.app import app_client, make_app, openai_client
+from flexserv_core.testing import app_client, make_app, openai_client
 
 pytestmark = pytest.mark.slow
 

@@ -15,21 +15,19 @@ from typing import Any
 
 import msgspec
 
-from flexserv_core.hookspecs import hookimpl
-from flexserv_core.resources import ResourceProbe
-from flexserv_core.server import FlexServer
+from flexserv_core import FlexServer, ResourceProbe, StashKey, hookimpl
 from flexserv_resources.probes.mps import MpsProbe
 from flexserv_resources.probes.nvml import NvmlProbe
 from flexserv_resources.probes.psutil_probe import PsutilProbe
 from flexserv_resources.routes import ROUTES
 from flexserv_resources.settings import ResourcesSettings
 
-STATE_KEY = "resources"
+NVML_KEY = StashKey[NvmlProbe]("resources.nvml")
 
 
 class ResourcesPlugin:
     """Holds only the modules to read through; per-server probes live in
-    ``server.state["resources"]``, so one instance serves any number of apps."""
+    ``server.state[NVML_KEY]``, so one instance serves any number of apps."""
 
     def __init__(
         self, *, nvml: Any | None = None, torch_module: Any | None = None, psutil_module: Any | None = None
@@ -50,13 +48,13 @@ class ResourcesPlugin:
     def flexserv_resource_probes(self, server: FlexServer) -> list[ResourceProbe]:
         """Called once per server; the NVML probe is kept so shutdown can close it."""
         nvml = NvmlProbe(self._nvml)
-        server.state[STATE_KEY] = nvml
+        server.state[NVML_KEY] = nvml
         return [nvml, MpsProbe(self._torch), PsutilProbe(self._psutil)]
 
     @hookimpl
     def flexserv_shutdown(self, server: FlexServer) -> None:
-        probe = server.state.get(STATE_KEY)
-        if isinstance(probe, NvmlProbe):
+        probe = server.state.get(NVML_KEY)
+        if probe is not None:
             probe.close()
 
 

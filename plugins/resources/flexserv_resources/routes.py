@@ -7,8 +7,7 @@ from typing import Any
 
 from litestar import Request, get
 
-from flexserv_core.resources import SystemResourceSnapshot, get_system_resources
-from flexserv_core.server import FlexServer
+from flexserv_core import FlexServer, SystemResourceSnapshot, get_system_resources
 from flexserv_resources.settings import ResourcesSettings
 
 

@@ -11,7 +11,7 @@ import pytest
 from flexserv_resources.plugin import ResourcesPlugin
 from resources_fakes import GIB, FakeDevice, FakeNvml
 
-from flexserv_core.testing.app import app_client, make_app
+from flexserv_core.testing import app_client, make_app
 
 GPU_FIELDS = {
     "gpu_id",
@@ -97,7 +97,7 @@ async def test_no_driver_gives_empty_gpu_list() -> None:
 
 
 def test_invalid_cpu_interval_setting_is_a_usage_error() -> None:
-    from flexserv_core.errors import UsageError
+    from flexserv_core import UsageError
 
     with pytest.raises(UsageError, match="resources_cpu_interval"):
         make_app(["resources"], settings={"resources_cpu_interval": 0})

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from flexserv_core.backends.base import Backend, LoadedModel, ProgressCallback
-from flexserv_core.errors import ModelLoadError
-from flexserv_core.models.spec import ModelKind, ModelSpec
+from flexserv_core import Backend, LoadedModel, ModelKind, ModelLoadError, ModelSpec, ProgressCallback
 from flexserv_sentence_transformers.settings import SentenceTransformersSettings
 
 log = logging.getLogger(__name__)

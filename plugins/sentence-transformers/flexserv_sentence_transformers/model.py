@@ -10,9 +10,7 @@ import numpy as np
 import torch
 from sentence_transformers import SentenceTransformer
 
-from flexserv_core.backends.base import EmbeddingModel, EmbeddingResult
-from flexserv_core.errors import ContextLengthExceeded, InvalidRequest
-from flexserv_core.models.spec import ModelSpec
+from flexserv_core import ContextLengthExceeded, EmbeddingModel, EmbeddingResult, InvalidRequest, ModelSpec
 from flexserv_sentence_transformers.batcher import MicroBatcher
 
 

@@ -6,10 +6,7 @@ from pathlib import Path
 
 import msgspec
 
-from flexserv_core.backends.base import Backend
-from flexserv_core.hookspecs import hookimpl
-from flexserv_core.models.spec import ModelKind, ModelSpec
-from flexserv_core.server import FlexServer
+from flexserv_core import Backend, FlexServer, ModelKind, ModelSpec, hookimpl
 from flexserv_sentence_transformers.backend import SentenceTransformersBackend
 from flexserv_sentence_transformers.settings import SentenceTransformersSettings
 

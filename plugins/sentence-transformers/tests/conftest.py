@@ -11,7 +11,7 @@ import pytest_asyncio
 from flexserv_sentence_transformers.plugin import DEFAULT_MODEL_NAME, embedded_model_path
 from litestar import Litestar
 
-from flexserv_core.testing.app import make_app, openai_client, running_app_client
+from flexserv_core.testing import make_app, openai_client, running_app_client
 
 
 def embedded_minilm() -> Path:

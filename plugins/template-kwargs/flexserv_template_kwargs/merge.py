@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from flexserv_core.backends.base import RESERVED_TEMPLATE_KWARGS
-from flexserv_core.errors import InvalidRequest
+from flexserv_core import RESERVED_TEMPLATE_KWARGS, InvalidRequest
 
 #: Template variable names a request may not set; one list with the core's
 #: transformers backend (re-exported here under the plugin's historical name).

@@ -13,14 +13,11 @@ from typing import Any
 
 import msgspec
 
-from flexserv_core.hookspecs import hookimpl
-from flexserv_core.models.spec import ModelSpec
-from flexserv_core.request_context import RequestContext
-from flexserv_core.settings import Settings
+from flexserv_core import ModelSpec, RequestContext, Settings, StashKey, hookimpl
 from flexserv_template_kwargs.merge import merge_template_kwargs, request_template_kwargs
 from flexserv_template_kwargs.settings import TemplateKwargsSettings, parse_defaults
 
-STATE_KEY = "template-kwargs"
+REQUEST_KWARGS_KEY = StashKey[dict[str, Any]]("template-kwargs")
 CHAT_ENDPOINT = "/v1/chat/completions"
 
 
@@ -42,7 +39,7 @@ def flexserv_preprocess_request(endpoint: str, body: dict[str, Any], context: Re
         return
     values = request_template_kwargs(body)
     if values is not None:
-        context.state[STATE_KEY] = values
+        context.state[REQUEST_KWARGS_KEY] = values
 
 
 @hookimpl(tryfirst=True)
@@ -51,6 +48,6 @@ def flexserv_chat_template_kwargs(model: ModelSpec, context: RequestContext) -> 
     other plugins' contributions."""
     defaults = context.server.settings.get(TemplateKwargsSettings).chat_template_kwargs
     merged = merge_template_kwargs(
-        parse_defaults(defaults), model.options.get("chat_template_kwargs"), context.state.get(STATE_KEY)
+        parse_defaults(defaults), model.options.get("chat_template_kwargs"), context.state.get(REQUEST_KWARGS_KEY)
     )
     return merged or None

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from flexserv_core.errors import UsageError
+from flexserv_core import UsageError
 
 
 class TemplateKwargsSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -13,12 +13,18 @@ from typing import Any
 import openai
 import pytest
 
-from flexserv_core.backends.base import Backend, LoadedModel, ProgressCallback, SamplingParams, TokenDelta
-from flexserv_core.errors import UsageError
-from flexserv_core.hookspecs import hookimpl
-from flexserv_core.models.spec import ModelKind, ModelSpec
-from flexserv_core.testing.app import app_client, make_app, openai_client
-from flexserv_core.testing.fakes import FakeTextModel
+from flexserv_core import (
+    Backend,
+    LoadedModel,
+    ModelKind,
+    ModelSpec,
+    ProgressCallback,
+    SamplingParams,
+    TokenDelta,
+    UsageError,
+    hookimpl,
+)
+from flexserv_core.testing import FakeTextModel, app_client, make_app, openai_client
 
 USER = [{"role": "user", "content": "hi"}]
 

@@ -8,7 +8,7 @@ import pytest
 from flexserv_template_kwargs import merge_template_kwargs, request_template_kwargs
 from flexserv_template_kwargs.settings import parse_defaults
 
-from flexserv_core.errors import InvalidRequest, UsageError
+from flexserv_core import InvalidRequest, UsageError
 
 
 def test_fields_are_popped_and_top_level_shorthand_wins() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from flexserv_transformers.testing import build_tiny_llama
 
-from flexserv_core.testing.app import app_client, make_app, openai_client
+from flexserv_core.testing import app_client, make_app, openai_client
 
 pytestmark = pytest.mark.slow
 

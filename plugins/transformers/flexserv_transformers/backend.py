@@ -8,10 +8,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from flexserv_core.backends.base import Backend, ProgressCallback
-from flexserv_core.errors import ModelLoadError, UsageError
-from flexserv_core.models.spec import ModelKind, ModelSpec
-from flexserv_core.settings import Settings, default_cache_dir
+from flexserv_core import (
+    Backend,
+    ModelKind,
+    ModelLoadError,
+    ModelSpec,
+    ProgressCallback,
+    Settings,
+    UsageError,
+    default_cache_dir,
+)
 from flexserv_transformers.settings import (
     TransformersSettings,
     check_quantization,

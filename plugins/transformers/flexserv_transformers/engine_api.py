@@ -55,13 +55,13 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import msgspec
 
-from flexserv_core.backends.base import FinishReason, SamplingParams
+from flexserv_core import FinishReason, SamplingParams
 
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel
 
-    from flexserv_core.settings import Settings
+    from flexserv_core import Settings
 
 __all__ = [
     "DEFAULT_ENGINE",

@@ -28,14 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from flexserv_core.errors import ModelLoadError
+from flexserv_core import ModelLoadError
 
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from flexserv_core.backends.base import ProgressCallback
-    from flexserv_core.models.spec import ModelSpec
+    from flexserv_core import ModelSpec, ProgressCallback
 
 log = logging.getLogger(__name__)
 

@@ -9,14 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from flexserv_core.backends.base import (
+from flexserv_core import (
     RESERVED_TEMPLATE_KWARGS,
+    ContextLengthExceeded,
+    InvalidRequest,
     SamplingParams,
     TextGenerationModel,
     TokenDelta,
     TopLogprob,
 )
-from flexserv_core.errors import ContextLengthExceeded, InvalidRequest
 from flexserv_transformers.detokenize import IncrementalDetokenizer
 from flexserv_transformers.engine_api import Engine, EngineModel, load_engine_factory
 from flexserv_transformers.loading import context_length, eos_token_ids, parameter_dtype
@@ -24,8 +25,7 @@ from flexserv_transformers.loading import context_length, eos_token_ids, paramet
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from flexserv_core.models.spec import ModelSpec
-    from flexserv_core.settings import Settings
+    from flexserv_core import ModelSpec, Settings
 
 log = logging.getLogger(__name__)
 

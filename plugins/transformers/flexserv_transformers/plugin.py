@@ -12,16 +12,13 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from flexserv_core.hookspecs import hookimpl
+from flexserv_core import hookimpl
 from flexserv_transformers.backend import TransformersBackend, embedded_spec
 from flexserv_transformers.engine_api import engine_settings_structs
 from flexserv_transformers.settings import TransformersSettings, check_settings
 
 if TYPE_CHECKING:
-    from flexserv_core.backends.base import Backend
-    from flexserv_core.models.spec import ModelSpec
-    from flexserv_core.server import FlexServer
-    from flexserv_core.settings import Settings
+    from flexserv_core import Backend, FlexServer, ModelSpec, Settings
 
 
 @hookimpl

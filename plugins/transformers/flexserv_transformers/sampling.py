@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 import torch
 
-from flexserv_core.backends.base import SamplingParams
+from flexserv_core import SamplingParams
 from flexserv_transformers.engine_api import EngineToken
 
 __all__ = ["SamplerState", "sample_next"]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import msgspec
 
-from flexserv_core.errors import UsageError
+from flexserv_core import UsageError
 from flexserv_transformers.engine_api import DEFAULT_ENGINE, ENGINES
 
 if TYPE_CHECKING:

@@ -25,9 +25,7 @@ from typing import Any
 
 import torch
 
-from flexserv_core.backends.base import SamplingParams
-from flexserv_core.errors import ServiceUnavailable
-from flexserv_core.settings import Settings
+from flexserv_core import SamplingParams, ServiceUnavailable, Settings
 from flexserv_transformers.engine_api import EngineModel, EngineToken
 from flexserv_transformers.sampling import SamplerState, sample_next
 

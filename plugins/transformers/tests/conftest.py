@@ -25,7 +25,7 @@ def transformers_settings(cache_dir: Path, **overrides: Any) -> Any:
     """Settings with the transformers backend's struct, defaults plus ``overrides``."""
     from flexserv_transformers.plugin import flexserv_add_settings
 
-    from flexserv_core.settings import CoreSettings, resolve_settings
+    from flexserv_core import CoreSettings, resolve_settings
 
     return resolve_settings(
         [CoreSettings, *flexserv_add_settings()], cli={"cache_dir": str(cache_dir), **overrides}, env={}
@@ -75,7 +75,7 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_spec(tiny_dir: Path) -> Any:
-    from flexserv_core.models.spec import ModelKind, ModelSpec
+    from flexserv_core import ModelKind, ModelSpec
 
     return ModelSpec(name="tiny", kind=ModelKind.TEXT, source=str(tiny_dir))
 
@@ -88,7 +88,7 @@ def tiny(tiny_spec: Any, flexserv_test_cache: Path) -> Iterator[Any]:
 
 
 async def _collect(model: Any, prompt_ids: list[int], **params: Any) -> list[Any]:
-    from flexserv_core.backends.base import SamplingParams
+    from flexserv_core import SamplingParams
 
     return [delta async for delta in model.generate(prompt_ids, SamplingParams(**params))]
 

@@ -13,8 +13,8 @@ import pytest
 import pytest_asyncio
 from flexserv_transformers.testing import SMOLLM2_MISSING
 
-from flexserv_core.models.spec import ModelKind
-from flexserv_core.testing.app import make_app, openai_client, running_app_client
+from flexserv_core import ModelKind
+from flexserv_core.testing import make_app, openai_client, running_app_client
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 

@@ -15,7 +15,7 @@ import pytest
 from flexserv_transformers.backend import embedded_gguf
 from flexserv_transformers.testing import SMOLLM2_MISSING
 
-from flexserv_core.testing.process import flexserv_cmd, free_port, stop_process, wait_healthy
+from flexserv_core.testing import flexserv_cmd, free_port, stop_process, wait_healthy
 
 pytestmark = pytest.mark.slow
 

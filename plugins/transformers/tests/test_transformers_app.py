@@ -8,9 +8,8 @@ import pytest
 from flexserv_transformers.backend import EMBEDDED_MODEL_NAME, TransformersBackend
 from flexserv_transformers.model import TransformersTextModel
 
-from flexserv_core.backends.base import SamplingParams
-from flexserv_core.models.spec import ModelKind
-from flexserv_core.testing.app import app_client, make_app
+from flexserv_core import ModelKind, SamplingParams
+from flexserv_core.testing import app_client, make_app
 
 QUESTION = [{"role": "user", "content": "What is the capital of France? Answer with one word."}]
 
@@ -63,7 +62,7 @@ async def test_configured_directory_model(tiny_dir, tmp_path):
 
 
 async def test_load_failure_is_a_model_load_error(tmp_path):
-    from flexserv_core.errors import ModelLoadError
+    from flexserv_core import ModelLoadError
 
     app = make_app(["transformers"], settings={"cache_dir": str(tmp_path), "model": [f"ghost={tmp_path / 'missing'}"]})
     server = app.state.flexserv

@@ -16,8 +16,7 @@ import pytest
 import torch
 from flexserv_transformers.engine_api import ENGINES, Engine, EngineModel, load_engine_factory
 
-from flexserv_core.backends.base import SamplingParams
-from flexserv_core.errors import ServiceUnavailable
+from flexserv_core import SamplingParams, ServiceUnavailable
 
 pytestmark = pytest.mark.slow  # builds and loads a tiny random Llama
 

@@ -9,8 +9,7 @@ import httpx
 import openai
 import pytest
 
-from flexserv_core.testing.app import make_app
-from flexserv_core.testing.process import ServedApp
+from flexserv_core.testing import ServedApp, make_app
 
 pytestmark = pytest.mark.slow  # serves a tiny random Llama
 

@@ -13,10 +13,8 @@ from flexserv_transformers.engine_api import DEFAULT_ENGINE
 from flexserv_transformers.settings import TransformersSettings, resolve_dtype
 from flexserv_transformers.testing import SMOLLM2_MISSING
 
-from flexserv_core.errors import ModelLoadError, UsageError
-from flexserv_core.models.spec import ModelKind, ModelSpec
-from flexserv_core.settings import CoreSettings, resolve_settings
-from flexserv_core.testing.app import make_app
+from flexserv_core import CoreSettings, ModelKind, ModelLoadError, ModelSpec, UsageError, resolve_settings
+from flexserv_core.testing import make_app
 
 
 def spec(source: str, **options: object) -> ModelSpec:

@@ -8,7 +8,7 @@ import pytest
 import torch
 from flexserv_transformers.sampling import SamplerState, sample_next
 
-from flexserv_core.backends.base import SamplingParams
+from flexserv_core import SamplingParams
 
 V = 8
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from flexserv_transformers.testing import tie_tolerance
 
-from flexserv_core.backends.base import SamplingParams
+from flexserv_core import SamplingParams
 
 pytestmark = pytest.mark.slow
 

@@ -7,8 +7,7 @@ from flexserv_transformers.detokenize import IncrementalDetokenizer
 from flexserv_transformers.model import TransformersTextModel
 from flexserv_transformers.testing import build_tiny_llama, train_tiny_tokenizer
 
-from flexserv_core.errors import ContextLengthExceeded, InvalidRequest
-from flexserv_core.models.spec import ModelKind, ModelSpec
+from flexserv_core import ContextLengthExceeded, InvalidRequest, ModelKind, ModelSpec
 
 pytestmark = pytest.mark.slow  # builds and loads a tiny random Llama
 
@@ -99,7 +98,7 @@ def test_detokenizer_flushes_an_incomplete_tail():
 def test_empty_prompt_rejected(tiny):
     import asyncio
 
-    from flexserv_core.backends.base import SamplingParams
+    from flexserv_core import SamplingParams
 
     async def run() -> None:
         async for _ in tiny.generate([], SamplingParams(max_tokens=2)):

@@ -11,9 +11,7 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from flexserv_core.backends.base import Transcription, TranscriptionModel
-from flexserv_core.errors import InvalidRequest, ModelLoadError
-from flexserv_core.models.spec import ModelSpec
+from flexserv_core import InvalidRequest, ModelLoadError, ModelSpec, Transcription, TranscriptionModel
 
 T = TypeVar("T")
 

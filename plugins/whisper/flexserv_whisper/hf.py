@@ -6,9 +6,16 @@ from typing import Any
 
 import numpy as np
 
-from flexserv_core.backends.base import Backend, LoadedModel, ProgressCallback, Transcription, TranscriptionSegment
-from flexserv_core.errors import ModelLoadError
-from flexserv_core.models.spec import ModelKind, ModelSpec
+from flexserv_core import (
+    Backend,
+    LoadedModel,
+    ModelKind,
+    ModelLoadError,
+    ModelSpec,
+    ProgressCallback,
+    Transcription,
+    TranscriptionSegment,
+)
 from flexserv_whisper.common import SerialWhisperModel, load_error, pick_device
 from flexserv_whisper.settings import WhisperSettings
 

@@ -6,10 +6,7 @@ from pathlib import Path
 
 import msgspec
 
-from flexserv_core.backends.base import Backend
-from flexserv_core.hookspecs import hookimpl
-from flexserv_core.models.spec import ModelKind, ModelSpec
-from flexserv_core.server import FlexServer
+from flexserv_core import Backend, FlexServer, ModelKind, ModelSpec, hookimpl
 from flexserv_whisper.faster import FasterWhisperBackend, is_ctranslate2_dir
 from flexserv_whisper.hf import TransformersWhisperBackend
 from flexserv_whisper.settings import WhisperSettings

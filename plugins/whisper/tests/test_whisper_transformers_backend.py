@@ -144,8 +144,7 @@ async def test_a_directory_that_is_not_whisper_fails_to_load_with_a_clear_error(
     from flexserv_whisper.hf import TransformersWhisperBackend
     from flexserv_whisper.settings import WhisperSettings
 
-    from flexserv_core.errors import ModelLoadError
-    from flexserv_core.models.spec import ModelKind, ModelSpec
+    from flexserv_core import ModelKind, ModelLoadError, ModelSpec
 
     spec = ModelSpec(name="broken", kind=ModelKind.TRANSCRIPTION, source=str(tmp_path))
     with pytest.raises(ModelLoadError, match="broken"):

@@ -11,9 +11,8 @@ from flexserv_whisper.hf import TransformersWhisperBackend
 from flexserv_whisper.plugin import DEFAULT_MODEL_NAME, embedded_model_path
 from flexserv_whisper.settings import WhisperSettings
 
-from flexserv_core.errors import InvalidRequest
-from flexserv_core.models.spec import ModelKind, ModelSpec
-from flexserv_core.testing.app import make_app
+from flexserv_core import InvalidRequest, ModelKind, ModelSpec
+from flexserv_core.testing import make_app
 
 
 def spec(source: str, backend: str | None = None) -> ModelSpec:

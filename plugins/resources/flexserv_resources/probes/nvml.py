@@ -14,7 +14,7 @@ import threading
 from types import ModuleType
 from typing import Any
 
-from flexserv_core.resources import GpuInfo, ResourceProbe
+from flexserv_core import GpuInfo, ResourceProbe
 
 log = logging.getLogger(__name__)
 

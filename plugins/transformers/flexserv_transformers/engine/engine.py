@@ -17,8 +17,7 @@ from typing import Any
 
 import torch
 
-from flexserv_core.backends.base import SamplingParams
-from flexserv_core.errors import ContextLengthExceeded, ServiceUnavailable, TooManyRequests
+from flexserv_core import ContextLengthExceeded, SamplingParams, ServiceUnavailable, TooManyRequests
 from flexserv_transformers.engine.blocks import BlockManager
 from flexserv_transformers.engine.kv_cache import PagedKVCache
 from flexserv_transformers.engine.runner import ModelRunner, kv_geometry

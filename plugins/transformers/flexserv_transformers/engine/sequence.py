@@ -6,7 +6,7 @@ import asyncio
 import itertools
 import time
 
-from flexserv_core.backends.base import SamplingParams
+from flexserv_core import SamplingParams
 from flexserv_transformers.engine.blocks import BlockKey
 from flexserv_transformers.engine_api import EngineToken
 from flexserv_transformers.sampling import SamplerState

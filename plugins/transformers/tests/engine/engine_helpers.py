@@ -10,7 +10,7 @@ from flexserv_transformers.engine.engine import PagedEngine
 from flexserv_transformers.engine.settings import EngineSettings
 from flexserv_transformers.testing import TIE_TOLERANCE
 
-from flexserv_core.backends.base import SamplingParams
+from flexserv_core import SamplingParams
 
 TOPICS = [
     "the moon", "volcanoes", "a red bicycle", "bread baking", "the ocean", "chess openings", "honey bees",

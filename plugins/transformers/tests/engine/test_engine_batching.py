@@ -7,8 +7,7 @@ import asyncio
 import pytest
 from engine_helpers import TOPICS, assert_same_or_tie, chat_prompt, greedy, greedy_all, make_engine
 
-from flexserv_core.backends.base import SamplingParams
-from flexserv_core.errors import TooManyRequests
+from flexserv_core import SamplingParams, TooManyRequests
 
 pytestmark = pytest.mark.slow  # loads the real SmolLM2-135M
 

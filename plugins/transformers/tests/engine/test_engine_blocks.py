@@ -9,7 +9,7 @@ from flexserv_transformers.engine.blocks import BlockManager
 from flexserv_transformers.engine.scheduler import Scheduler
 from flexserv_transformers.engine.sequence import Sequence
 
-from flexserv_core.backends.base import SamplingParams
+from flexserv_core import SamplingParams
 
 
 def _run_to_end(sch: Scheduler, seq: Sequence, rng: random.Random, gen: int) -> None:

@@ -1,0 +1,121 @@
+"""The public plugin API: ``flexserv_core`` and ``flexserv_core.testing`` are the
+only core modules plugins may import, and their ``__all__`` is pinned here."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+import flexserv_core
+import flexserv_core.testing
+
+ROOT = Path(__file__).resolve().parents[2]
+PLUGIN_DIRS = sorted(p for group in ("plugins", "contrib") for p in (ROOT / group).iterdir() if p.is_dir())
+
+
+@pytest.mark.parametrize("module", [flexserv_core, flexserv_core.testing], ids=lambda m: m.__name__)
+def test_all_is_sorted_and_matches_the_namespace(module: types.ModuleType) -> None:
+    public = [
+        name
+        for name, value in vars(module).items()
+        if (not name.startswith("_") or name == "__version__") and not isinstance(value, types.ModuleType)
+    ]
+    # ruff (RUF022) keeps __all__ sorted; here it must list exactly the public namespace, once each.
+    assert len(set(module.__all__)) == len(module.__all__)
+    assert set(module.__all__) == set(public)
+    for name in module.__all__:
+        assert getattr(module, name) is not None
+
+
+def test_facade_has_what_plugins_need() -> None:
+    # The names the platform design promises plugins; removing one breaks them.
+    promised = {
+        "hookimpl", "hookspec", "PROJECT_NAME", "Backend", "LoadedModel", "TextGenerationModel",
+        "EmbeddingModel", "EmbeddingResult", "TranscriptionModel", "Transcription", "TranscriptionSegment",
+        "SamplingParams", "TokenDelta", "TopLogprob", "FinishReason", "ProgressCallback",
+        "RESERVED_TEMPLATE_KWARGS", "ModelSpec", "ModelKind", "RequestContext", "FlexServer", "Stash",
+        "StashKey", "Settings", "default_cache_dir", "ModelEvent", "ModelEventType", "EvictionReason",
+        "ResourceProbe", "GpuInfo", "RamInfo", "CpuCoreInfo", "FlexServError", "InvalidRequest",
+        "ContextLengthExceeded", "NotFound", "ModelNotFound", "PayloadTooLarge", "TooManyRequests",
+        "ServiceUnavailable", "ModelLoadError", "UsageError", "__version__",
+    }  # fmt: skip
+    assert promised <= set(flexserv_core.__all__)
+    testing = {"make_app", "app_client", "running_app_client", "openai_client", "make_plugin_manager",
+               "make_settings", "FakeTextBackend", "FakeProbe", "ServedApp", "free_port", "wait_healthy"}  # fmt: skip
+    assert testing <= set(flexserv_core.testing.__all__)
+
+
+def test_every_error_class_is_public() -> None:
+    errors = importlib.import_module("flexserv_core.errors")
+    classes = {n for n, v in vars(errors).items() if isinstance(v, type) and issubclass(v, BaseException)}
+    assert classes <= set(flexserv_core.__all__)
+
+
+@pytest.mark.slow
+def test_import_is_cheap() -> None:
+    code = "import sys, flexserv_core; print(','.join(m for m in ('torch', 'transformers', 'litestar') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "", f"import flexserv_core pulled in {out}"
+
+
+def _is_package_module(plugin_dir: Path, path: Path) -> bool:
+    """Inside the distribution's import package (not its tests or scripts)."""
+    top = path.relative_to(plugin_dir).parts[0]
+    return top != "tests" and (plugin_dir / top / "__init__.py").is_file()
+
+
+def _violations(plugin_dir: Path, path: Path) -> list[str]:
+    allowed = {"flexserv_core": set(flexserv_core.__all__)}
+    if not _is_package_module(plugin_dir, path):
+        allowed["flexserv_core.testing"] = set(flexserv_core.testing.__all__)
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            modules = [(a.name, None) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules = [(node.module, [a.name for a in node.names])]
+        else:
+            continue
+        for module, names in modules:
+            if module.split(".")[0] != "flexserv_core":
+                continue
+            where = f"{path.relative_to(ROOT)}:{node.lineno}"
+            if module not in allowed:
+                found.append(f"{where} imports {module}; use one of {sorted(allowed)}")
+                continue
+            for name in names or ():
+                if name not in allowed[module]:
+                    found.append(f"{where} imports {name} from {module}, which does not export it")
+    return found
+
+
+@pytest.mark.parametrize("plugin_dir", PLUGIN_DIRS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_plugins_import_only_the_public_api(plugin_dir: Path) -> None:
+    files = [p for p in plugin_dir.rglob("*.py") if not {"build", ".venv"} & set(p.parts)]
+    assert files
+    problems = [v for f in files for v in _violations(plugin_dir, f)]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_import_rule_catches_a_deep_import(tmp_path: Path) -> None:
+    plugin = tmp_path / "demo"
+    (plugin / "flexserv_demo").mkdir(parents=True)
+    (plugin / "flexserv_demo" / "__init__.py").write_text("")
+    (plugin / "tests").mkdir()
+    bad_pkg = plugin / "flexserv_demo" / "plugin.py"
+    bad_pkg.write_text("from flexserv_core.testing import make_app\nfrom flexserv_core import hooks\n")
+    good_test = plugin / "tests" / "test_demo.py"
+    good_test.write_text("from flexserv_core.testing import make_app\nimport flexserv_core\n")
+    global ROOT
+    saved, ROOT = ROOT, tmp_path
+    try:
+        assert len(_violations(plugin, bad_pkg)) == 2
+        assert _violations(plugin, good_test) == []
+    finally:
+        ROOT = saved
