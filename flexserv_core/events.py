@@ -7,8 +7,6 @@ import time
 
 import msgspec
 
-from flexserv_core.models.spec import ModelKind
-
 
 class ModelEventType(enum.StrEnum):
     LOADING = "loading"
@@ -35,7 +33,7 @@ class ModelEvent(msgspec.Struct, kw_only=True, frozen=True):
 
     type: ModelEventType
     model_id: str
-    kind: ModelKind
+    kind: str
     reason: EvictionReason | None = None
     active_requests: int = 0
     seconds: float | None = None

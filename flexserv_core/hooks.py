@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from flexserv_core.backends.base import Backend
     from flexserv_core.events import ModelEvent
-    from flexserv_core.models.spec import ModelKind, ModelSpec
+    from flexserv_core.models.spec import ModelSpec
     from flexserv_core.plugin_manager import FlexServPluginManager
     from flexserv_core.request_context import RequestContext
     from flexserv_core.resources import ResourceProbe
@@ -123,7 +123,7 @@ def default_models(server: FlexServer) -> list[ModelSpec]:
     return _flatten(reversed(server.pm.hook.flexserv_default_models(server=server)))
 
 
-def resolve_model(server: FlexServer, model_id: str, kind: ModelKind) -> ModelSpec | None:
+def resolve_model(server: FlexServer, model_id: str, kind: str) -> ModelSpec | None:
     return server.pm.hook.flexserv_resolve_model(model_id=model_id, kind=kind, server=server)
 
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from flexserv_core.backends.base import Backend
     from flexserv_core.events import ModelEvent
-    from flexserv_core.models.spec import ModelKind, ModelSpec
+    from flexserv_core.models.spec import ModelSpec
     from flexserv_core.request_context import RequestContext
     from flexserv_core.resources import ResourceProbe
     from flexserv_core.server import FlexServer
@@ -188,7 +188,7 @@ def flexserv_default_models(server: FlexServer) -> list[ModelSpec] | None:
 
 
 @hookspec(firstresult=True)
-def flexserv_resolve_model(model_id: str, kind: ModelKind, server: FlexServer) -> ModelSpec | None:
+def flexserv_resolve_model(model_id: str, kind: str, server: FlexServer) -> ModelSpec | None:
     """Resolve a requested model id that is not configured.
 
     Called when a request names a model that is neither configured nor offered

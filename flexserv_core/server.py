@@ -37,6 +37,8 @@ class FlexServer:
             settings.core,
             hooks.default_models(self),
             lambda model_id, kind: hooks.resolve_model(self, model_id, kind),
+            configured=settings.models,
+            kinds=[b.kind for b in self.backends],
         )
         self.registry = ModelRegistry(
             self.catalog,

@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import msgspec
 
 from flexserv_core.errors import UsageError
+from flexserv_core.models.spec import ModelKind, ModelSpec
 
 ENV_PREFIX = "FLEXSERV_"
 StructT = TypeVar("StructT", bound=msgspec.Struct)
@@ -43,7 +44,10 @@ class CoreSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     default_transcription_model: Annotated[str | None, _doc("Default transcription model (name or source).")] = None
     model: Annotated[
         list[str],
-        _doc("Configure a model: [KIND:]NAME=SOURCE, KIND one of serve, embedding, transcription. Repeatable."),
+        _doc(
+            "Configure a model: [KIND:]NAME=SOURCE, KIND one of text (default), embedding, transcription or a"
+            " plugin's kind. Repeatable; [[models]] tables in the config file configure them in full."
+        ),
     ] = msgspec.field(default_factory=list)
     force_model: Annotated[str | None, _doc("Serve this text model whatever the request's 'model' says.")] = None
     allow_hub_models: Annotated[bool, _doc("Let requests name Hub model ids that are not configured.")] = False
@@ -59,6 +63,30 @@ class CoreSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     shutdown_timeout: Annotated[
         float, msgspec.Meta(ge=0, description="Seconds in-flight requests get to finish on shutdown.")
     ] = 10.0
+
+
+class ModelTable(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One ``[[models]]`` table of the config file; becomes a :class:`ModelSpec`."""
+
+    name: str
+    source: str
+    kind: str = ModelKind.TEXT
+    backend: str | None = None
+    options: dict[str, Any] = msgspec.field(default_factory=dict)
+    revision: str | None = None
+    aliases: list[str] = msgspec.field(default_factory=list)
+
+    def to_spec(self) -> ModelSpec:
+        return ModelSpec(
+            name=self.name,
+            kind=self.kind,
+            source=self.source,
+            backend=self.backend,
+            options=self.options,
+            revision=self.revision,
+            aliases=tuple(self.aliases),
+            origin="config",
+        )
 
 
 class SettingField(msgspec.Struct, frozen=True):
@@ -127,17 +155,24 @@ def _field_meta(struct: type[msgspec.Struct], name: str) -> msgspec.Meta | None:
 
 
 class Settings:
-    """All validated settings, one struct instance per declaring struct class."""
+    """All validated settings, one struct instance per declaring struct class.
+
+    ``models`` are the models the config file's ``[[models]]`` tables configure
+    (the catalog merges them with ``--model``); kinds are checked by the catalog,
+    which knows the backends' kinds.
+    """
 
     def __init__(
         self,
         values: Mapping[type[msgspec.Struct], msgspec.Struct],
         fields: list[SettingField],
         origins: Mapping[str, str],
+        models: Iterable[ModelSpec] = (),
     ) -> None:
         self._values = dict(values)
         self.fields = fields
         self.origins = dict(origins)
+        self.models = list(models)
 
     @property
     def core(self) -> CoreSettings:
@@ -190,7 +225,11 @@ def add_arguments(parser: argparse.ArgumentParser, structs: Iterable[type[msgspe
                 group.add_argument(f.flag, dest=f.name, default=argparse.SUPPRESS, help=help_text, metavar="VALUE")
 
 
+MODELS_KEY = "models"
+
+
 def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The config file's settings by name (``[[models]]`` tables under ``"models"``)."""
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
@@ -216,6 +255,7 @@ def resolve_settings(
     env = os.environ if env is None else env
     structs = list(dict.fromkeys(structs))
     config = read_config_file(config_file) if config_file else {}
+    models = decode_model_tables(config.pop(MODELS_KEY, []), config_file)
     fields = [f for s in structs for f in describe_fields(s)]
     known = {f.name for f in fields}
     unknown = sorted(set(config) - known)
@@ -237,7 +277,27 @@ def resolve_settings(
             values[struct] = msgspec.convert(raw, struct, strict=False)
         except msgspec.ValidationError as exc:
             raise UsageError(_explain(exc, fields, origins)) from None
-    return Settings(values, fields, origins)
+    return Settings(values, fields, origins, models)
+
+
+def decode_model_tables(tables: Any, config_file: str | os.PathLike[str] | None) -> list[ModelSpec]:
+    """``[[models]]`` tables to specs; a bad table is a :class:`UsageError` naming its index."""
+    if not isinstance(tables, list):
+        raise UsageError(f"config file {config_file}: 'models' must be an array of tables ([[models]])")
+    specs = []
+    for index, table in enumerate(tables):
+        where = f"config file {config_file}, [[models]] table models[{index}]"
+        if not isinstance(table, dict):
+            raise UsageError(f"{where}: expected a table, got {type(table).__name__}")
+        unknown = sorted(set(table) - set(ModelTable.__struct_fields__))
+        if unknown:
+            allowed = ", ".join(ModelTable.__struct_fields__)
+            raise UsageError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; allowed keys: {allowed}")
+        try:
+            specs.append(msgspec.convert(table, ModelTable).to_spec())
+        except msgspec.ValidationError as exc:
+            raise UsageError(f"{where}: {exc}") from None
+    return specs
 
 
 def _from_env(f: SettingField, value: str) -> Any:

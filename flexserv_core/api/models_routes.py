@@ -11,30 +11,34 @@ from flexserv_core.models.spec import ModelSpec
 from flexserv_core.server import FlexServer
 
 
-def _model_object(server: FlexServer, spec: ModelSpec) -> dict[str, Any]:
+def _model_object(server: FlexServer, spec: ModelSpec, model_id: str | None = None) -> dict[str, Any]:
+    """The OpenAI model object; an alias is listed under its own id, with ``root``
+    naming the model it selects (they share one loaded instance)."""
     return {
-        "id": spec.name,
+        "id": model_id or spec.name,
         "object": "model",
         "created": int(server.started_at),
         "owned_by": "flexserv",
-        "kind": spec.kind.value,
+        "kind": str(spec.kind),
         "state": server.registry.state_of(spec.name).value,
+        "root": spec.name,
     }
 
 
 @get("/v1/models", summary="List models")
 async def list_models(request: Request[Any, Any, Any]) -> dict[str, Any]:
     server: FlexServer = request.app.state.flexserv
-    return {"object": "list", "data": [_model_object(server, s) for s in server.catalog.specs()]}
+    data = [_model_object(server, s, name) for s in server.catalog.specs() for name in (s.name, *s.aliases)]
+    return {"object": "list", "data": data}
 
 
 @get("/v1/models/{model_id:path}", summary="Retrieve a model")
 async def retrieve_model(request: Request[Any, Any, Any], model_id: str) -> dict[str, Any]:
     server: FlexServer = request.app.state.flexserv
     model_id = model_id.lstrip("/")
-    for spec in server.catalog.specs():
-        if spec.name == model_id:
-            return _model_object(server, spec)
+    spec = server.catalog.get(model_id)
+    if spec is not None:
+        return _model_object(server, spec, model_id)
     raise ModelNotFound(f"The model '{model_id}' does not exist or is not served here.", param="model")
 
 

@@ -48,7 +48,8 @@ RESERVED_TEMPLATE_KWARGS: frozenset[str] = frozenset(
 class LoadedModel(abc.ABC):
     """A model resident in memory, owned by the registry until it is unloaded."""
 
-    kind: ClassVar[ModelKind]
+    #: A :class:`ModelKind` or a plugin's own kind (any string).
+    kind: ClassVar[str]
 
     def __init__(self, spec: ModelSpec, *, device: str = "cpu", dtype: str | None = None) -> None:
         self.spec = spec
@@ -62,7 +63,7 @@ class LoadedModel(abc.ABC):
 
     def describe(self) -> dict[str, Any]:
         """Facts for ``/v1/flexserv/health`` and ``/info``; extend in subclasses."""
-        return {"model_id": self.spec.name, "kind": self.kind.value, "device": self.device, "dtype": self.dtype}
+        return {"model_id": self.spec.name, "kind": str(self.kind), "device": self.device, "dtype": self.dtype}
 
 
 class Backend(abc.ABC):
@@ -70,11 +71,13 @@ class Backend(abc.ABC):
 
     #: Unique name, e.g. ``"transformers"``; a :class:`ModelSpec` may ask for it.
     name: ClassVar[str]
-    kind: ClassVar[ModelKind]
+    #: The kind of model it loads: a :class:`ModelKind` or a new kind of the plugin's
+    #: own (e.g. ``"rerank"``), which the catalog then accepts in configuration.
+    kind: ClassVar[str]
 
     def accepts(self, spec: ModelSpec) -> bool:
         """Whether this backend can load ``spec``; the default accepts all of its kind."""
-        return spec.kind is self.kind and spec.backend in (None, self.name)
+        return spec.kind == self.kind and spec.backend in (None, self.name)
 
     @abc.abstractmethod
     def load(self, spec: ModelSpec, progress: ProgressCallback) -> LoadedModel:

@@ -10,7 +10,7 @@ import msgspec
 from flexserv_core.api import openapi
 from flexserv_core.builtin import flexserv_routes
 from flexserv_core.hookspecs import hookimpl
-from flexserv_core.models.spec import ModelKind, ModelSpec
+from flexserv_core.models.spec import ModelSpec
 from flexserv_core.server import FlexServer
 from flexserv_core.settings import CoreSettings
 
@@ -34,7 +34,7 @@ def is_hub_id(model_id: str) -> bool:
 
 
 @hookimpl(trylast=True)
-def flexserv_resolve_model(model_id: str, kind: ModelKind, server: FlexServer) -> ModelSpec | None:
+def flexserv_resolve_model(model_id: str, kind: str, server: FlexServer) -> ModelSpec | None:
     if not server.settings.core.allow_hub_models or not is_hub_id(model_id):
         return None
     return ModelSpec(name=model_id, kind=kind, source=model_id, origin="hub")

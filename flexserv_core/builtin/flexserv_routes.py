@@ -11,7 +11,7 @@ from litestar import Request, get, post
 from flexserv_core import __version__, hooks
 from flexserv_core.api.body import read_json_object
 from flexserv_core.errors import InvalidRequest
-from flexserv_core.models.spec import ModelKind
+from flexserv_core.models.spec import ModelKind, loaded_wire_kind
 from flexserv_core.server import FlexServer
 
 
@@ -24,7 +24,7 @@ async def liveness() -> dict[str, str]:
     return {"status": "ok"}
 
 
-def _model_status(server: FlexServer, kind: ModelKind) -> dict[str, Any] | None:
+def _model_status(server: FlexServer, kind: str) -> dict[str, Any] | None:
     spec = server.catalog.default(kind)
     if spec is None:
         return None
@@ -60,19 +60,29 @@ async def info(request: Request[Any, Any, Any]) -> dict[str, Any]:
         "version": __version__,
         "settings": server.settings.summary(),
         "plugins": msgspec.to_builtins(server.pm.plugin_infos()),
-        "backends": [{"name": b.name, "kind": b.kind.value} for b in server.backends],
+        "backends": [{"name": b.name, "kind": str(b.kind)} for b in server.backends],
         "models": [
-            {"model_id": s.name, "kind": s.kind.value, "source": s.source, "origin": s.origin}
+            {
+                "model_id": s.name,
+                "kind": str(s.kind),
+                "aliases": list(s.aliases),
+                "source": s.source,
+                "origin": s.origin,
+            }
             for s in server.catalog.specs()
         ],
-        "defaults": {k.value: v for k, v in server.catalog.defaults.items()},
+        "defaults": {str(k): v for k, v in server.catalog.defaults.items()},
     }
 
 
 @get("/v1/flexserv/models/loaded", summary="Models resident in memory")
 async def loaded_models(request: Request[Any, Any, Any]) -> dict[str, Any]:
     server = server_of(request)
-    return {"models": [msgspec.to_builtins(m) for m in server.registry.loaded()]}
+    # Text models are "serve" here: the FlexServ spec's wire name, which gateways match on.
+    models = [msgspec.to_builtins(m) for m in server.registry.loaded()]
+    for m in models:
+        m["kind"] = loaded_wire_kind(m["kind"])
+    return {"models": models}
 
 
 @post("/v1/flexserv/models/unload", status_code=200, summary="Unload one model or all")

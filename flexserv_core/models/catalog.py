@@ -1,62 +1,81 @@
 """Which models may be served: configured ones, embedded defaults, allowed Hub ids.
 
-A request's ``model`` field only *selects* from this catalog; it is never treated
-as a path or a source. Anything the catalog does not know goes to the
-``flexserv_resolve_model`` hook, whose core implementation accepts Hub ids only
-with ``--allow-hub-models``.
+A request's ``model`` field only *selects* from this catalog (by a model's name or
+one of its aliases); it is never treated as a path or a source. Anything the
+catalog does not know goes to the ``flexserv_resolve_model`` hook, whose core
+implementation accepts Hub ids only with ``--allow-hub-models``.
+
+Kinds are open: the catalog accepts the core's :class:`ModelKind` values, the kinds
+the registered backends declare, and the aliases in :data:`KIND_ALIASES`.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+
+import msgspec
 
 from flexserv_core.errors import InvalidRequest, ModelNotFound, UsageError
-from flexserv_core.models.spec import ModelKind, ModelSpec
+from flexserv_core.models.spec import KIND_ALIASES, ModelKind, ModelSpec, canonical_kind
 from flexserv_core.settings import CoreSettings
 
 log = logging.getLogger(__name__)
 
-_KIND_ALIASES = {
-    "serve": ModelKind.TEXT,
-    "text": ModelKind.TEXT,
-    "chat": ModelKind.TEXT,
-    "embedding": ModelKind.EMBEDDING,
-    "transcription": ModelKind.TRANSCRIPTION,
-    "asr": ModelKind.TRANSCRIPTION,
-}
+Resolver = Callable[[str, str], ModelSpec | None]
 
 
-def parse_model_option(value: str) -> ModelSpec:
-    """Parse ``[KIND:]NAME=SOURCE`` from ``--model``."""
+def _kinds_hint(kinds: Iterable[str]) -> str:
+    return ", ".join(sorted({str(k) for k in kinds} | set(KIND_ALIASES)))
+
+
+def parse_model_option(value: str, kinds: Iterable[str] = ModelKind) -> ModelSpec:
+    """Parse ``[KIND:]NAME=SOURCE`` from ``--model``; ``kinds`` are the valid kinds."""
     name, sep, source = value.partition("=")
     if not sep or not name or not source:
         raise UsageError(f"invalid value for setting 'model' (--model): {value!r} is not [KIND:]NAME=SOURCE")
-    kind = ModelKind.TEXT
+    kind: str = ModelKind.TEXT
     prefix, colon, rest = name.partition(":")
     if colon:
-        if prefix not in _KIND_ALIASES:
+        found = canonical_kind(prefix, kinds)
+        if found is None:
             raise UsageError(
-                f"invalid value for setting 'model' (--model): unknown kind {prefix!r} in {value!r}; use one of serve, embedding, transcription"
+                f"invalid value for setting 'model' (--model): unknown kind {prefix!r} in {value!r}; "
+                f"use one of {_kinds_hint(kinds)}"
             )
-        kind, name = _KIND_ALIASES[prefix], rest
+        kind, name = found, rest
     return ModelSpec(name=name, kind=kind, source=source, origin="config")
 
 
+def _with_known_kind(spec: ModelSpec, where: str, kinds: Iterable[str]) -> ModelSpec:
+    found = canonical_kind(spec.kind, kinds)
+    if found is None:
+        raise UsageError(
+            f"{where}: unknown kind {spec.kind!r} for model {spec.name!r}; use one of {_kinds_hint(kinds)} "
+            "(a plugin's kind needs its backend installed and not blocked)"
+        )
+    return msgspec.structs.replace(spec, kind=found)
+
+
 class ModelCatalog:
-    """Name -> :class:`ModelSpec`, plus the default model of each kind."""
+    """Name or alias -> :class:`ModelSpec`, plus the default model of each kind."""
 
     def __init__(
         self,
         specs: Iterable[ModelSpec],
-        defaults: dict[ModelKind, str],
+        defaults: dict[str, str],
         force_model: str | None,
-        resolver: Callable[[str, ModelKind], ModelSpec | None],
+        resolver: Resolver,
     ) -> None:
         self._specs: dict[str, ModelSpec] = {}
+        self._by_name: dict[str, ModelSpec] = {}
         for spec in specs:
-            self._specs.setdefault(spec.name, spec)
+            if spec.name in self._specs:
+                continue
+            self._specs[spec.name] = spec
+            for name in (spec.name, *spec.aliases):
+                self._by_name.setdefault(name, spec)
         self.defaults = defaults
         self.force_model = force_model
         self._resolver = resolver
@@ -64,12 +83,36 @@ class ModelCatalog:
 
     @classmethod
     def from_settings(
-        cls, core: CoreSettings, embedded: list[ModelSpec], resolver: Callable[[str, ModelKind], ModelSpec | None]
+        cls,
+        core: CoreSettings,
+        embedded: list[ModelSpec],
+        resolver: Resolver,
+        *,
+        configured: Sequence[ModelSpec] = (),
+        kinds: Iterable[str] = (),
     ) -> ModelCatalog:
-        configured = [parse_model_option(v) for v in core.model]
-        names = {s.name: s for s in configured}
-        specs = list(configured)
-        defaults: dict[ModelKind, str] = {}
+        """Build the catalog from ``--model`` values, ``[[models]]`` tables (``configured``),
+        the default-model settings and the plugins' embedded models.
+
+        ``kinds`` are the kinds the registered backends declare, on top of :class:`ModelKind`.
+        A name or alias declared twice by configuration is a :class:`UsageError` naming both.
+        """
+        valid = {*ModelKind, *kinds}
+        declared: list[tuple[ModelSpec, str]] = [(parse_model_option(v, valid), f"--model {v}") for v in core.model]
+        declared += [
+            (_with_known_kind(spec, f"[[models]] table models[{i}]", valid), f"[[models]] table models[{i}]")
+            for i, spec in enumerate(configured)
+        ]
+        names: dict[str, ModelSpec] = {}
+        where_declared: dict[str, str] = {}
+        for spec, where in declared:
+            for name in (spec.name, *spec.aliases):
+                if name in where_declared:
+                    raise UsageError(f"model name {name!r} is declared twice: by {where_declared[name]} and by {where}")
+                where_declared[name], names[name] = where, spec
+        configured_specs = [spec for spec, _ in declared]
+        specs = list(configured_specs)
+        defaults: dict[str, str] = {}
         for kind, value in (
             (ModelKind.TEXT, core.default_model),
             (ModelKind.EMBEDDING, core.default_embedding_model),
@@ -81,37 +124,44 @@ class ModelCatalog:
                 spec = ModelSpec(name=value, kind=kind, source=value, origin="config")
                 specs.append(spec)
                 names[value] = spec
-            defaults[kind] = value
+            defaults[kind] = names[value].name
         for spec in embedded:
             if spec.name not in names:
                 specs.append(spec)
                 names[spec.name] = spec
             defaults.setdefault(spec.kind, spec.name)
-        for spec in configured:
+        for spec in configured_specs:
             defaults.setdefault(spec.kind, spec.name)
         force = core.force_model
-        if force is not None and force not in names:
-            spec = ModelSpec(name=force, kind=ModelKind.TEXT, source=force, origin="config")
-            specs.append(spec)
+        if force is not None:
+            if force not in names:
+                spec = ModelSpec(name=force, kind=ModelKind.TEXT, source=force, origin="config")
+                specs.append(spec)
+                names[force] = spec
+            force = names[force].name
         return cls(specs, defaults, force, resolver)
 
     def specs(self) -> list[ModelSpec]:
         return list(self._specs.values())
 
-    def default(self, kind: ModelKind) -> ModelSpec | None:
-        name = self.force_model if kind is ModelKind.TEXT and self.force_model else self.defaults.get(kind)
+    def get(self, name: str) -> ModelSpec | None:
+        """The spec a name or alias selects, among those known now."""
+        return self._by_name.get(name)
+
+    def default(self, kind: str) -> ModelSpec | None:
+        name = self.force_model if kind == ModelKind.TEXT and self.force_model else self.defaults.get(kind)
         return self._specs.get(name) if name else None
 
-    def resolve(self, model_id: str | None, kind: ModelKind) -> ModelSpec:
+    def resolve(self, model_id: str | None, kind: str) -> ModelSpec:
         """The spec a request's ``model`` selects; raises 404 ``model_not_found``."""
-        if kind is ModelKind.TEXT and self.force_model:
+        if kind == ModelKind.TEXT and self.force_model:
             return self._specs[self.force_model]
         if not model_id:
             spec = self.default(kind)
             if spec is None:
-                raise ModelNotFound(f"no {kind.value} model is configured", param="model")
+                raise ModelNotFound(f"no {kind} model is configured", param="model")
             return spec
-        spec = self._specs.get(model_id)
+        spec = self._by_name.get(model_id)
         if spec is None:
             spec = self._resolver(model_id, kind)
             if spec is None:
@@ -120,9 +170,10 @@ class ModelCatalog:
                 )
             with self._lock:
                 spec = self._specs.setdefault(spec.name, spec)
-        if spec.kind is not kind:
+                self._by_name.setdefault(spec.name, spec)
+        if spec.kind != kind:
             raise InvalidRequest(
-                f"The model '{model_id}' is a {spec.kind.value} model and cannot serve this endpoint.",
+                f"The model '{model_id}' is a {spec.kind} model and cannot serve this endpoint.",
                 param="model",
                 code="model_kind_mismatch",
             )

@@ -30,7 +30,7 @@ from flexserv_core.backends.base import Backend, LoadedModel
 from flexserv_core.errors import ModelLoadError, ServiceUnavailable
 from flexserv_core.events import EvictionReason, ModelEvent, ModelEventType
 from flexserv_core.models.catalog import ModelCatalog
-from flexserv_core.models.spec import ModelKind, ModelSpec
+from flexserv_core.models.spec import ModelSpec
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
@@ -91,7 +91,7 @@ class Lease:
 
 class ModelInfo(msgspec.Struct, kw_only=True):
     model_id: str
-    kind: ModelKind
+    kind: str
     state: ModelState
     active_requests: int
     last_used: float
@@ -156,7 +156,7 @@ class ModelRegistry:
         for backend in self.backends:
             if backend.accepts(spec):
                 return backend
-        wanted = f"backend {spec.backend!r}" if spec.backend else f"a {spec.kind.value} backend"
+        wanted = f"backend {spec.backend!r}" if spec.backend else f"a {spec.kind} backend"
         raise ModelLoadError(
             f"No plugin provides {wanted} for model '{spec.name}'. Is the plugin installed and not blocked (flexserv plugins)?",
             param="model",
@@ -165,7 +165,7 @@ class ModelRegistry:
     # -- using models ---------------------------------------------------------------
 
     @asynccontextmanager
-    async def acquire(self, model_id: str | None, kind: ModelKind) -> AsyncIterator[Lease]:
+    async def acquire(self, model_id: str | None, kind: str) -> AsyncIterator[Lease]:
         """Resolve, load if needed (once), and hold the model for one request."""
         spec = self.catalog.resolve(model_id, kind)
         entry = self._entries.get(spec.name)
@@ -197,7 +197,7 @@ class ModelRegistry:
         spec = entry.spec
         self._emit(ModelEventType.LOADING, entry)
         started = time.perf_counter()
-        log.info("loading %s model '%s' from %s with backend %s", spec.kind.value, spec.name, spec.source, backend.name)
+        log.info("loading %s model '%s' from %s with backend %s", spec.kind, spec.name, spec.source, backend.name)
         try:
             model = await asyncio.to_thread(backend.load, spec, _progress_logger(spec.name))
         except BaseException as exc:

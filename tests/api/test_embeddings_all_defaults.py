@@ -22,11 +22,11 @@ async def test_all_three_defaults_are_offered_and_two_serve(
     flexserv_client: Any, flexserv_openai: Any, flexserv_server: Any
 ) -> None:
     defaults = (await flexserv_client.get("/v1/flexserv/info")).json()["defaults"]
-    assert set(defaults) == {"serve", "embedding", "transcription"}, defaults
+    assert set(defaults) == {"text", "embedding", "transcription"}, defaults
     assert defaults["embedding"] == "all-MiniLM-L6-v2" and defaults["transcription"] == "whisper-tiny.en"
     kinds = {m["id"]: m["kind"] for m in (await flexserv_client.get("/v1/models")).json()["data"]}
     assert (
-        kinds[defaults["serve"]] == "serve"
+        kinds[defaults["text"]] == "text"
         and kinds["all-MiniLM-L6-v2"] == "embedding"
         and kinds["whisper-tiny.en"] == "transcription"
     )

@@ -53,7 +53,7 @@ def readme_curl_body() -> tuple[str, dict]:
 
 def test_defaults_are_listed(server: str) -> None:
     models = {m["id"]: m["kind"] for m in httpx.get(f"{server}/v1/models").json()["data"]}
-    assert models.get("SmolLM2-135M-Instruct") == "serve"
+    assert models.get("SmolLM2-135M-Instruct") == "text"
     assert models.get("all-MiniLM-L6-v2") == "embedding"
     assert models.get("whisper-tiny.en") == "transcription"
 

@@ -254,7 +254,7 @@ def _hub_download(spec: ModelSpec, repo: str, filename: str) -> str:
     from huggingface_hub import hf_hub_download
 
     try:
-        return hf_hub_download(repo, filename)
+        return hf_hub_download(repo, filename, revision=spec.revision)
     except Exception as exc:
         raise ModelLoadError(_hub_message(spec, repo, exc)) from exc
 
@@ -275,7 +275,9 @@ def _from_pretrained(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    kwargs: dict[str, Any] = {"dtype": options.dtype, "trust_remote_code": options.trust_remote_code}
+    # The revision pins a Hub id only; a local directory or converted GGUF has none.
+    revision: dict[str, Any] = {"revision": spec.revision} if hub and spec.revision else {}
+    kwargs: dict[str, Any] = {"dtype": options.dtype, "trust_remote_code": options.trust_remote_code, **revision}
     if options.attn_implementation:
         kwargs["attn_implementation"] = options.attn_implementation
     if options.quantization != "none":
@@ -284,7 +286,7 @@ def _from_pretrained(
     elif options.device.type != "cpu":
         kwargs["device_map"] = str(options.device)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=options.trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=options.trust_remote_code, **revision)
         model = AutoModelForCausalLM.from_pretrained(location, **kwargs)
     except ModelLoadError:
         raise

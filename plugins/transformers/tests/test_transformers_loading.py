@@ -179,7 +179,7 @@ def test_embedded_default_spec():
     if path is None:
         pytest.fail(SMOLLM2_MISSING)
     s = embedded_spec()
-    assert s is not None and s.name == EMBEDDED_MODEL_NAME and s.kind is ModelKind.TEXT
+    assert s is not None and s.name == EMBEDDED_MODEL_NAME and s.kind == ModelKind.TEXT
     assert s.backend == "transformers" and s.origin == "embedded" and Path(s.source) == path and path.suffix == ".gguf"
 
 

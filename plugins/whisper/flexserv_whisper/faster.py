@@ -102,7 +102,7 @@ class FasterWhisperBackend(Backend):
         self.settings = settings
 
     def accepts(self, spec: ModelSpec) -> bool:
-        if spec.kind is not self.kind or spec.backend not in (None, self.name):
+        if spec.kind != self.kind or spec.backend not in (None, self.name):
             return False
         if spec.backend == self.name:
             return True
