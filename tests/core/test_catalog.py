@@ -29,6 +29,9 @@ def catalog(**core: object) -> ModelCatalog:
         ("embedding:bge=BAAI/bge-small-en-v1.5", "bge", ModelKind.EMBEDDING, "BAAI/bge-small-en-v1.5"),
         ("transcription:w=/x/whisper", "w", ModelKind.TRANSCRIPTION, "/x/whisper"),
         ("g=/m/model.gguf", "g", ModelKind.TEXT, "/m/model.gguf"),
+        ("text:t=/m/t", "t", ModelKind.TEXT, "/m/t"),
+        ("chat:c=/m/c", "c", ModelKind.TEXT, "/m/c"),
+        ("asr:a=/m/a", "a", ModelKind.TRANSCRIPTION, "/m/a"),
     ],
 )
 def test_parse_model_option(value: str, name: str, kind: ModelKind, source: str) -> None:
@@ -87,3 +90,16 @@ async def test_hub_resolution_through_the_core_plugin() -> None:
             for path_like in ("/abs/path", "../up", "org/../x", ".hidden/x", "a/b/c"):
                 with pytest.raises(ModelNotFound):
                     server.catalog.resolve(path_like, ModelKind.TEXT)
+
+
+def test_plugin_kinds_are_accepted_only_when_declared() -> None:
+    assert parse_model_option("rerank:r=/m/r", [*ModelKind, "rerank"]).kind == "rerank"
+    with pytest.raises(UsageError, match=r"use one of asr, chat, embedding, serve, text, transcription$"):
+        parse_model_option("rerank:r=/m/r")
+
+
+def test_text_kind_is_text_and_serve_only_on_the_loaded_route() -> None:
+    from flexserv_core.models.spec import loaded_wire_kind
+
+    assert ModelKind.TEXT == "text" and loaded_wire_kind(ModelKind.TEXT) == "serve"
+    assert loaded_wire_kind("embedding") == "embedding" and loaded_wire_kind("rerank") == "rerank"
