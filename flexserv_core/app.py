@@ -17,6 +17,8 @@ from litestar.openapi import OpenAPIConfig
 from flexserv_core import __version__, hooks
 from flexserv_core.api.errors import EXCEPTION_HANDLERS
 from flexserv_core.errors import PluginStartupError
+from flexserv_core.models.catalog import ModelCatalog
+from flexserv_core.models.registry import ModelRegistry
 from flexserv_core.plugin_manager import FlexServPluginManager
 from flexserv_core.server import FlexServer
 from flexserv_core.settings import Settings
@@ -33,15 +35,45 @@ def _api_key_guard(connection: ASGIConnection[Any, Any, Any, Any], handler: Base
         raise NotAuthorizedException("Missing or invalid API key: send 'Authorization: Bearer <key>'.")
 
 
+def build_server(settings: Settings, pm: FlexServPluginManager) -> FlexServer:
+    """The composition root: call the build-time hooks and wire their results.
+
+    Each hook failure raises :class:`~flexserv_core.errors.PluginHookError`
+    naming the plugin; nothing is started here.
+    """
+    hooks.configure(pm, settings)
+    backends = hooks.backends(pm, settings)
+    server: FlexServer
+    catalog = ModelCatalog.from_settings(
+        settings.core,
+        hooks.default_models(pm, settings),
+        lambda model_id, kind: hooks.resolve_model(server, model_id, kind),
+        configured=settings.models,
+        kinds=[b.kind for b in backends],
+    )
+    registry = ModelRegistry(
+        catalog,
+        backends,
+        model_timeout=settings.core.model_timeout,
+        on_event=lambda event: hooks.model_event(server, event),
+    )
+    server = FlexServer(
+        settings,
+        pm,
+        backends=backends,
+        catalog=catalog,
+        registry=registry,
+        probes=hooks.resource_probes(pm, settings),
+        routes_by_plugin=hooks.routes_by_plugin(pm, settings),
+    )
+    return server
+
+
 def create_app(settings: Settings, plugin_manager: FlexServPluginManager) -> Litestar:
-    """Build the app. Its lifespan runs the startup hooks (failures stop start-up)
-    and, on shutdown, the shutdown hooks, then unloads every model."""
-    hooks.configure(plugin_manager, settings)
-    server = FlexServer(settings, plugin_manager)
-    for name, routes in server.routes_by_plugin.items():
-        info = plugin_manager.infos.get(name)
-        if info is not None:
-            info.routes = sorted(_paths(routes))
+    """Build the app around :func:`build_server`. Its lifespan runs the startup
+    hooks (failures stop start-up) and, on shutdown, the shutdown hooks, then
+    unloads every model."""
+    server = build_server(settings, plugin_manager)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -71,15 +103,3 @@ def create_app(settings: Settings, plugin_manager: FlexServPluginManager) -> Lit
         logging_config=None,
         debug=False,
     )
-
-
-def _paths(routes: list[Any]) -> set[str]:
-    out: set[str] = set()
-    for route in routes:
-        for path in getattr(route, "paths", ()) or ():
-            methods = sorted(m for m in getattr(route, "http_methods", ()) or ())
-            out.add(f"{'|'.join(methods)} {path}".strip())
-        for handler in getattr(route, "route_handlers", ()) or ():  # routers
-            for path in _paths([handler]):
-                out.add(path)
-    return out

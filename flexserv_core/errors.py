@@ -83,24 +83,50 @@ class UsageError(Exception):
     """Bad settings or command line; the CLI prints it and exits with status 2."""
 
 
-class PluginLoadError(Exception):
+class PluginError(Exception):
+    """A plugin failed; the message names the plugin and its distribution."""
+
+    def __init__(self, message: str, name: str, distribution: str | None) -> None:
+        super().__init__(message)
+        self.name = name
+        self.distribution = distribution
+
+
+def _dist(distribution: str | None) -> str:
+    return distribution or "not from a distribution"
+
+
+class PluginLoadError(PluginError):
     """A plugin could not be imported or registered; start-up stops with this."""
 
     def __init__(self, name: str, distribution: str | None, cause: BaseException | str) -> None:
-        dist = distribution or "not from a distribution"
         super().__init__(
-            f'Error loading plugin "{name}" (distribution {dist}): {cause}\nStart without it with: -p no:{name}'
+            f'Error loading plugin "{name}" (distribution {_dist(distribution)}): {cause}\n'
+            f"Start without it with: -p no:{name}",
+            name,
+            distribution,
         )
-        self.name = name
-        self.distribution = distribution
         self.cause = cause
 
 
-class PluginStartupError(Exception):
+class PluginHookError(PluginError):
+    """A plugin's hook implementation raised (or returned something unusable).
+
+    At start-up ``flexserv run`` prints it and exits non-zero; at request time it
+    is logged and the client gets a plain 500 that names no plugin.
+    """
+
+    def __init__(self, name: str, distribution: str | None, hook: str, cause: BaseException | str) -> None:
+        reason = f"{type(cause).__name__}: {cause}" if isinstance(cause, BaseException) else cause
+        super().__init__(
+            f'Plugin "{name}" (distribution {_dist(distribution)}) failed in {hook}: {reason}\n'
+            f"Start without it with: -p no:{name}",
+            name,
+            distribution,
+        )
+        self.hook = hook
+        self.cause = cause
+
+
+class PluginStartupError(PluginHookError):
     """A plugin's ``flexserv_startup`` failed; the server does not serve."""
-
-    def __init__(self, name: str, distribution: str | None, cause: BaseException) -> None:
-        dist = distribution or "not from a distribution"
-        super().__init__(f'Start-up of plugin "{name}" (distribution {dist}) failed: {cause}')
-        self.name = name
-        self.cause = cause

@@ -1,154 +1,274 @@
-"""Typed calls of the hooks: the only place the core calls ``pm.hook.*``."""
+"""Every hook call of the core goes through :func:`call_hook` / :func:`acall_hook`.
+
+They apply the hook policy written at the top of :mod:`flexserv_core.hookspecs`:
+implementations run one by one in pluggy's order (or its reverse, for shutdown),
+each result is attributed to its plugin, and an exception raised by a plugin
+becomes a :class:`~flexserv_core.errors.PluginHookError` naming the plugin and its
+distribution. Errors a hook is documented to raise on purpose
+(:class:`~flexserv_core.errors.FlexServError` to answer a client,
+:class:`~flexserv_core.errors.UsageError` to reject a setting) pass through.
+
+The typed functions below are the only callers; nothing else in the core uses
+``pm.hook``.
+"""
 
 from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import msgspec
+import pluggy
 
-from flexserv_core.errors import PluginLoadError, PluginStartupError
+from flexserv_core.backends.base import Backend
+from flexserv_core.errors import (
+    FlexServError,
+    PluginHookError,
+    PluginLoadError,
+    PluginStartupError,
+    UsageError,
+)
+from flexserv_core.hookspecs import ASYNC_HOOKS
+from flexserv_core.models.spec import ModelSpec
+from flexserv_core.resources import ResourceProbe
 from flexserv_core.settings import describe_fields
 
 if TYPE_CHECKING:
     import numpy as np
     from litestar.types import ControllerRouterHandler
 
-    from flexserv_core.backends.base import Backend
     from flexserv_core.events import ModelEvent
-    from flexserv_core.models.spec import ModelSpec
     from flexserv_core.plugin_manager import FlexServPluginManager
     from flexserv_core.request_context import RequestContext
-    from flexserv_core.resources import ResourceProbe
     from flexserv_core.server import FlexServer
     from flexserv_core.settings import Settings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+#: Raised on purpose by hooks (documented in their specs): never wrapped.
+PASS_THROUGH: tuple[type[Exception], ...] = (FlexServError, UsageError)
 
-def _flatten(results: Iterable[T | list[T] | None]) -> list[T]:
-    out: list[T] = []
-    for item in results:
-        if item is None:
+
+class HookResult(NamedTuple):
+    """One implementation's non-``None`` result, attributed to its plugin."""
+
+    plugin: str
+    value: Any
+
+
+# --- the helper ----------------------------------------------------------------------
+
+
+def _ordered(pm: pluggy.PluginManager, hook: str, reverse: bool) -> list[pluggy.HookImpl]:
+    caller = getattr(pm.hook, hook)
+    impls = caller.get_hookimpls()  # pluggy lists them in reverse call order
+    return list(impls) if reverse else list(reversed(impls))
+
+
+def hook_error(pm: pluggy.PluginManager, hook: str, plugin: str, cause: BaseException | str) -> PluginHookError:
+    """The error naming ``plugin`` (and its distribution) as failing in ``hook``."""
+    infos = getattr(pm, "infos", {})
+    info = infos.get(plugin)
+    cls = PluginStartupError if hook == "flexserv_startup" else PluginHookError
+    return cls(plugin, info.distribution if info else None, hook, cause)
+
+
+def _start(pm: pluggy.PluginManager, hook: str, impl: pluggy.HookImpl, kwargs: Mapping[str, Any]) -> Any:
+    try:
+        return impl.function(*[kwargs[name] for name in impl.argnames])
+    except PASS_THROUGH:
+        raise
+    except Exception as exc:
+        raise hook_error(pm, hook, impl.plugin_name, exc) from exc
+
+
+def _handle(pm: pluggy.PluginManager, hook: str, error: PluginHookError, keep_going: bool) -> None:
+    if not keep_going:
+        raise error
+    log.error("%s", error, exc_info=error.__cause__)
+
+
+def call_hook(
+    pm: pluggy.PluginManager,
+    hook: str,
+    kwargs: Mapping[str, Any],
+    *,
+    firstresult: bool = False,
+    keep_going: bool = False,
+) -> list[HookResult]:
+    """Call a synchronous hook; return the non-``None`` results in call order.
+
+    ``firstresult`` stops at the first non-``None`` result. With ``keep_going`` a
+    failing implementation is logged (naming its plugin) and the others still run;
+    otherwise its :class:`PluginHookError` propagates.
+    """
+    results: list[HookResult] = []
+    for impl in _ordered(pm, hook, reverse=False):
+        try:
+            value = _start(pm, hook, impl, kwargs)
+            if inspect.isawaitable(value):
+                if inspect.iscoroutine(value):
+                    value.close()  # never awaited: say so plainly, not as a RuntimeWarning
+                raise hook_error(pm, hook, impl.plugin_name, f"returned an awaitable, but {hook} is synchronous")
+        except PluginHookError as error:
+            _handle(pm, hook, error, keep_going)
             continue
-        if isinstance(item, list | tuple):
-            out.extend(item)
-        else:
+        if value is not None:
+            results.append(HookResult(impl.plugin_name, value))
+            if firstresult:
+                break
+    return results
+
+
+async def acall_hook(
+    pm: pluggy.PluginManager,
+    hook: str,
+    kwargs: Mapping[str, Any],
+    *,
+    reverse: bool = False,
+    keep_going: bool = False,
+) -> list[HookResult]:
+    """Call a hook that may be async, awaiting each implementation before the next.
+
+    ``reverse`` runs implementations in the reverse of pluggy's order (shutdown).
+    """
+    if hook not in ASYNC_HOOKS:
+        raise TypeError(f"{hook} is synchronous; call it with call_hook")
+    results: list[HookResult] = []
+    for impl in _ordered(pm, hook, reverse=reverse):
+        try:
+            value = _start(pm, hook, impl, kwargs)
+            if inspect.isawaitable(value):
+                try:
+                    value = await value
+                except PASS_THROUGH:
+                    raise
+                except Exception as exc:
+                    raise hook_error(pm, hook, impl.plugin_name, exc) from exc
+        except PluginHookError as error:
+            _handle(pm, hook, error, keep_going)
+            continue
+        if value is not None:
+            results.append(HookResult(impl.plugin_name, value))
+    return results
+
+
+def _items(pm: pluggy.PluginManager, hook: str, results: Iterable[HookResult], cls: type[T]) -> list[T]:
+    """Flatten list results in call order, checking every item is a ``cls``."""
+    out: list[T] = []
+    for plugin, value in results:
+        items = value if isinstance(value, list | tuple) else [value]
+        for item in items:
+            if not isinstance(item, cls):
+                raise hook_error(pm, hook, plugin, f"returned {item!r}, expected {cls.__name__} items")
             out.append(item)
     return out
 
 
-async def _await_all(results: Iterable[Any]) -> None:
-    for result in results:
-        if inspect.isawaitable(result):
-            await result
+def _merge_earlier_wins(pm: pluggy.PluginManager, hook: str, results: list[HookResult]) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for plugin, value in reversed(results):
+        if not isinstance(value, dict):
+            raise hook_error(pm, hook, plugin, f"returned {type(value).__name__}, expected a dict")
+        merged.update(value)
+    return merged
+
+
+# --- typed calls, one per hook ---------------------------------------------------------
 
 
 def settings_structs(pm: FlexServPluginManager) -> list[type[msgspec.Struct]]:
     """Every plugin's settings structs; a malformed one fails naming its plugin."""
     structs: list[type[msgspec.Struct]] = []
-    for impl in reversed(pm.hook.flexserv_add_settings.get_hookimpls()):
+    for plugin, value in call_hook(pm, "flexserv_add_settings", {}):
+        declared = list(value) if isinstance(value, list | tuple) else [value]
         try:
-            declared = _flatten([impl.function()])
             for struct in declared:
                 describe_fields(struct)
         except Exception as exc:
-            info = pm.infos.get(impl.plugin_name)
-            raise PluginLoadError(
-                impl.plugin_name, info.distribution if info else None, f"invalid settings: {exc}"
-            ) from exc
+            info = pm.infos.get(plugin)
+            raise PluginLoadError(plugin, info.distribution if info else None, f"invalid settings: {exc}") from exc
         structs.extend(declared)
     return structs
 
 
 def configure(pm: FlexServPluginManager, settings: Settings) -> None:
-    pm.hook.flexserv_configure(settings=settings)
+    call_hook(pm, "flexserv_configure", {"settings": settings})
 
 
-async def startup(server: FlexServer) -> None:
-    """Run every plugin's startup in registration order; the first failure stops
-    start-up with a :class:`PluginStartupError` naming the plugin."""
-    for impl in reversed(server.pm.hook.flexserv_startup.get_hookimpls()):
-        try:
-            result = impl.function(server=server)
-            if inspect.isawaitable(result):
-                await result
-        except Exception as exc:
-            info = server.pm.infos.get(impl.plugin_name)
-            raise PluginStartupError(impl.plugin_name, info.distribution if info else None, exc) from exc
-
-
-async def shutdown(server: FlexServer) -> None:
-    """Run every plugin's shutdown; one failing does not stop the others."""
-    for impl in reversed(server.pm.hook.flexserv_shutdown.get_hookimpls()):
-        try:
-            result = impl.function(server=server)
-            if inspect.isawaitable(result):
-                await result
-        except Exception:
-            log.exception("shutdown hook of plugin %r failed", impl.plugin_name)
-
-
-def routes_by_plugin(server: FlexServer) -> dict[str, list[ControllerRouterHandler]]:
-    """Each plugin's routes, keyed by plugin name (for ``flexserv plugins``/``/info``)."""
+def routes_by_plugin(pm: FlexServPluginManager, settings: Settings) -> dict[str, list[ControllerRouterHandler]]:
+    """Each plugin's routes, keyed by plugin name, in call order."""
     out: dict[str, list[ControllerRouterHandler]] = {}
-    for impl in server.pm.hook.flexserv_register_routes.get_hookimpls():
-        routes = impl.function(server=server)
-        if routes:
-            out.setdefault(impl.plugin_name, []).extend(routes)
+    for plugin, value in call_hook(pm, "flexserv_register_routes", {"settings": settings}):
+        if not isinstance(value, list | tuple):
+            raise hook_error(pm, "flexserv_register_routes", plugin, f"returned {value!r}, expected a list")
+        out.setdefault(plugin, []).extend(value)
     return out
 
 
+def backends(pm: FlexServPluginManager, settings: Settings) -> list[Backend]:
+    hook = "flexserv_register_backends"
+    return _items(pm, hook, call_hook(pm, hook, {"settings": settings}), Backend)
+
+
+def default_models(pm: FlexServPluginManager, settings: Settings) -> list[ModelSpec]:
+    hook = "flexserv_default_models"
+    return _items(pm, hook, call_hook(pm, hook, {"settings": settings}), ModelSpec)
+
+
+def resource_probes(pm: FlexServPluginManager, settings: Settings) -> list[ResourceProbe]:
+    hook = "flexserv_resource_probes"
+    return _items(pm, hook, call_hook(pm, hook, {"settings": settings}), ResourceProbe)
+
+
+async def startup(server: FlexServer) -> None:
+    """Run every startup in call order; the first failure raises
+    :class:`PluginStartupError` naming the plugin."""
+    await acall_hook(server.pm, "flexserv_startup", {"server": server})
+
+
+async def shutdown(server: FlexServer) -> None:
+    """Run every shutdown in the reverse of startup order; a failure is logged and
+    the others still run."""
+    await acall_hook(server.pm, "flexserv_shutdown", {"server": server}, reverse=True, keep_going=True)
+
+
 async def preprocess_request(endpoint: str, body: dict[str, Any], context: RequestContext) -> None:
-    await _await_all(context.server.pm.hook.flexserv_preprocess_request(endpoint=endpoint, body=body, context=context))
+    kwargs = {"endpoint": endpoint, "body": body, "context": context}
+    await acall_hook(context.server.pm, "flexserv_preprocess_request", kwargs)
 
 
 def chat_template_kwargs(model: ModelSpec, context: RequestContext) -> dict[str, Any]:
-    """Plugin contributions merged in call order (later plugins win)."""
-    merged: dict[str, Any] = {}
-    for result in reversed(context.server.pm.hook.flexserv_chat_template_kwargs(model=model, context=context)):
-        if result:
-            merged.update(result)
-    return merged
-
-
-def backends(server: FlexServer) -> list[Backend]:
-    return _flatten(server.pm.hook.flexserv_register_backends(server=server))
-
-
-def default_models(server: FlexServer) -> list[ModelSpec]:
-    return _flatten(reversed(server.pm.hook.flexserv_default_models(server=server)))
+    """Plugin contributions merged; on a shared key the earlier in call order wins."""
+    hook = "flexserv_chat_template_kwargs"
+    pm = context.server.pm
+    return _merge_earlier_wins(pm, hook, call_hook(pm, hook, {"model": model, "context": context}))
 
 
 def resolve_model(server: FlexServer, model_id: str, kind: str) -> ModelSpec | None:
-    return server.pm.hook.flexserv_resolve_model(model_id=model_id, kind=kind, server=server)
+    hook = "flexserv_resolve_model"
+    kwargs = {"model_id": model_id, "kind": kind, "server": server}
+    results = call_hook(server.pm, hook, kwargs, firstresult=True)
+    return _items(server.pm, hook, results, ModelSpec)[0] if results else None
 
 
 def model_event(server: FlexServer, event: ModelEvent) -> None:
-    try:
-        server.pm.hook.flexserv_model_event(event=event, server=server)
-    except Exception:
-        log.exception("a flexserv_model_event hook failed for %s", event)
+    """Observers only: a failing one is logged and the others still see the event."""
+    call_hook(server.pm, "flexserv_model_event", {"event": event, "server": server}, keep_going=True)
 
 
 def load_audio(
     pm: FlexServPluginManager, data: bytes, filename: str | None, content_type: str | None, sampling_rate: int
 ) -> np.ndarray | None:
-    return pm.hook.flexserv_load_audio(
-        data=data, filename=filename, content_type=content_type, sampling_rate=sampling_rate
-    )
-
-
-def resource_probes(server: FlexServer) -> list[ResourceProbe]:
-    return _flatten(reversed(server.pm.hook.flexserv_resource_probes(server=server)))
+    kwargs = {"data": data, "filename": filename, "content_type": content_type, "sampling_rate": sampling_rate}
+    results = call_hook(pm, "flexserv_load_audio", kwargs, firstresult=True)
+    return results[0].value if results else None
 
 
 def health(server: FlexServer) -> dict[str, Any]:
-    merged: dict[str, Any] = {}
-    for result in reversed(server.pm.hook.flexserv_health(server=server)):
-        if result:
-            merged.update(result)
-    return merged
+    """Plugin facts merged; on a shared key the earlier in call order wins."""
+    hook = "flexserv_health"
+    return _merge_earlier_wins(server.pm, hook, call_hook(server.pm, hook, {"server": server}))

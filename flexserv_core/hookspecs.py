@@ -1,15 +1,49 @@
 """The FlexServ hook specifications: the whole plugin API, in one place.
 
 Every hook is documented here and in ``docs/hooks.md`` (a test keeps the two in
-step). Conventions, as in pytest's ``hookspec.py``:
+step).
 
-* **first result**: the core stops at the first implementation returning a value
-  other than ``None``; such hooks must be synchronous.
-* **collect all**: every implementation runs; the core gets the list of results
-  (``None`` results are dropped). Where a hook says *may be async*, an
-  implementation may return an awaitable and the core awaits it.
+Hook policy (one rule for every hook; :mod:`flexserv_core.hooks` enforces it):
+
+* **Order.** Implementations run one at a time in pluggy's order: those marked
+  ``@hookimpl(tryfirst=True)`` first, then plain ones with the *later-registered*
+  plugin first, then ``trylast`` ones. Built-ins are registered before installed
+  plugins (entry points), which come before ``-p`` plugins, so an installed plugin
+  runs before the built-ins. The one exception is ``flexserv_shutdown``: it runs
+  in the *reverse* of that order, so the plugin started last stops first.
+* **Precedence: the earlier in call order wins.** Wherever results compete, the
+  first one in call order takes precedence: a *first result* hook stops there;
+  dicts from ``flexserv_chat_template_kwargs`` and ``flexserv_health`` are merged
+  so that on a shared key the earlier implementation's value is kept; lists from
+  ``flexserv_register_backends``, ``flexserv_default_models`` and
+  ``flexserv_resource_probes`` are concatenated in call order, and the core
+  prefers earlier items (the first accepting backend, the first default of a kind,
+  the first probe that can read). Use ``tryfirst``/``trylast`` to take or yield
+  precedence.
+* **first result** hooks stop at the first implementation returning something
+  other than ``None``; **collect all** hooks run every implementation and drop
+  ``None`` results.
+* **Async.** Only ``flexserv_startup``, ``flexserv_shutdown`` and
+  ``flexserv_preprocess_request`` (:data:`ASYNC_HOOKS`) may return an awaitable;
+  the core awaits each before calling the next. Any other hook returning an
+  awaitable is a plugin error.
+* **Failures.** An exception from an implementation becomes a
+  :class:`~flexserv_core.errors.PluginHookError` naming the plugin, its
+  distribution and the hook. Exceptions a hook documents as its way to answer
+  (:class:`~flexserv_core.errors.FlexServError` subclasses at request time,
+  :class:`~flexserv_core.errors.UsageError` from ``flexserv_configure``) pass
+  through unchanged. At start-up (settings, configure, backends, default models,
+  probes, routes, startup) the error stops the server: ``flexserv run`` prints it
+  and exits non-zero. At request time (preprocess, template kwargs, resolve model,
+  load audio, health) it is logged with the plugin and distribution and the client
+  gets an OpenAI-shaped 500 (``code: "internal_error"``) that names no plugin.
+  Observer hooks (``flexserv_shutdown``, ``flexserv_model_event``) log the error
+  and carry on with the other plugins.
 * Hooks run on the event loop unless a hook says otherwise: keep them quick.
-  No hook is called per generated token.
+  No hook is called per generated token. Hook wrappers are not supported.
+* The hooks that build the server (routes, backends, default models, probes) get
+  ``settings``, not a server: they run before the server exists. Route handlers
+  reach the server at request time as ``request.app.state.flexserv``.
 """
 
 from __future__ import annotations
@@ -35,6 +69,9 @@ PROJECT_NAME = "flexserv"
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+#: The hooks whose implementations may be ``async def`` (or return an awaitable).
+ASYNC_HOOKS = frozenset({"flexserv_startup", "flexserv_shutdown", "flexserv_preprocess_request"})
 
 
 # --- configuration -----------------------------------------------------------------
@@ -82,10 +119,12 @@ def flexserv_startup(server: FlexServer) -> None:
     """Start the plugin's work when the server starts (background tasks, probes).
 
     Called once in the app's lifespan, before the first request is served, after
-    the model registry exists. An exception fails start-up loudly: the server does
-    not serve.
+    the model registry exists; in call order, each awaited before the next. An
+    exception fails start-up loudly: the server does not serve, and every
+    ``flexserv_shutdown`` still runs (so shutdown must tolerate a startup that did
+    not run).
 
-    :param server: the running server (settings, registry, plugin manager).
+    :param server: the running server (settings, registry, probes, plugin manager).
 
     Collect all; may be async; the return value is ignored.
     """
@@ -95,8 +134,9 @@ def flexserv_startup(server: FlexServer) -> None:
 def flexserv_shutdown(server: FlexServer) -> None:
     """Stop what ``flexserv_startup`` started; it must return promptly.
 
-    Called once in the app's lifespan on shutdown, before the registry unloads
-    every model. Exceptions are logged and do not stop other plugins' shutdown.
+    Called once in the app's lifespan on shutdown (or after a failed start-up),
+    before the registry unloads every model, in the reverse of startup order.
+    Exceptions are logged and do not stop other plugins' shutdown.
 
     :param server: the running server.
 
@@ -105,15 +145,17 @@ def flexserv_shutdown(server: FlexServer) -> None:
 
 
 @hookspec
-def flexserv_register_routes(server: FlexServer) -> list[ControllerRouterHandler] | None:
+def flexserv_register_routes(settings: Settings) -> list[ControllerRouterHandler] | None:
     """Add HTTP routes (Litestar route handlers, controllers or routers).
 
-    Called once while the app is built. The routes are listed with the plugin in
-    ``flexserv plugins`` and ``/v1/flexserv/info``. Raise
+    Called once while the app is built, before the server exists, and also by
+    ``flexserv plugins`` (which lists the routes with the plugin, as does
+    ``/v1/flexserv/info``) without building an app: only build handlers here. A
+    handler reaches the server as ``request.app.state.flexserv``. Raise
     :class:`flexserv_core.errors.FlexServError` subclasses from handlers to answer
     with OpenAI-shaped errors.
 
-    :param server: the server being built; its registry is not started yet.
+    :param settings: all resolved settings (e.g. to size a body limit).
 
     Collect all; synchronous; return a list of handlers or ``None``.
     """
@@ -146,8 +188,9 @@ def flexserv_chat_template_kwargs(model: ModelSpec, context: RequestContext) -> 
 
     Called once per chat-completion request, before the prompt is rendered. The
     core merges, later winning: server defaults < per-model options
-    (``chat_template_kwargs`` in the model's options) < results of this hook (in
-    plugin call order) < values the request itself set.
+    (``chat_template_kwargs`` in the model's options) < results of this hook <
+    values the request itself set. Among this hook's results the earlier in call
+    order wins a shared key (``tryfirst`` takes precedence).
 
     :param model: the model the request is served by.
     :param context: this request's context, as filled by preprocessing hooks.
@@ -160,28 +203,30 @@ def flexserv_chat_template_kwargs(model: ModelSpec, context: RequestContext) -> 
 
 
 @hookspec
-def flexserv_register_backends(server: FlexServer) -> list[Backend] | None:
+def flexserv_register_backends(settings: Settings) -> list[Backend] | None:
     """Provide model backends (text generation, embedding, transcription).
 
-    Called once at start-up. For each model, the registry uses the backend the
-    model's spec names, else the first registered backend of its kind whose
-    ``accepts(spec)`` is true.
+    Called once while the app is built, before the server exists. Results are
+    concatenated in call order; for each model, the registry uses the backend the
+    model's spec names, else the first backend of its kind whose ``accepts(spec)``
+    is true.
 
-    :param server: the server being started.
+    :param settings: all resolved settings (read yours with ``settings.get(...)``).
 
     Collect all; synchronous; return a list of :class:`~flexserv_core.backends.base.Backend`.
     """
 
 
 @hookspec
-def flexserv_default_models(server: FlexServer) -> list[ModelSpec] | None:
+def flexserv_default_models(settings: Settings) -> list[ModelSpec] | None:
     """Offer embedded default models (weights shipped in an installed package).
 
-    Called once at start-up. For each kind the user configured no default model
-    for, the first offered spec of that kind becomes the default, and all offered
-    specs become selectable by name. Return only models whose files are present.
+    Called once while the app is built, before the server exists. For each kind
+    the user configured no default model for, the first offered spec of that kind
+    (in call order) becomes the default, and all offered specs become selectable
+    by name. Return only models whose files are present.
 
-    :param server: the server being started.
+    :param settings: all resolved settings.
 
     Collect all; synchronous; return a list of :class:`~flexserv_core.models.spec.ModelSpec`.
     """
@@ -242,14 +287,16 @@ def flexserv_load_audio(
 
 
 @hookspec
-def flexserv_resource_probes(server: FlexServer) -> list[ResourceProbe] | None:
+def flexserv_resource_probes(settings: Settings) -> list[ResourceProbe] | None:
     """Provide probes that read GPU, CPU and memory usage.
 
-    Called once at start-up. :mod:`flexserv_core.resources` asks the probes in
-    order and takes, for each of GPU, CPU and memory, the first probe's reading
-    that is not ``None``.
+    Called once while the app is built, before the server exists; the server
+    keeps the probes as ``server.probes``. :mod:`flexserv_core.resources` asks the
+    probes in call order and takes, for each of GPU, CPU and memory, the first
+    probe's reading that is not ``None``. Close what a probe holds in
+    ``flexserv_shutdown``.
 
-    :param server: the server being started.
+    :param settings: all resolved settings.
 
     Collect all; synchronous; return a list of :class:`~flexserv_core.resources.ResourceProbe`.
     """
@@ -260,7 +307,8 @@ def flexserv_health(server: FlexServer) -> dict[str, Any] | None:
     """Add facts to ``GET /v1/flexserv/health`` (e.g. the last OOM eviction).
 
     Called on every health request; keep it cheap. The returned mapping is merged
-    into the response; use a key named after the plugin.
+    into the response (the earlier in call order wins a shared key); use a key
+    named after the plugin.
 
     :param server: the running server.
 

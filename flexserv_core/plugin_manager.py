@@ -52,7 +52,6 @@ class PluginInfo(msgspec.Struct, kw_only=True):
     status: PluginStatus
     builtin: bool = False
     hooks: list[str] = msgspec.field(default_factory=list)
-    routes: list[str] = msgspec.field(default_factory=list)
     error: str | None = None
 
 
@@ -133,6 +132,11 @@ class FlexServPluginManager(pluggy.PluginManager):
                 caller = getattr(self.hook, attr, None)
                 if caller is None or not caller.has_spec():
                     raise pluggy.PluginValidationError(plugin, f"unknown hook {attr!r}: no such hookspec in flexserv")
+        for caller in self.get_hookcallers(plugin) or []:
+            for impl in caller.get_hookimpls():
+                # the core calls implementations one by one (flexserv_core.hooks): a wrapper would never wrap
+                if impl.plugin is plugin and (impl.hookwrapper or impl.wrapper):
+                    raise pluggy.PluginValidationError(plugin, f"{caller.name}: FlexServ hooks do not support wrappers")
 
     def mark_blocked(self, name: str, distribution: str | None = None, version: str | None = None) -> None:
         self.set_blocked(name)

@@ -9,7 +9,7 @@ from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
-from flexserv_core.errors import FlexServError
+from flexserv_core.errors import FlexServError, PluginHookError
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +57,19 @@ def handle_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -
     return _respond(status, error_body(message, error_type=error_type, param=param, code=code), headers)
 
 
+def handle_plugin_error(request: Request[Any, Any, Any], exc: PluginHookError) -> Response[dict[str, Any]]:
+    """A plugin's hook failed: the log names the plugin and its distribution; the
+    client gets the same plain 500 as for any internal error."""
+    log.error("%s %s -> 500: %s", request.method, request.url.path, exc, exc_info=exc.__cause__)
+    return _internal_error()
+
+
 def handle_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return _internal_error()
+
+
+def _internal_error() -> Response[dict[str, Any]]:
     return _respond(
         HTTP_500_INTERNAL_SERVER_ERROR,
         error_body(
@@ -69,6 +80,7 @@ def handle_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Respon
 
 EXCEPTION_HANDLERS: dict[type[Exception], Any] = {
     FlexServError: handle_flexserv_error,
+    PluginHookError: handle_plugin_error,
     HTTPException: handle_http_exception,
     Exception: handle_unexpected,
 }

@@ -8,7 +8,7 @@ import msgspec
 
 from flexserv_core.api import chat, completions, embeddings, models_routes, transcriptions
 from flexserv_core.hookspecs import hookimpl
-from flexserv_core.server import FlexServer
+from flexserv_core.settings import Settings
 
 
 @hookimpl
@@ -17,11 +17,11 @@ def flexserv_add_settings() -> list[type[msgspec.Struct]]:
 
 
 @hookimpl
-def flexserv_register_routes(server: FlexServer) -> list[Any]:
+def flexserv_register_routes(settings: Settings) -> list[Any]:
     return [
         *models_routes.ROUTES,
         *chat.ROUTES,
         *completions.ROUTES,
         *embeddings.ROUTES,
-        *transcriptions.routes(server),
+        *transcriptions.routes(settings),
     ]

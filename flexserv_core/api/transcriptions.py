@@ -27,6 +27,7 @@ from flexserv_core.errors import FlexServError, InvalidRequest, PayloadTooLarge
 from flexserv_core.models.spec import ModelKind
 from flexserv_core.plugin_manager import PluginStatus
 from flexserv_core.server import FlexServer
+from flexserv_core.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -167,9 +168,9 @@ def _as_float(value: str, param: str) -> float:
         raise InvalidRequest(f"Invalid value for '{param}': expected a number, got {value!r}.", param=param) from None
 
 
-def routes(server: FlexServer) -> list[HTTPRouteHandler]:
+def routes(settings: Settings) -> list[HTTPRouteHandler]:
     """The route, with Litestar's body limit set from ``--max-audio-bytes``."""
-    limit = server.settings.get(TranscriptionSettings).max_audio_bytes
+    limit = settings.get(TranscriptionSettings).max_audio_bytes
     handler = post(
         ENDPOINT,
         status_code=200,

@@ -12,7 +12,7 @@ from flexserv_core.builtin import flexserv_routes
 from flexserv_core.hookspecs import hookimpl
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.server import FlexServer
-from flexserv_core.settings import CoreSettings
+from flexserv_core.settings import CoreSettings, Settings
 
 # owner/name, each part of letters, digits, '-', '_', '.', never '..' or a leading '.'
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w\-]*(?:\.[\w\-]+)*/[A-Za-z0-9][\w\-]*(?:\.[\w\-]+)*$")
@@ -24,7 +24,7 @@ def flexserv_add_settings() -> type[msgspec.Struct]:
 
 
 @hookimpl
-def flexserv_register_routes(server: FlexServer) -> list[Any]:
+def flexserv_register_routes(settings: Settings) -> list[Any]:
     return [*flexserv_routes.ROUTES, *openapi.ROUTES]
 
 

@@ -12,6 +12,7 @@ from flexserv_core import __version__, hooks
 from flexserv_core.api.body import read_json_object
 from flexserv_core.errors import InvalidRequest
 from flexserv_core.models.spec import ModelKind, loaded_wire_kind
+from flexserv_core.plugin_report import plugin_report
 from flexserv_core.server import FlexServer
 
 
@@ -59,7 +60,7 @@ async def info(request: Request[Any, Any, Any]) -> dict[str, Any]:
     return {
         "version": __version__,
         "settings": server.settings.summary(),
-        "plugins": msgspec.to_builtins(server.pm.plugin_infos()),
+        "plugins": plugin_report(server.pm, server.routes_by_plugin),
         "backends": [{"name": b.name, "kind": str(b.kind)} for b in server.backends],
         "models": [
             {

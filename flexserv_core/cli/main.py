@@ -17,11 +17,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-import msgspec
-
 from flexserv_core import __version__, hooks
-from flexserv_core.errors import PluginLoadError, UsageError
+from flexserv_core.errors import PluginError, UsageError
 from flexserv_core.plugin_manager import FlexServPluginManager, create_plugin_manager
+from flexserv_core.plugin_report import plugin_report
 from flexserv_core.settings import Settings, add_arguments, resolve_settings
 
 EXIT_USAGE = 2
@@ -98,16 +97,16 @@ def _exit_cleanly(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
-def plugin_report(pm: FlexServPluginManager, settings: Settings | None) -> list[dict[str, Any]]:
-    """Plugin infos, with routes filled in by building (not starting) the app."""
+def plugin_listing(pm: FlexServPluginManager, settings: Settings | None) -> list[dict[str, Any]]:
+    """Plugin infos with their routes, from the routes hook alone (no app is built)."""
+    routes: dict[str, list[Any]] = {}
     if settings is not None:
-        from flexserv_core.app import create_app
-
         try:
-            create_app(settings, pm)
-        except Exception as exc:  # still list plugins when the app cannot be built
-            logging.getLogger("flexserv").warning("could not build the app to list routes: %s", exc)
-    return [msgspec.to_builtins(info) for info in pm.plugin_infos()]
+            hooks.configure(pm, settings)
+            routes = dict(hooks.routes_by_plugin(pm, settings))
+        except (PluginError, UsageError) as exc:  # still list the plugins
+            logging.getLogger("flexserv").warning("could not list routes: %s", exc)
+    return plugin_report(pm, routes)
 
 
 def cmd_plugins(argv: Sequence[str]) -> int:
@@ -123,7 +122,7 @@ def cmd_plugins(argv: Sequence[str]) -> int:
         settings = resolve_settings(hooks.settings_structs(pm), cli={}, config_file=args.config)
     except UsageError:
         settings = None
-    report = plugin_report(pm, settings)
+    report = plugin_listing(pm, settings)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
@@ -175,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"flexserv: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except PluginLoadError as exc:
+    except PluginError as exc:
         print(f"flexserv: {exc}", file=sys.stderr)
         return EXIT_PLUGIN
 

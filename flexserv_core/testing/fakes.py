@@ -155,11 +155,11 @@ class FakeBackendPlugin:
         self.model_name = model_name
 
     @hookimpl
-    def flexserv_register_backends(self, server: Any) -> list[Backend]:
+    def flexserv_register_backends(self, settings: Any) -> list[Backend]:
         return [self.backend]
 
     @hookimpl
-    def flexserv_default_models(self, server: Any) -> list[ModelSpec]:
+    def flexserv_default_models(self, settings: Any) -> list[ModelSpec]:
         return [
             ModelSpec(name=self.model_name, kind=ModelKind.TEXT, source="fake://", backend="fake", origin="embedded")
         ]
@@ -200,5 +200,5 @@ class FakeProbePlugin:
         self.probe = probe or FakeProbe()
 
     @hookimpl
-    def flexserv_resource_probes(self, server: Any) -> list[ResourceProbe]:
+    def flexserv_resource_probes(self, settings: Any) -> list[ResourceProbe]:
         return [self.probe]

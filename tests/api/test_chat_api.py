@@ -198,7 +198,7 @@ class _TemplatePlugin:
 
 class _FakeWithTemplateOptions(FakeBackendPlugin):
     @hookimpl
-    def flexserv_default_models(self, server: Any) -> list[ModelSpec]:
+    def flexserv_default_models(self, settings: Any) -> list[ModelSpec]:
         options = {"chat_template_kwargs": {"per_model": "m", "shared": "model"}}
         return [ModelSpec(name="fake-model", kind=ModelKind.TEXT, source="fake://", backend="fake", options=options)]
 

@@ -48,11 +48,11 @@ class CountingBackend(Backend):
 
 class CountingPlugin:
     @hookimpl
-    def flexserv_register_backends(self, server: Any) -> list[Backend]:
+    def flexserv_register_backends(self, settings: Any) -> list[Backend]:
         return [CountingBackend()]
 
     @hookimpl
-    def flexserv_default_models(self, server: Any) -> list[ModelSpec]:
+    def flexserv_default_models(self, settings: Any) -> list[ModelSpec]:
         return [
             ModelSpec(
                 name="counting", kind=ModelKind.EMBEDDING, source="counting://", backend="counting", origin="embedded"

@@ -120,11 +120,11 @@ async def test_oom_monitor_evicts_a_model_holding_vram() -> None:
 
     class CudaBlobPlugin:
         @hookimpl
-        def flexserv_register_backends(self, server: Any) -> list[Backend]:
+        def flexserv_register_backends(self, settings: Any) -> list[Backend]:
             return [CudaBlobBackend()]
 
         @hookimpl
-        def flexserv_default_models(self, server: Any) -> list[ModelSpec]:
+        def flexserv_default_models(self, settings: Any) -> list[ModelSpec]:
             return [ModelSpec(name="blob", kind=ModelKind.TEXT, source="blob://", backend="cuda-blob")]
 
     probe = _probe()

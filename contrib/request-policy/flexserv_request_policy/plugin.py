@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import msgspec
 from litestar import Request, get
 
-from flexserv_core import FlexServer, RequestContext, StashKey, hookimpl
+from flexserv_core import FlexServer, RequestContext, Settings, StashKey, hookimpl
 
 GENERATION_ENDPOINTS = ("/v1/chat/completions", "/v1/completions")
 TOKEN_FIELDS = ("max_tokens", "max_completion_tokens")
@@ -77,5 +77,5 @@ async def request_policy(request: Request[Any, Any, Any]) -> dict[str, Any]:
 
 
 @hookimpl
-def flexserv_register_routes(server: FlexServer) -> list[Any]:
+def flexserv_register_routes(settings: Settings) -> list[Any]:
     return [request_policy]

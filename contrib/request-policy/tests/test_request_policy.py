@@ -27,11 +27,13 @@ def test_entry_point_is_installed() -> None:
     assert names.get("request-policy") == "flexserv_request_policy.plugin"
 
 
-async def test_plugin_is_listed_with_its_distribution(flexserv_server) -> None:
+async def test_plugin_is_listed_with_its_distribution(flexserv_server, flexserv_client) -> None:
     info = flexserv_server.pm.infos["request-policy"]
     assert info.distribution == "flexserv-request-policy"
     assert "flexserv_preprocess_request" in info.hooks
-    assert "GET /v1/contrib/request-policy" in info.routes
+    routes = (await flexserv_client.get("/v1/flexserv/info")).json()["plugins"]
+    listed = next(p for p in routes if p["name"] == "request-policy")
+    assert listed["routes"] == ["GET /v1/contrib/request-policy"]
 
 
 async def test_caps_max_tokens_before_validation(flexserv_openai, flexserv_client) -> None:

@@ -33,7 +33,7 @@ class ProbePlugin:
         self.probe = probe
 
     @hookimpl
-    def flexserv_resource_probes(self, server: Any) -> list[ResourceProbe]:
+    def flexserv_resource_probes(self, settings: Any) -> list[ResourceProbe]:
         return [self.probe]
 
 

@@ -11,23 +11,21 @@ without patching anything globally.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import msgspec
 
-from flexserv_core import FlexServer, ResourceProbe, StashKey, hookimpl
+from flexserv_core import FlexServer, ResourceProbe, Settings, hookimpl
 from flexserv_resources.probes.mps import MpsProbe
 from flexserv_resources.probes.nvml import NvmlProbe
 from flexserv_resources.probes.psutil_probe import PsutilProbe
 from flexserv_resources.routes import ROUTES
 from flexserv_resources.settings import ResourcesSettings
 
-NVML_KEY = StashKey[NvmlProbe]("resources.nvml")
-
-
 class ResourcesPlugin:
-    """Holds only the modules to read through; per-server probes live in
-    ``server.state[NVML_KEY]``, so one instance serves any number of apps."""
+    """Holds the modules to read through and the NVML probes it handed out (to
+    close them at shutdown); one instance serves any number of apps."""
 
     def __init__(
         self, *, nvml: Any | None = None, torch_module: Any | None = None, psutil_module: Any | None = None
@@ -35,27 +33,29 @@ class ResourcesPlugin:
         self._nvml = nvml
         self._torch = torch_module
         self._psutil = psutil_module
+        self._nvml_probes: weakref.WeakSet[NvmlProbe] = weakref.WeakSet()
 
     @hookimpl
     def flexserv_add_settings(self) -> type[msgspec.Struct]:
         return ResourcesSettings
 
     @hookimpl
-    def flexserv_register_routes(self, server: FlexServer) -> list[Any]:
+    def flexserv_register_routes(self, settings: Settings) -> list[Any]:
         return list(ROUTES)
 
     @hookimpl
-    def flexserv_resource_probes(self, server: FlexServer) -> list[ResourceProbe]:
-        """Called once per server; the NVML probe is kept so shutdown can close it."""
+    def flexserv_resource_probes(self, settings: Settings) -> list[ResourceProbe]:
+        """Called once per server; the NVML probe is remembered so shutdown can close it."""
         nvml = NvmlProbe(self._nvml)
-        server.state[NVML_KEY] = nvml
+        self._nvml_probes.add(nvml)
         return [nvml, MpsProbe(self._torch), PsutilProbe(self._psutil)]
 
     @hookimpl
     def flexserv_shutdown(self, server: FlexServer) -> None:
-        probe = server.state.get(NVML_KEY)
-        if probe is not None:
-            probe.close()
+        """Close the NVML probe this plugin gave to ``server`` (only that server's)."""
+        for probe in server.probes:
+            if isinstance(probe, NvmlProbe) and probe in self._nvml_probes:
+                probe.close()
 
 
 plugin = ResourcesPlugin()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import msgspec
 
-from flexserv_core import Backend, FlexServer, ModelKind, ModelSpec, hookimpl
+from flexserv_core import Backend, ModelKind, ModelSpec, Settings, hookimpl
 from flexserv_sentence_transformers.backend import SentenceTransformersBackend
 from flexserv_sentence_transformers.settings import SentenceTransformersSettings
 
@@ -30,12 +30,12 @@ def flexserv_add_settings() -> type[msgspec.Struct]:
 
 
 @hookimpl
-def flexserv_register_backends(server: FlexServer) -> list[Backend]:
-    return [SentenceTransformersBackend(server.settings.get(SentenceTransformersSettings))]
+def flexserv_register_backends(settings: Settings) -> list[Backend]:
+    return [SentenceTransformersBackend(settings.get(SentenceTransformersSettings))]
 
 
 @hookimpl
-def flexserv_default_models(server: FlexServer) -> list[ModelSpec]:
+def flexserv_default_models(settings: Settings) -> list[ModelSpec]:
     path = embedded_model_path()
     if path is None:
         return []

@@ -55,11 +55,11 @@ class EchoPlugin:
         self.options = options or {}
 
     @hookimpl
-    def flexserv_register_backends(self, server: Any) -> list[Backend]:
+    def flexserv_register_backends(self, settings: Any) -> list[Backend]:
         return [EchoBackend()]
 
     @hookimpl
-    def flexserv_default_models(self, server: Any) -> list[ModelSpec]:
+    def flexserv_default_models(self, settings: Any) -> list[ModelSpec]:
         return [ModelSpec(name="echo", kind=ModelKind.TEXT, source="echo://", backend="echo", options=self.options)]
 
 

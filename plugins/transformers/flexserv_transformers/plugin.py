@@ -18,7 +18,7 @@ from flexserv_transformers.engine_api import engine_settings_structs
 from flexserv_transformers.settings import TransformersSettings, check_settings
 
 if TYPE_CHECKING:
-    from flexserv_core import Backend, FlexServer, ModelSpec, Settings
+    from flexserv_core import Backend, ModelSpec, Settings
 
 
 @hookimpl
@@ -32,11 +32,11 @@ def flexserv_configure(settings: Settings) -> None:
 
 
 @hookimpl
-def flexserv_register_backends(server: FlexServer) -> list[Backend]:
-    return [TransformersBackend(server.settings)]
+def flexserv_register_backends(settings: Settings) -> list[Backend]:
+    return [TransformersBackend(settings)]
 
 
 @hookimpl
-def flexserv_default_models(server: FlexServer) -> list[ModelSpec] | None:
+def flexserv_default_models(settings: Settings) -> list[ModelSpec] | None:
     spec = embedded_spec()
     return [spec] if spec else None

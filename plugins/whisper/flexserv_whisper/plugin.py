@@ -6,7 +6,7 @@ from pathlib import Path
 
 import msgspec
 
-from flexserv_core import Backend, FlexServer, ModelKind, ModelSpec, hookimpl
+from flexserv_core import Backend, ModelKind, ModelSpec, Settings, hookimpl
 from flexserv_whisper.faster import FasterWhisperBackend, is_ctranslate2_dir
 from flexserv_whisper.hf import TransformersWhisperBackend
 from flexserv_whisper.settings import WhisperSettings
@@ -31,14 +31,14 @@ def flexserv_add_settings() -> type[msgspec.Struct]:
 
 
 @hookimpl
-def flexserv_register_backends(server: FlexServer) -> list[Backend]:
-    settings = server.settings.get(WhisperSettings)
+def flexserv_register_backends(settings: Settings) -> list[Backend]:
+    whisper = settings.get(WhisperSettings)
     # faster-whisper first: it claims CTranslate2 models only; transformers takes the rest
-    return [FasterWhisperBackend(settings), TransformersWhisperBackend(settings)]
+    return [FasterWhisperBackend(whisper), TransformersWhisperBackend(whisper)]
 
 
 @hookimpl
-def flexserv_default_models(server: FlexServer) -> list[ModelSpec]:
+def flexserv_default_models(settings: Settings) -> list[ModelSpec]:
     path = embedded_model_path()
     if path is None:
         return []
