@@ -94,3 +94,30 @@ def test_plugin_settings_appear_in_help() -> None:
     assert "--model-timeout" in result.stdout
     blocked = run_flexserv("run", "-p", "no:request-policy", "--help")
     assert "--request-policy-max-tokens-cap" not in blocked.stdout
+
+
+BUILD_TIME_FAILURES = {
+    "flexserv_add_settings": "def flexserv_add_settings():\n    raise RuntimeError('kaboom')\n",
+    "flexserv_configure": "def flexserv_configure(settings):\n    raise RuntimeError('kaboom')\n",
+    "flexserv_register_backends": "def flexserv_register_backends(settings):\n    raise RuntimeError('kaboom')\n",
+    "flexserv_default_models": "def flexserv_default_models(settings):\n    raise RuntimeError('kaboom')\n",
+    "flexserv_resource_probes": "def flexserv_resource_probes(settings):\n    raise RuntimeError('kaboom')\n",
+    "flexserv_register_routes": "def flexserv_register_routes(settings):\n    raise RuntimeError('kaboom')\n",
+    "flexserv_startup": "async def flexserv_startup(server):\n    raise RuntimeError('kaboom')\n",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("hook", BUILD_TIME_FAILURES)
+def test_start_up_hook_failure_stops_run_naming_plugin_and_distribution(make_distribution, hook: str) -> None:
+    source = "from flexserv_core.hookspecs import hookimpl\n\n@hookimpl\n" + BUILD_TIME_FAILURES[hook]
+    env = make_distribution("flexserv-raising-example", "raising-example", "flexserv_raising_example", source)
+    env["FLEXSERV_PLUGINS"] = "raising-example"
+    result = run_flexserv("run", "--port", str(free_port()), env=env, timeout=60)
+    assert result.returncode != 0
+    expected = (
+        f'Plugin "raising-example" (distribution flexserv-raising-example) failed in {hook}: RuntimeError: kaboom'
+    )
+    assert expected in result.stderr
+    assert "-p no:raising-example" in result.stderr
+    assert "Traceback" not in result.stderr or hook == "flexserv_startup"
