@@ -66,7 +66,7 @@ class ScriptedPlugin:
         self.backend = ScriptedBackend()
 
     @hookimpl
-    def flexserv_register_backends(self, server: Any) -> list[Backend]:
+    def flexserv_register_backends(self, settings: Any) -> list[Backend]:
         return [self.backend]
 
 
@@ -205,7 +205,7 @@ class ToyRerankBackend(Backend):
 
 class RerankPlugin:
     @hookimpl
-    def flexserv_register_backends(self, server: Any) -> list[Backend]:
+    def flexserv_register_backends(self, settings: Any) -> list[Backend]:
         return [ToyRerankBackend()]
 
 

@@ -23,6 +23,7 @@ from flexserv_resources.probes.psutil_probe import PsutilProbe
 from flexserv_resources.routes import ROUTES
 from flexserv_resources.settings import ResourcesSettings
 
+
 class ResourcesPlugin:
     """Holds the modules to read through and the NVML probes it handed out (to
     close them at shutdown); one instance serves any number of apps."""
