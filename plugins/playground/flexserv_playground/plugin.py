@@ -1,0 +1,23 @@
+"""The ``playground`` plugin: registers the page and its assets; nothing else.
+
+The page talks to the server only through its public HTTP API, so the plugin
+has no state, no settings and no start-up work.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flexserv_core.hookspecs import hookimpl
+from flexserv_playground.routes import playground_routes
+
+
+class PlaygroundPlugin:
+    @hookimpl
+    def flexserv_register_routes(self, server: Any) -> list[Any]:
+        # The routes need nothing from the server: when the hook's argument
+        # becomes `settings`, only this signature changes.
+        return playground_routes()
+
+
+plugin = PlaygroundPlugin()
