@@ -6,9 +6,22 @@ BIN := $(VENV)/bin
 PLUGIN_DIRS := $(sort $(dir $(wildcard plugins/*/pyproject.toml contrib/*/pyproject.toml)))
 STAMP := $(VENV)/.flexserv-installed
 
-.PHONY: setup serve test lint clean
+.PHONY: setup chromium serve test lint clean
 
-setup: $(STAMP)
+setup: $(STAMP) chromium
+
+# The playground's browser tests drive the system's Chromium through Playwright
+# (which never downloads a browser here). Installed once, as root on Debian/Ubuntu;
+# elsewhere the message says what to do, and the rest of the setup still works.
+chromium:
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \
+	else \
+		echo "NOTE: Chromium is not installed; the playground's browser tests will fail until it is."; \
+		echo "      Debian/Ubuntu: sudo apt-get install -y chromium; elsewhere install Chromium and"; \
+		echo "      set FLEXSERV_TEST_CHROMIUM to its executable."; \
+	fi
 
 $(STAMP): pyproject.toml $(addsuffix pyproject.toml,$(PLUGIN_DIRS)) requirements/torch-cpu.txt requirements/models.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
