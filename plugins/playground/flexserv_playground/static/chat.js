@@ -2,7 +2,7 @@
 // fetch closes the connection, which cancels the request on the server), history.
 
 import { api, sseEvents } from "./api.js";
-import { features, pluginNames } from "./catalog.js";
+import { features, models, pluginNames, refreshCatalog } from "./catalog.js";
 import { el } from "./ui.js";
 
 const WEATHER_TOOL = {
@@ -142,6 +142,8 @@ async function send() {
   answer.node.dataset.state = "streaming";
   controller = new AbortController();
   setBusy(true);
+  const state = models.find((m) => m.id === body.model)?.state;
+  $("chat-stats").textContent = state === "ready" ? "Waiting for the first token…" : "Loading the model (first use), then generating…";
 
   const stats = new StreamStats();
   let reply = "";
@@ -194,6 +196,7 @@ async function send() {
       history.pop(); // the user's message was not answered: let them retry it
     }
     $("chat-input").focus();
+    refreshCatalog().catch(() => {}); // model states changed (a first use loads the model)
   }
 }
 

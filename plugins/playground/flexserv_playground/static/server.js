@@ -208,7 +208,9 @@ function renderModels(loaded) {
       const live = byId.get(row.model_id);
       const state = live?.state ?? row.state ?? "unloaded";
       const idle = live ? Math.max(0, now - live.last_used) : null;
-      const idleText = idle === null ? "" : formatDuration(idle) + (timeout > 0 ? ` (unloads at ${formatDuration(timeout)})` : "");
+      // The TTL: an idle model unloads after --model-timeout seconds.
+      const ttl = idle !== null && timeout > 0 ? ` · unloads in ${formatDuration(Math.max(0, timeout - idle))}` : "";
+      const idleText = idle === null ? "" : `${formatDuration(idle)}${ttl}`;
       const action =
         state === "ready"
           ? el("button", { type: "button", className: "small secondary", dataset: { action: "unload", model: row.model_id } }, "Unload")
