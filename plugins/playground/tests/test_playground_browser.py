@@ -232,3 +232,26 @@ def test_api_key_is_asked_for_and_kept_in_the_session(browser: Any, tmp_path: Pa
             assert page.evaluate("localStorage.getItem('flexserv.apiKey')") is None
         finally:
             context.close()
+
+
+def test_keyboard_switches_tabs(page: Any) -> None:
+    page.keyboard.press("Alt+2")
+    assert page.is_visible("#panel-embeddings") and not page.is_visible("#panel-chat")
+    assert page.evaluate("document.activeElement.id") == "tab-embeddings"
+    page.keyboard.press("ArrowRight")
+    assert page.is_visible("#panel-transcription")
+    assert page.url.endswith("#transcription")
+
+
+@pytest.mark.parametrize("tab", ["chat", "embeddings", "transcription", "server"])
+def test_fits_a_phone_screen(browser: Any, server: str, tab: str) -> None:
+    context = browser.new_context(viewport={"width": 390, "height": 800}, is_mobile=True)
+    try:
+        page = context.new_page()
+        page.goto(f"{server}/playground#{tab}")
+        page.wait_for_selector(f"#panel-{tab}:not([hidden])")
+        page.wait_for_timeout(500)
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"the {tab} tab is {overflow} px wider than a phone screen"
+    finally:
+        context.close()
