@@ -255,3 +255,65 @@ def test_fits_a_phone_screen(browser: Any, server: str, tab: str) -> None:
         assert overflow <= 0, f"the {tab} tab is {overflow} px wider than a phone screen"
     finally:
         context.close()
+
+
+def test_feature_demos_appear_only_when_advertised(browser: Any, server: str) -> None:
+    """JSON mode and tools are not served yet: the boxes stay hidden on this server, and a
+    server that lists them in /info's `features` gets them, with the right request fields.
+    The advertisement and the answer are substituted in the browser (route interception);
+    everything else is the real server."""
+    import json
+
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.goto(f"{server}/playground")
+        page.wait_for_selector('#plugins-table tr[data-plugin="playground"]', state="attached")
+        assert not page.is_visible("#chat-format-box") and not page.is_visible("#chat-tools-box")
+
+        def advertise(route: Any) -> None:
+            info = route.fetch().json()
+            info["features"] = ["response_format", "json_schema", "tools"]
+            route.fulfill(json=info)
+
+        sent: list[dict[str, Any]] = []
+        tool_call = {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "call_1",
+                                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                            }
+                        ]
+                    },
+                    "finish_reason": "tool_calls",
+                }
+            ]
+        }
+
+        def answer(route: Any) -> None:
+            sent.append(json.loads(route.request.post_data))
+            route.fulfill(
+                status=200, content_type="text/event-stream", body=f"data: {json.dumps(tool_call)}\n\ndata: [DONE]\n\n"
+            )
+
+        page.route("**/v1/flexserv/info", advertise)
+        page.route("**/v1/chat/completions", answer)
+        page.reload()
+        page.wait_for_selector("#chat-format-box:not([hidden])")
+        page.select_option("#chat-format", "json_schema")
+        page.check("#chat-tools")
+        page.fill("#chat-input", "Weather in Paris?")
+        page.click("#chat-send")
+        page.wait_for_selector('.msg.assistant[data-state="done"] .tool-call')
+        assert page.inner_text(".tool-call") == '→ get_weather({"city": "Paris"})'
+        assert sent[0]["response_format"]["type"] == "json_schema"
+        assert sent[0]["response_format"]["json_schema"]["name"] == "city"
+        assert sent[0]["tools"][0]["function"]["name"] == "get_weather"
+        assert sent[0]["stream"] is True and sent[0]["messages"][-1]["content"] == "Weather in Paris?"
+    finally:
+        context.close()
