@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flexserv_core.hookspecs import hookimpl
+from flexserv_core import hookimpl
 from flexserv_playground.routes import playground_routes
 
 

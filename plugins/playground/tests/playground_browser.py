@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from flexserv_core.testing.process import flexserv_cmd, free_port, stop_process, wait_healthy
+from flexserv_core.testing import flexserv_cmd, free_port, stop_process, wait_healthy
 
 CHROMIUM_CANDIDATES = ("chromium", "chromium-browser")
 

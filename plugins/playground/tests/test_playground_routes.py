@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from flexserv_playground import STATIC_DIR
 
-from flexserv_core.testing.app import app_client, make_app
+from flexserv_core.testing import app_client, make_app
 
 
 @pytest.fixture
