@@ -317,3 +317,24 @@ def test_feature_demos_appear_only_when_advertised(browser: Any, server: str) ->
         assert sent[0]["stream"] is True and sent[0]["messages"][-1]["content"] == "Weather in Paris?"
     finally:
         context.close()
+
+
+def test_sse_reader_handles_events_split_across_reads(page: Any) -> None:
+    """The stream arrives in arbitrary pieces: an event cut mid-JSON, CRLF line ends,
+    comments and several events in one read."""
+    events = page.evaluate(
+        """async () => {
+            const { sseEvents } = await import('/playground/static/api.js');
+            const pieces = [': keep-alive\\n\\ndata: {"a"', ': 1}\\r\\n\\r\\ndata: {"b": 2}\\n\\ndata: {"c"',
+                            ': 3}\\n\\ndata: [DONE]\\n\\ndata: {"after": true}\\n\\n'];
+            const stream = new ReadableStream({ start(c) {
+                const enc = new TextEncoder();
+                pieces.forEach((p) => c.enqueue(enc.encode(p)));
+                c.close();
+            } });
+            const out = [];
+            for await (const e of sseEvents(new Response(stream))) out.push(e);
+            return out;
+        }"""
+    )
+    assert events == [{"a": 1}, {"b": 2}, {"c": 3}]

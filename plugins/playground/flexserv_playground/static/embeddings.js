@@ -49,6 +49,10 @@ async function run() {
 
 function cellColour(similarity) {
   const t = Math.max(0, Math.min(1, similarity));
+  // Dark theme: dim cells for unrelated pairs, bright for similar ones (light theme: the reverse).
+  if (getComputedStyle(document.documentElement).colorScheme === "dark") {
+    return { background: `hsl(228 60% ${16 + 48 * t}%)`, color: "#e3e7eb" };
+  }
   return { background: `hsl(${220 + 10 * t} 70% ${96 - 58 * t}%)`, color: t > 0.55 ? "#fff" : "#1c2024" };
 }
 

@@ -21,7 +21,7 @@ const charts = new Map(); // name -> {card, value, sparkline}
  */
 const CHARTS = {
   active: { label: "Active requests", unit: "", max: null },
-  running: { label: "Running requests", unit: "", max: null },
+  running: { label: "Running (batch size)", unit: "", max: null },
   waiting: { label: "Waiting requests", unit: "", max: null, color: "--chart-2" },
   tokens: { label: "Generation", unit: " tok/s", max: null },
   kv: { label: "KV-cache use", unit: " %", max: 100 },
