@@ -8,15 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from flexserv_core import hookimpl
+from flexserv_core import Settings, hookimpl
 from flexserv_playground.routes import playground_routes
 
 
 class PlaygroundPlugin:
     @hookimpl
-    def flexserv_register_routes(self, server: Any) -> list[Any]:
-        # The routes need nothing from the server: when the hook's argument
-        # becomes `settings`, only this signature changes.
+    def flexserv_register_routes(self, settings: Settings) -> list[Any]:
+        # The page needs no setting: it reads everything through the HTTP API.
         return playground_routes()
 
 
