@@ -22,6 +22,7 @@ from flexserv_core.backends.base import (
     TranscriptionModel,
     TranscriptionSegment,
 )
+from flexserv_core.batching import BatchRunner, MicroBatcher
 from flexserv_core.errors import (
     ContextLengthExceeded,
     FlexServError,
@@ -70,6 +71,7 @@ __all__ = [
     "PROJECT_NAME",
     "RESERVED_TEMPLATE_KWARGS",
     "Backend",
+    "BatchRunner",
     "ContextLengthExceeded",
     "CoreSettings",
     "CpuCoreInfo",
@@ -83,6 +85,7 @@ __all__ = [
     "InvalidRequest",
     "Lease",
     "LoadedModel",
+    "MicroBatcher",
     "ModelEvent",
     "ModelEventType",
     "ModelInfo",

@@ -10,8 +10,14 @@ import numpy as np
 import torch
 from sentence_transformers import SentenceTransformer
 
-from flexserv_core import ContextLengthExceeded, EmbeddingModel, EmbeddingResult, InvalidRequest, ModelSpec
-from flexserv_sentence_transformers.batcher import MicroBatcher
+from flexserv_core import (
+    ContextLengthExceeded,
+    EmbeddingModel,
+    EmbeddingResult,
+    InvalidRequest,
+    MicroBatcher,
+    ModelSpec,
+)
 
 
 class EmbedJob(msgspec.Struct, frozen=True):

@@ -1,4 +1,4 @@
-"""Micro-batching: requests that arrive together run as one batch in one worker thread.
+"""Micro-batching for model plugins: requests that arrive together run as one batch in one worker thread.
 
 A request waits at most ``max_wait`` seconds for company; a batch closes early
 once it holds ``max_batch`` items. While a batch runs, new requests queue and

@@ -7,7 +7,8 @@ import threading
 from collections.abc import Sequence
 
 import pytest
-from flexserv_sentence_transformers.batcher import MicroBatcher
+
+from flexserv_core import MicroBatcher
 
 
 class Recorder:
