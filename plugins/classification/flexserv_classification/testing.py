@@ -16,7 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["TOKEN_LABELS", "build_tiny_bert", "train_wordpiece_tokenizer"]
+__all__ = ["SENTIMENT_LABELS", "TOKEN_LABELS", "build_tiny_bert", "train_wordpiece_tokenizer"]
+
+#: Labels for a tiny sequence classifier: ``build_tiny_bert(path, labels=SENTIMENT_LABELS)``.
+SENTIMENT_LABELS = ["negative", "neutral", "positive"]
 
 #: The labels of :func:`build_tiny_bert`'s token-classification head.
 TOKEN_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG"]

@@ -8,12 +8,10 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from flexserv_classification.testing import build_tiny_bert
+from flexserv_classification.testing import SENTIMENT_LABELS, build_tiny_bert
 from litestar import Litestar
 
 from flexserv_core.testing.app import make_app, running_app_client
-
-CLASSIFY_LABELS = ["negative", "neutral", "positive"]
 
 
 @pytest.fixture(scope="session")
@@ -22,7 +20,7 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("tiny-bert")
     return {
         "ce": build_tiny_bert(root / "ce", num_labels=1, seed=1),
-        "cl": build_tiny_bert(root / "cl", labels=CLASSIFY_LABELS, seed=2),
+        "cl": build_tiny_bert(root / "cl", labels=SENTIMENT_LABELS, seed=2),
         "tk": build_tiny_bert(root / "tk", head="token", seed=3),
     }
 
@@ -46,10 +44,3 @@ def cls_app(tiny_models: dict[str, Path], cls_settings: dict[str, Any]) -> Lites
 async def client(cls_app: Litestar) -> AsyncIterator[Any]:
     async with running_app_client(cls_app) as c:
         yield c
-
-
-def model_of(app: Litestar, name: str) -> Any:
-    """The loaded model object (to read its batcher's statistics)."""
-    model = app.state.flexserv.registry.model_if_loaded(name)
-    assert model is not None, f"{name} is not loaded"
-    return model

@@ -6,11 +6,17 @@ import asyncio
 from typing import Any
 
 import pytest
-from conftest import model_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 TEXTS = [f"paris is the capital of france {i}" for i in range(12)]
+
+
+def model_of(app: Any, name: str) -> Any:
+    """The loaded model object (to read its batcher's statistics)."""
+    model = app.state.flexserv.registry.model_if_loaded(name)
+    assert model is not None, f"{name} is not loaded"
+    return model
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CLASSIFY_LABELS
+from flexserv_classification.testing import SENTIMENT_LABELS
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -41,7 +41,7 @@ async def test_classify_matches_the_pipeline(client: Any, text_pipeline: Any) ->
     for text, item in zip(TEXTS, body["data"], strict=True):
         expected = {x["label"]: x["score"] for x in text_pipeline(text, top_k=None)}
         assert item["num_classes"] == 3 and len(item["probs"]) == 3
-        assert item["probs"] == pytest.approx([expected[label] for label in CLASSIFY_LABELS], abs=1e-5)
+        assert item["probs"] == pytest.approx([expected[label] for label in SENTIMENT_LABELS], abs=1e-5)
         assert sum(item["probs"]) == pytest.approx(1.0, abs=1e-5)
         assert item["label"] == max(expected, key=expected.__getitem__)
     assert body["usage"]["prompt_tokens"] >= len(TEXTS) * 3
