@@ -5,6 +5,8 @@ from ``flexserv_core`` itself (tests may also use :mod:`flexserv_core.testing`).
 Submodules are internal and may change between releases.
 """
 
+import typing
+
 from flexserv_core._version import VERSION as __version__
 from flexserv_core.backends.base import (
     RESERVED_TEMPLATE_KWARGS,
@@ -131,5 +133,30 @@ __all__ = [
     "get_system_resources",
     "hookimpl",
     "hookspec",
+    "open_request_context",
+    "parse_body",
     "resolve_settings",
 ]
+
+if typing.TYPE_CHECKING:
+    from flexserv_core.api.body import parse_body
+    from flexserv_core.api.body import request_context as open_request_context
+
+#: Route helpers for plugins that add JSON routes. They need Litestar, so they are
+#: imported on first use: ``import flexserv_core`` stays cheap for plugins that add none.
+_LAZY = {
+    "parse_body": ("flexserv_core.api.body", "parse_body"),
+    "open_request_context": ("flexserv_core.api.body", "request_context"),
+}
+
+
+def __getattr__(name: str) -> object:
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'flexserv_core' has no attribute {name!r}")
+    import importlib
+
+    module, attribute = target
+    value = getattr(importlib.import_module(module), attribute)
+    globals()[name] = value
+    return value

@@ -8,9 +8,7 @@ from typing import Any
 from flexserv_classification.batched import pick_device
 from flexserv_classification.kinds import CLASSIFY, RERANK, TOKEN_CLASSIFY
 from flexserv_classification.settings import ClassificationSettings
-from flexserv_core.backends.base import Backend, LoadedModel, ProgressCallback
-from flexserv_core.errors import ModelLoadError
-from flexserv_core.models.spec import ModelSpec
+from flexserv_core import Backend, LoadedModel, ModelLoadError, ModelSpec, ProgressCallback
 
 log = logging.getLogger(__name__)
 

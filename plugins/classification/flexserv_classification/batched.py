@@ -12,8 +12,7 @@ import abc
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
-from flexserv_core import MicroBatcher
-from flexserv_core.errors import ContextLengthExceeded, InvalidRequest
+from flexserv_core import ContextLengthExceeded, InvalidRequest, MicroBatcher
 
 JobT = TypeVar("JobT")
 ItemT = TypeVar("ItemT")

@@ -26,8 +26,7 @@ from flexserv_classification.kinds import (
     TokenClassificationModel,
     TokenClassificationResult,
 )
-from flexserv_core.errors import InvalidRequest
-from flexserv_core.models.spec import ModelSpec
+from flexserv_core import InvalidRequest, ModelSpec
 
 
 class TextJob(msgspec.Struct, frozen=True):

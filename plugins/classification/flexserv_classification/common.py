@@ -11,9 +11,7 @@ from typing import Any, TypeVar
 from litestar import Request
 
 from flexserv_classification.settings import ClassificationSettings
-from flexserv_core.backends.base import LoadedModel
-from flexserv_core.errors import ContextLengthExceeded, InvalidRequest
-from flexserv_core.server import FlexServer
+from flexserv_core import ContextLengthExceeded, FlexServer, InvalidRequest, LoadedModel
 
 ModelT = TypeVar("ModelT", bound=LoadedModel)
 

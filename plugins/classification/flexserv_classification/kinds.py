@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from flexserv_core.backends.base import LoadedModel
+from flexserv_core import LoadedModel
 
 RERANK = "rerank"
 CLASSIFY = "classify"

@@ -17,10 +17,7 @@ from flexserv_classification.backends import (
 )
 from flexserv_classification.kinds import CLASSIFY, RERANK, TOKEN_CLASSIFY
 from flexserv_classification.settings import ClassificationSettings
-from flexserv_core.backends.base import Backend
-from flexserv_core.hookspecs import hookimpl
-from flexserv_core.models.spec import ModelSpec
-from flexserv_core.server import FlexServer
+from flexserv_core import Backend, FlexServer, ModelSpec, Settings, hookimpl
 
 #: The name clients use for the embedded default reranker (all-MiniLM-L6-v2 as a
 #: bi-encoder: cosine similarity of query and document embeddings).
@@ -46,23 +43,23 @@ def flexserv_add_settings() -> type[msgspec.Struct]:
 
 
 @hookimpl
-def flexserv_register_backends(server: FlexServer) -> list[Backend]:
-    settings = server.settings.get(ClassificationSettings)
+def flexserv_register_backends(settings: Settings) -> list[Backend]:
+    options = settings.get(ClassificationSettings)
     return [
-        CrossEncoderBackend(settings),
-        BiEncoderBackend(settings),
-        SequenceClassificationBackend(settings),
-        TokenClassificationBackend(settings),
+        CrossEncoderBackend(options),
+        BiEncoderBackend(options),
+        SequenceClassificationBackend(options),
+        TokenClassificationBackend(options),
     ]
 
 
 @hookimpl
-def flexserv_register_routes(server: FlexServer) -> list[ControllerRouterHandler]:
+def flexserv_register_routes(settings: Settings) -> list[ControllerRouterHandler]:
     return [*routes_rerank.ROUTES, *routes_classify.ROUTES]
 
 
 @hookimpl
-def flexserv_default_models(server: FlexServer) -> list[ModelSpec]:
+def flexserv_default_models(settings: Settings) -> list[ModelSpec]:
     path = embedded_model_path()
     if path is None:
         return []

@@ -11,7 +11,7 @@ import torch
 
 from flexserv_classification.batched import BatchedRunner, Prepared, check_lengths
 from flexserv_classification.kinds import RerankModel, ScoreResult
-from flexserv_core.models.spec import ModelSpec
+from flexserv_core import ModelSpec
 
 PAIR = "text pair {i}"
 

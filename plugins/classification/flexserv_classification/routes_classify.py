@@ -19,7 +19,7 @@ from flexserv_classification.common import (
     use_model,
 )
 from flexserv_classification.kinds import Aggregation, ClassificationModel, Entity, TokenClassificationModel
-from flexserv_core.api.body import parse_body, request_context
+from flexserv_core import open_request_context, parse_body
 
 CLASSIFY_ENDPOINT = "/v1/classify"
 TOKEN_CLASSIFY_ENDPOINTS = ["/v1/token-classify", "/v1/ner"]
@@ -47,7 +47,7 @@ def _inputs(server: Any, value: str | list[str]) -> list[str]:
 @post(CLASSIFY_ENDPOINT, status_code=200, summary="Classify texts", opt={"body": ClassifyRequest})
 async def classify(request: Request[Any, Any, Any]) -> dict[str, Any]:
     server = server_of(request)
-    body = await parse_body(request, ClassifyRequest, request_context(request, CLASSIFY_ENDPOINT))
+    body = await parse_body(request, ClassifyRequest, open_request_context(request, CLASSIFY_ENDPOINT))
     texts = _inputs(server, body.input)
     async with use_model(server, body.model, ClassificationModel) as (model, name):
         result = await model.classify(texts, truncate=limits_of(server).classification_truncate)
@@ -84,7 +84,7 @@ def _entity(e: Entity, grouped: bool) -> dict[str, Any]:
 async def token_classify(request: Request[Any, Any, Any]) -> dict[str, Any]:
     server = server_of(request)
     endpoint = request.url.path
-    body = await parse_body(request, TokenClassifyRequest, request_context(request, endpoint))
+    body = await parse_body(request, TokenClassifyRequest, open_request_context(request, endpoint))
     texts = _inputs(server, body.input)
     async with use_model(server, body.model, TokenClassificationModel) as (model, name):
         result = await model.classify_tokens(

@@ -20,8 +20,7 @@ from flexserv_classification.common import (
     use_model,
 )
 from flexserv_classification.kinds import RerankModel
-from flexserv_core.api.body import parse_body, request_context
-from flexserv_core.errors import ContextLengthExceeded, InvalidRequest
+from flexserv_core import ContextLengthExceeded, InvalidRequest, open_request_context, parse_body
 
 RERANK_ENDPOINT = "/v1/rerank"
 SCORE_ENDPOINT = "/v1/score"
@@ -49,7 +48,7 @@ class ScoreRequest(msgspec.Struct, kw_only=True):
 async def rerank(request: Request[Any, Any, Any]) -> dict[str, Any]:
     server = server_of(request)
     limits = limits_of(server)
-    body = await parse_body(request, RerankRequest, request_context(request, RERANK_ENDPOINT))
+    body = await parse_body(request, RerankRequest, open_request_context(request, RERANK_ENDPOINT))
     if not body.query:
         raise InvalidRequest("'query' must not be empty.", param="query")
     documents = [d if isinstance(d, str) else d.text for d in body.documents]
@@ -79,7 +78,7 @@ async def rerank(request: Request[Any, Any, Any]) -> dict[str, Any]:
 async def score(request: Request[Any, Any, Any]) -> dict[str, Any]:
     server = server_of(request)
     limits = limits_of(server)
-    body = await parse_body(request, ScoreRequest, request_context(request, SCORE_ENDPOINT))
+    body = await parse_body(request, ScoreRequest, open_request_context(request, SCORE_ENDPOINT))
     first = as_list(body.text_1, param="text_1")
     second = as_list(body.text_2, param="text_2", allow_empty_strings=True)
     if len(first) == 1:

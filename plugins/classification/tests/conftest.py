@@ -11,7 +11,7 @@ import pytest_asyncio
 from flexserv_classification.testing import SENTIMENT_LABELS, build_tiny_bert
 from litestar import Litestar
 
-from flexserv_core.testing.app import make_app, running_app_client
+from flexserv_core.testing import make_app, running_app_client
 
 
 @pytest.fixture(scope="session")
