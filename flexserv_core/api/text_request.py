@@ -12,8 +12,9 @@ from typing import Any
 from flexserv_core import hooks
 from flexserv_core.api.text_generation import ChoiceJob
 from flexserv_core.api.text_schemas import ChatCompletionRequest, ChatMessage, CompletionRequest
+from flexserv_core.api.text_validation import check_token_ids, is_token_id, max_tokens_for
 from flexserv_core.backends.base import SamplingParams, TextGenerationModel
-from flexserv_core.errors import ContextLengthExceeded, InvalidRequest
+from flexserv_core.errors import InvalidRequest
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.request_context import RequestContext
 
@@ -32,30 +33,6 @@ def choice_seed(seed: int | None, choice: int) -> int | None:
     """Choice ``i`` of a seeded request samples with ``(seed + i) mod 2**63``: the
     choices differ from each other and the request is reproducible."""
     return None if seed is None else (seed + choice) % _SEED_SPACE
-
-
-def resolve_max_tokens(model: TextGenerationModel, prompt_len: int, requested: int | None, *, param: str) -> int:
-    """The completion budget: the request's, else the model's ``default_max_tokens``
-    capped by what is left of the context."""
-    limit = model.context_length
-    left = limit - prompt_len
-    if requested is not None:
-        if prompt_len + requested > limit:
-            raise ContextLengthExceeded(
-                f"This model's maximum context length is {limit} tokens. However, you requested "
-                f"{prompt_len + requested} tokens ({prompt_len} in the {param}, {requested} in the completion). "
-                f"Please reduce the length of the {param} or completion.",
-                param=param,
-            )
-        return requested
-    if left < 1:
-        raise ContextLengthExceeded(
-            f"This model's maximum context length is {limit} tokens, and the {param} alone take {prompt_len} tokens. "
-            f"Please reduce the length of the {param}.",
-            param=param,
-        )
-    default = model.default_max_tokens
-    return min(default, left) if default is not None and default > 0 else left
 
 
 def sampling_params(
@@ -131,8 +108,13 @@ def chat_jobs(
     """Render the prompt and plan ``n`` choices; returns ``(prompt_ids, jobs)``."""
     check_chat(body)
     prompt_ids = model.render_chat(chat_messages(body.messages), chat_template_kwargs(spec, context))
-    requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    max_tokens = resolve_max_tokens(model, len(prompt_ids), requested, param="messages")
+    if body.max_completion_tokens is not None:
+        requested, max_tokens_param = body.max_completion_tokens, "max_completion_tokens"
+    else:
+        requested, max_tokens_param = body.max_tokens, "max_tokens"
+    max_tokens = max_tokens_for(
+        model.limits, len(prompt_ids), requested, prompt_param="messages", max_tokens_param=max_tokens_param
+    )
     logprobs = bool(body.logprobs)
     top = (body.top_logprobs or 0) if logprobs else 0
     stops = stop_strings(body.stop)
@@ -160,26 +142,13 @@ def completion_prompts(model: TextGenerationModel, prompt: str | list[Any]) -> l
         raise InvalidRequest("'prompt' must not be an empty list.", param="prompt")
     if all(isinstance(p, str) for p in prompt):
         return [(model.encode(p), p) for p in prompt]
-    if all(_is_token_id(t) for t in prompt):
-        return [(_checked_ids(model, prompt, "prompt"), None)]
+    if all(is_token_id(t) for t in prompt):
+        return [(check_token_ids(model.limits, prompt, "prompt"), None)]
     if all(isinstance(p, list) for p in prompt):
-        return [(_checked_ids(model, p, f"prompt[{i}]"), None) for i, p in enumerate(prompt)]
+        return [(check_token_ids(model.limits, p, f"prompt[{i}]"), None) for i, p in enumerate(prompt)]
     raise InvalidRequest(
         "'prompt' must be a string, a list of strings, a list of token ids or a list of token-id lists.", param="prompt"
     )
-
-
-def _is_token_id(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _checked_ids(model: TextGenerationModel, ids: list[Any], param: str) -> list[int]:
-    vocab = model.vocab_size
-    for j, token in enumerate(ids):
-        if not _is_token_id(token) or token < 0 or (isinstance(vocab, int) and token >= vocab):
-            bound = f" in [0, {vocab})" if isinstance(vocab, int) else " (non-negative integers)"
-            raise InvalidRequest(f"Invalid token id {token!r}: token ids must be{bound}.", param=f"{param}[{j}]")
-    return list(ids)
 
 
 def check_completion(body: CompletionRequest) -> None:
@@ -208,9 +177,9 @@ def completion_jobs(
     jobs: list[ChoiceJob] = []
     for p, (ids, _text) in enumerate(prompts):
         param = "prompt" if len(prompts) == 1 else f"prompt[{p}]"
-        if not ids:
-            raise InvalidRequest("The prompt is empty.", param=param)
-        max_tokens = resolve_max_tokens(model, len(ids), body.max_tokens, param=param)
+        max_tokens = max_tokens_for(
+            model.limits, len(ids), body.max_tokens, prompt_param=param, max_tokens_param="max_tokens"
+        )
         for i in range(n):
             params = sampling_params(
                 body, max_tokens=max_tokens, choice=i, logprobs=logprobs, top_logprobs=body.logprobs or 0

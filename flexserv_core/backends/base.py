@@ -61,10 +61,6 @@ class LoadedModel(abc.ABC):
         """Release weights, caches and threads. Called once, off the event loop,
         after the last request holding the model has finished."""
 
-    def describe(self) -> dict[str, Any]:
-        """Facts for ``/v1/flexserv/health`` and ``/info``; extend in subclasses."""
-        return {"model_id": self.spec.name, "kind": str(self.kind), "device": self.device, "dtype": self.dtype}
-
 
 class Backend(abc.ABC):
     """Loads models of one kind. Registered through ``flexserv_register_backends``."""
@@ -129,20 +125,50 @@ class TokenDelta(msgspec.Struct, kw_only=True):
     finish_reason: FinishReason | None = None
 
 
+class TextLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """What a text model accepts, declared once and enforced by the API layer.
+
+    Every request is checked against these before the model sees it; a request
+    outside them gets an OpenAI-shaped 400 naming the offending parameter. The model
+    and its engine may therefore *assume* them (and only ``assert``).
+
+    Attributes:
+        context_length: most tokens one sequence may hold, prompt and completion
+            together. A prompt needs at least one token of room left.
+        vocab_size: number of token ids the model knows; prompt token ids must lie in
+            ``[0, vocab_size)``. ``None``: only non-negative ids are required.
+        default_max_tokens: completion budget of a request that sets no
+            ``max_tokens`` (capped by what is left of the context). ``None``: all that
+            is left.
+        max_max_tokens: the largest ``max_tokens`` (or ``max_completion_tokens``) a
+            request may ask for. ``None``: only the context bounds it.
+    """
+
+    context_length: int
+    vocab_size: int | None = None
+    default_max_tokens: int | None = None
+    max_max_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("context_length", "vocab_size", "default_max_tokens", "max_max_tokens"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"TextLimits.{name} must be at least 1, not {value}")
+
+
 class TextGenerationModel(LoadedModel):
-    """A causal language model with its tokenizer."""
+    """A causal language model with its tokenizer.
+
+    Its request methods get only what :attr:`limits` allows: ``generate`` is called
+    with ``1 <= len(prompt_ids)`` and ``len(prompt_ids) + params.max_tokens <=
+    limits.context_length``, and token-id prompts within ``limits.vocab_size``.
+    """
 
     kind = ModelKind.TEXT
 
-    #: Maximum number of tokens (prompt + completion) the model accepts.
-    context_length: int
-    #: Number of token ids the model knows, when it can tell: the API answers 400
-    #: for prompt token ids outside ``[0, vocab_size)`` instead of letting them
-    #: reach the embedding. ``None``: unchecked.
-    vocab_size: int | None = None
-    #: ``max_tokens`` for requests that set none (capped by what is left of the
-    #: context); ``None``: all of what is left.
-    default_max_tokens: int | None = None
+    #: Set by the subclass (usually in ``__init__``) before the model is returned by
+    #: :meth:`Backend.load`.
+    limits: TextLimits
 
     @abc.abstractmethod
     def render_chat(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any]) -> list[int]:

@@ -18,6 +18,7 @@ from flexserv_core.backends.base import (
     ProgressCallback,
     SamplingParams,
     TextGenerationModel,
+    TextLimits,
     TokenDelta,
     TopLogprob,
 )
@@ -49,13 +50,19 @@ class FakeTextModel(TextGenerationModel):
         *,
         token_delay: float = 0.0,
         context_length: int = 4096,
+        max_max_tokens: int | None = None,
+        default_max_tokens: int | None = None,
         script: str = FAKE_SCRIPT,
         eos_after: int | None = None,
         fail_after: int | None = None,
     ) -> None:
         super().__init__(spec, device="cpu", dtype="none")
-        self.context_length = context_length
-        self.vocab_size = 0x110000  # token ids are code points
+        self.limits = TextLimits(
+            context_length=context_length,
+            vocab_size=0x110000,  # token ids are code points
+            default_max_tokens=default_max_tokens,
+            max_max_tokens=max_max_tokens,
+        )
         self.token_delay = token_delay
         self.script = script
         self.eos_after = eos_after
@@ -78,6 +85,7 @@ class FakeTextModel(TextGenerationModel):
         return "".join(chr(t) for t in token_ids)
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[TokenDelta]:
+        assert prompt_ids and len(prompt_ids) + params.max_tokens <= self.limits.context_length
         self.generated_sequences += 1
         self.params_log.append(params)
         finished = False
@@ -125,7 +133,8 @@ class FakeTextBackend(Backend):
     def __init__(
         self, *, load_delay: float = 0.0, token_delay: float = 0.0, fail: str | None = None, **model_options: Any
     ) -> None:
-        """``model_options`` go to each :class:`FakeTextModel` (``script``, ``eos_after``, ``fail_after``, ``context_length``)."""
+        """``model_options`` go to each :class:`FakeTextModel` (``script``, ``eos_after``, ``fail_after``, and
+        the limits ``context_length``, ``max_max_tokens``, ``default_max_tokens``)."""
         self.load_delay = load_delay
         self.token_delay = token_delay
         self.fail = fail

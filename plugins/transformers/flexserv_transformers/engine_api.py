@@ -13,12 +13,17 @@ forward passes, the KV cache, scheduling and sampling. They meet here:
   event loop and iterates the returned async iterator of :class:`EngineToken`.
 * ``engine.close()`` is called once, off the event loop, when the model unloads.
 
-Rules every engine follows (``tests/backends/test_transformers_engine_contract.py``
+Rules every engine follows (``tests/test_transformers_engine_contract.py`` of this plugin
 checks them against each registered engine):
 
-1. ``params.max_tokens`` is already clamped by the wrapper so that prompt +
-   completion fits ``EngineModel.context_length``; the engine ends a sequence with
-   ``finish_reason="length"`` after ``params.max_tokens`` tokens, or with
+1. Requests are validated once, by the API layer, against the model's
+   ``TextLimits``, whose ``context_length`` is the engine's
+   :attr:`Engine.max_sequence_tokens`. So ``generate`` may assume ``1 <=
+   len(prompt_ids) < max_sequence_tokens`` and only ``assert`` it; it never
+   raises a client error of its own (``TooManyRequests`` for a full queue is
+   load, not validation). The engine ends a sequence with
+   ``finish_reason="length"`` after ``params.max_tokens`` tokens or when prompt +
+   completion reach ``max_sequence_tokens``, whichever comes first, or with
    ``"stop"`` on the token that is in ``EngineModel.eos_token_ids`` (that token is
    yielded, with its logprob, and is the last one). Exactly the last yielded
    token has a ``finish_reason``.
@@ -101,28 +106,31 @@ class EngineModel(msgspec.Struct, kw_only=True):
     Attributes:
         model: a causal LM (``AutoModelForCausalLM``), already on ``device`` in ``dtype``.
         device: where it lives (``torch.device``).
-        dtype: its parameter dtype.
         eos_token_ids: ids that end a sequence with ``"stop"`` (generation config
             and tokenizer together).
         context_length: prompt + completion limit (``max_position_embeddings``).
         vocab_size: the logits' last dimension.
-        pad_token_id: a safe id for padding batched inputs.
         name: the model's name in the catalog (for logs and stats).
     """
 
     model: PreTrainedModel
     device: torch.device
-    dtype: torch.dtype
     eos_token_ids: frozenset[int]
     context_length: int
     vocab_size: int
-    pad_token_id: int
     name: str = ""
 
 
 @runtime_checkable
 class Engine(Protocol):
     """Runs generation for one loaded model. See the module docstring for the rules."""
+
+    @property
+    def max_sequence_tokens(self) -> int:
+        """Most tokens (prompt + completion) one sequence can hold: at most
+        ``EngineModel.context_length``, less when the engine's cache is smaller.
+        The model declares it as its context length, so requests never exceed it."""
+        ...
 
     def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[EngineToken]:
         """Stream the tokens that complete ``prompt_ids`` (usually an ``async def``

@@ -7,14 +7,12 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
 from flexserv_core import (
     RESERVED_TEMPLATE_KWARGS,
-    ContextLengthExceeded,
     InvalidRequest,
     SamplingParams,
     TextGenerationModel,
+    TextLimits,
     TokenDelta,
     TopLogprob,
 )
@@ -36,8 +34,9 @@ class TransformersTextModel(TextGenerationModel):
     Attributes:
         engine: the engine running the forward passes (see ``engine_api``).
         eos_token_ids: ids that end a completion with ``finish_reason="stop"``.
-        default_max_tokens: the limit for requests that set no ``max_tokens``.
-        vocab_size: rows of the input embedding (prompt ids must be below it).
+        limits: the context is the smaller of the model's and what the engine can
+            hold for one sequence (its KV cache); prompt ids must be below the rows
+            of the input embedding.
     """
 
     def __init__(
@@ -53,26 +52,25 @@ class TransformersTextModel(TextGenerationModel):
         dtype = parameter_dtype(model)
         super().__init__(spec, device=str(model.device), dtype=str(dtype).removeprefix("torch."))
         self.tokenizer = tokenizer
-        self.context_length = context_length(model)
         self.eos_token_ids = eos_token_ids(model, tokenizer)
-        self.default_max_tokens = default_max_tokens
-        self.vocab_size = int(model.get_input_embeddings().weight.shape[0])
         self.engine_name = engine
         self._token_texts: dict[int, str] = {}
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_token_ids, default=0)
         engine_model = EngineModel(
             model=model,
             device=model.device,
-            dtype=dtype,
             eos_token_ids=self.eos_token_ids,
-            context_length=self.context_length,
+            context_length=context_length(model),
             vocab_size=int(model.get_output_embeddings().weight.shape[0]),
-            pad_token_id=int(pad),
             name=spec.name,
         )
-        #: What the engine runs (the HF model, EOS ids, pad id): public for tools and tests.
+        #: What the engine runs (the HF model, EOS ids): public for tools and tests.
         self.engine_model = engine_model
         self.engine: Engine = load_engine_factory(engine)(engine_model, settings)
+        self.limits = TextLimits(
+            context_length=self.engine.max_sequence_tokens,
+            vocab_size=int(model.get_input_embeddings().weight.shape[0]),
+            default_max_tokens=default_max_tokens,
+        )
         self._model: PreTrainedModel | None = model
 
     # -- prompts --------------------------------------------------------------------
@@ -114,16 +112,8 @@ class TransformersTextModel(TextGenerationModel):
     # -- generation -----------------------------------------------------------------
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[TokenDelta]:
-        if not prompt_ids:
-            raise InvalidRequest("The prompt is empty.", param="prompt")
-        room = self.context_length - len(prompt_ids)
-        if room <= 0:
-            raise ContextLengthExceeded(
-                f"The prompt has {len(prompt_ids)} tokens; the model '{self.spec.name}' accepts {self.context_length} in all (prompt + completion).",
-                param="messages",
-            )
-        if params.max_tokens > room:
-            params = msgspec.structs.replace(params, max_tokens=room)
+        # The API layer checked the request against ``limits`` (text_validation).
+        assert prompt_ids and len(prompt_ids) + params.max_tokens <= self.limits.context_length
         detokenizer = IncrementalDetokenizer(self.tokenizer, prompt_ids)
         async with aclosing(self.engine.generate(prompt_ids, params)) as tokens:
             async for token in tokens:
@@ -145,14 +135,6 @@ class TransformersTextModel(TextGenerationModel):
                 )
 
     # -- lifecycle ------------------------------------------------------------------
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            **super().describe(),
-            "source": self.spec.source,
-            "context_length": self.context_length,
-            "engine": self.engine.stats(),
-        }
 
     def unload(self) -> None:
         self.engine.close()

@@ -102,7 +102,12 @@ class SimpleEngine:
 
     # -- event-loop side ------------------------------------------------------------
 
+    @property
+    def max_sequence_tokens(self) -> int:
+        return self._em.context_length
+
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[EngineToken]:
+        assert 0 < len(prompt_ids) < self.max_sequence_tokens, "the API layer checks prompts against TextLimits"
         sampler = SamplerState(params, vocab_size=self._em.vocab_size, device=self._em.device)
         seq = _Sequence(list(prompt_ids), params, sampler, asyncio.get_running_loop())
         with self._cv:
@@ -218,7 +223,7 @@ class SimpleEngine:
         self._counters["generated_tokens"] += 1
         if token.token_id in self._em.eos_token_ids:
             token.finish_reason = "stop"
-        elif seq.generated >= seq.params.max_tokens:
+        elif seq.generated >= seq.params.max_tokens or len(seq.prompt_ids) + seq.generated >= self._em.context_length:
             token.finish_reason = "length"
         delivered = seq.deliver(token)
         if token.finish_reason is not None:

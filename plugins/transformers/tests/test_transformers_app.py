@@ -70,3 +70,29 @@ async def test_load_failure_is_a_model_load_error(tmp_path):
         with pytest.raises(ModelLoadError, match="does not exist"):
             async with server.registry.acquire("ghost", ModelKind.TEXT):
                 pass
+
+
+async def test_limits_are_checked_by_the_api_not_the_model(tiny_dir, tmp_path):
+    """Over-long requests through the real model get the API layer's 400 (one message
+    per limit), and the engine never sees them."""
+    app = make_app(
+        ["transformers"], settings={"cache_dir": str(tmp_path), "model": [f"tiny={tiny_dir}"], "dtype": "float32"}
+    )
+    async with app_client(app) as client:
+        r = await client.post("/v1/completions", json={"model": "tiny", "prompt": list(range(10, 74))})
+        error = r.json()["error"]
+        assert r.status_code == 400 and (error["param"], error["code"]) == ("prompt", "context_length_exceeded")
+        assert error["message"].startswith("This model's maximum context length is 64 tokens, and the prompt alone")
+        r = await client.post(
+            "/v1/completions", json={"model": "tiny", "prompt": [[5, 6], list(range(10, 70))], "max_tokens": 5}
+        )
+        error = r.json()["error"]
+        assert r.status_code == 400 and error["param"] == "prompt[1]"
+        assert "you requested 65 tokens (60 in the prompt[1], 5 in the completion)" in error["message"]
+        r = await client.post("/v1/completions", json={"model": "tiny", "prompt": [[5, 10**6]], "max_tokens": 2})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "prompt[0][1]"
+        r = await client.post("/v1/completions", json={"model": "tiny", "prompt": list(range(10, 70)), "max_tokens": 4})
+        assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == 60
+        model = app.state.flexserv.registry.model_if_loaded("tiny")
+        assert isinstance(model, TransformersTextModel)
+        assert 0 < model.engine.stats()["tokens_generated"] <= 4  # only the valid request reached the engine

@@ -62,7 +62,7 @@ def reference(engine_model: EngineModel, prompt: list[int], n: int) -> list[int]
             do_sample=False,
             max_new_tokens=n,
             eos_token_id=eos,
-            pad_token_id=engine_model.pad_token_id,
+            pad_token_id=eos[0],
         )
     return out[0, len(prompt) :].tolist()
 
@@ -76,6 +76,13 @@ async def test_greedy_parity_and_length(start_engine, engine_model):
         assert ids == reference(engine_model, prompt, 12)
         assert [t.finish_reason for t in tokens[:-1]] == [None] * (len(tokens) - 1)
         assert tokens[-1].finish_reason == ("stop" if ids[-1] in engine_model.eos_token_ids else "length")
+
+
+async def test_sequence_ends_at_max_sequence_tokens(start_engine, engine_model):
+    engine = start_engine(eos_token_ids=frozenset(), context_length=12)
+    assert engine.max_sequence_tokens == 12  # the tiny model's context, cut to 12
+    tokens = await run(engine, PROMPTS[0], max_tokens=100, temperature=0)
+    assert len(PROMPTS[0]) + len(tokens) == 12 and tokens[-1].finish_reason == "length"
 
 
 async def test_concurrent_requests_match_solo_runs(start_engine):

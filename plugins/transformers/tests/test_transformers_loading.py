@@ -165,7 +165,7 @@ def test_embedded_model_second_load_uses_the_cache(smollm, smollm_spec, flexserv
     monkeypatch.setattr(loading, "convert_gguf", no_conversion)
     model = load_model(smollm_spec, flexserv_test_cache, dtype="float32")
     try:
-        assert model.context_length == 8192
+        assert model.limits.context_length == 8192
     finally:
         model.unload()
     assert (entries[0] / loading.MANIFEST).stat().st_mtime_ns == stamp

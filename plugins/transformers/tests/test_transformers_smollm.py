@@ -28,7 +28,7 @@ def reference_greedy(model, prompt_ids: list[int], max_new_tokens: int) -> list[
             torch.tensor([prompt_ids], device=hf.device),
             do_sample=False,
             max_new_tokens=max_new_tokens,
-            pad_token_id=model.engine_model.pad_token_id,
+            pad_token_id=min(model.eos_token_ids),
         )
     return out[0, len(prompt_ids) :].tolist()
 
@@ -246,9 +246,6 @@ async def test_concurrent_streams_interleave(smollm, collect):
     assert [d.token_id for d in both[1]] == alone_b
 
 
-def test_describe(smollm):
-    info = smollm.describe()
-    assert (
-        info["model_id"] == "SmolLM2-135M-Instruct" and info["device"] == smollm.device and info["dtype"] == "float32"
-    )
-    assert info["context_length"] == 8192 and info["engine"]["engine"] == "simple"
+def test_limits(smollm):
+    assert smollm.limits.context_length == 8192 and smollm.engine.stats()["engine"] == "simple"
+    assert smollm.limits.vocab_size == 49152

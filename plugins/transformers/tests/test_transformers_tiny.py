@@ -7,7 +7,7 @@ from flexserv_transformers.detokenize import IncrementalDetokenizer
 from flexserv_transformers.model import TransformersTextModel
 from flexserv_transformers.testing import build_tiny_llama, train_tiny_tokenizer
 
-from flexserv_core import ContextLengthExceeded, InvalidRequest, ModelKind, ModelSpec
+from flexserv_core import InvalidRequest, ModelKind, ModelSpec, TextLimits
 
 pytestmark = pytest.mark.slow  # builds and loads a tiny random Llama
 
@@ -16,9 +16,9 @@ USER = [{"role": "user", "content": "hello there"}]
 
 def test_loads_from_a_directory(tiny):
     assert isinstance(tiny, TransformersTextModel)
-    assert tiny.context_length == 64 and tiny.dtype == "float32"
+    assert tiny.dtype == "float32"
     assert tiny.eos_token_ids == {tiny.tokenizer.convert_tokens_to_ids("<|im_end|>")}
-    assert tiny.vocab_size == len(tiny.tokenizer) and tiny.default_max_tokens == 2048
+    assert tiny.limits == TextLimits(context_length=64, vocab_size=len(tiny.tokenizer), default_max_tokens=2048)
 
 
 def test_template_variables_reach_the_template(tiny):
@@ -58,14 +58,21 @@ def test_model_without_chat_template(tmp_path, load_model):
         model.unload()
 
 
-async def test_context_exhaustion_ends_with_length(tiny, collect):
-    prompt = list(range(10, 70))  # 60 of the 64 positions
-    deltas = await collect(tiny, prompt, max_tokens=100, temperature=0)
+async def test_generation_fills_the_context_exactly(tiny, collect):
+    prompt = list(range(10, 70))  # 60 of the 64 positions: the most the limits allow is 4 more
+    deltas = await collect(tiny, prompt, max_tokens=4, temperature=0)
     assert len(deltas) <= 4
     if deltas[-1].finish_reason != "stop":
         assert len(deltas) == 4 and deltas[-1].finish_reason == "length"
-    with pytest.raises(ContextLengthExceeded):
+
+
+async def test_generate_only_asserts_the_limits(tiny, collect):
+    """Requests beyond ``limits`` are the API's to refuse (a 400); the model does not
+    check them again, it asserts the contract."""
+    with pytest.raises(AssertionError):
         await collect(tiny, list(range(10, 74)), max_tokens=5, temperature=0)
+    with pytest.raises(AssertionError):
+        await collect(tiny, [], max_tokens=2, temperature=0)
 
 
 async def test_streamed_text_equals_decoded_completion(tiny, collect):
@@ -93,16 +100,3 @@ def test_detokenizer_flushes_an_incomplete_tail():
     detok = IncrementalDetokenizer(tok, [])
     assert [detok.add(i) for i in ids[:-1]] == [""] * (len(ids) - 1)
     assert detok.flush() == "\ufffd"  # the stream ended mid-character: what decode() says too
-
-
-def test_empty_prompt_rejected(tiny):
-    import asyncio
-
-    from flexserv_core import SamplingParams
-
-    async def run() -> None:
-        async for _ in tiny.generate([], SamplingParams(max_tokens=2)):
-            pass
-
-    with pytest.raises(InvalidRequest, match="empty"):
-        asyncio.run(run())

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from flexserv_core import ContextLengthExceeded, SamplingParams, ServiceUnavailable, TooManyRequests
+from flexserv_core import SamplingParams, ServiceUnavailable, TooManyRequests
 from flexserv_transformers.engine.blocks import BlockManager
 from flexserv_transformers.engine.kv_cache import PagedKVCache
 from flexserv_transformers.engine.runner import ModelRunner, kv_geometry
@@ -87,25 +87,19 @@ class PagedEngine:
     def capacity_tokens(self) -> int:
         return self.block_manager.num_blocks * self.block_manager.block_size
 
+    @property
+    def max_sequence_tokens(self) -> int:
+        """The model's context, or the whole KV cache when that is smaller."""
+        return min(self.context_length, self.capacity_tokens)
+
     def _submit(self, prompt_ids: list[int], params: SamplingParams) -> Sequence:
-        if not prompt_ids:
-            raise ContextLengthExceeded("The prompt is empty.", param="messages")
+        assert 0 < len(prompt_ids) < self.max_sequence_tokens, "the API layer checks prompts against TextLimits"
         total = len(prompt_ids) + params.max_tokens
-        if len(prompt_ids) >= self.context_length:
-            raise ContextLengthExceeded(
-                f"The prompt has {len(prompt_ids)} tokens; this model's context is {self.context_length}.",
-                param="messages",
-            )
-        if min(total, self.context_length) > self.capacity_tokens:
-            raise ContextLengthExceeded(
-                f"The prompt plus max_tokens ({total} tokens) exceed the KV cache ({self.capacity_tokens} tokens).",
-                param="max_tokens",
-            )
         loop = asyncio.get_running_loop()
         seq = Sequence(
             list(prompt_ids),
             params,
-            max_total_tokens=min(total, self.context_length),
+            max_total_tokens=min(total, self.max_sequence_tokens),
             loop=loop,
             queue=asyncio.Queue(),
             vocab_size=self.vocab_size,
