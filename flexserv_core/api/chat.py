@@ -25,7 +25,6 @@ from flexserv_core.api.text_schemas import (
     encode,
 )
 from flexserv_core.backends.base import TextGenerationModel
-from flexserv_core.models.spec import ModelKind
 from flexserv_core.request_context import RequestContext
 from flexserv_core.server import FlexServer
 
@@ -39,8 +38,8 @@ async def create_chat_completion(request: Request[Any, Any, Any]) -> Response[An
     server: FlexServer = request.app.state.flexserv
     if body.stream:
         return await sse_response(_stream(server, body, context))
-    async with server.registry.acquire(body.model, ModelKind.TEXT) as lease:
-        model: TextGenerationModel = lease.model  # type: ignore[assignment]
+    async with server.registry.acquire(body.model, TextGenerationModel) as lease:
+        model = lease.model
         prompt_ids, jobs = chat_jobs(model, lease.spec, body, context)
         results = await collect(jobs)
     completion = ChatCompletion(
@@ -68,8 +67,8 @@ def _usage(prompt_tokens: int, results: list[ChoiceResult]) -> Usage:
 
 
 async def _stream(server: FlexServer, body: ChatCompletionRequest, context: RequestContext) -> SSEGenerator:
-    async with server.registry.acquire(body.model, ModelKind.TEXT) as lease:
-        model: TextGenerationModel = lease.model  # type: ignore[assignment]
+    async with server.registry.acquire(body.model, TextGenerationModel) as lease:
+        model = lease.model
         prompt_ids, jobs = chat_jobs(model, lease.spec, body, context)
         yield READY
         ident, created, name = f"chatcmpl-{context.request_id}", int(time.time()), lease.spec.name

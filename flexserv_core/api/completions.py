@@ -15,7 +15,6 @@ from flexserv_core.api.text_logprobs import completion_logprobs
 from flexserv_core.api.text_request import completion_jobs
 from flexserv_core.api.text_schemas import Completion, CompletionChoice, CompletionRequest, Usage, encode
 from flexserv_core.backends.base import TextGenerationModel
-from flexserv_core.models.spec import ModelKind
 from flexserv_core.request_context import RequestContext
 from flexserv_core.server import FlexServer
 
@@ -31,8 +30,8 @@ async def create_completion(request: Request[Any, Any, Any]) -> Response[Any]:
     server: FlexServer = request.app.state.flexserv
     if body.stream:
         return await sse_response(_stream(server, body, context))
-    async with server.registry.acquire(body.model, ModelKind.TEXT) as lease:
-        model: TextGenerationModel = lease.model  # type: ignore[assignment]
+    async with server.registry.acquire(body.model, TextGenerationModel) as lease:
+        model = lease.model
         prompts, jobs = completion_jobs(model, body)
         results = await collect(jobs)
         echoes = _echoes(model, prompts, body)
@@ -74,8 +73,8 @@ def _usage(prompts: Prompts, results: list[ChoiceResult]) -> Usage:
 
 
 async def _stream(server: FlexServer, body: CompletionRequest, context: RequestContext) -> SSEGenerator:
-    async with server.registry.acquire(body.model, ModelKind.TEXT) as lease:
-        model: TextGenerationModel = lease.model  # type: ignore[assignment]
+    async with server.registry.acquire(body.model, TextGenerationModel) as lease:
+        model = lease.model
         prompts, jobs = completion_jobs(model, body)
         echoes = _echoes(model, prompts, body)
         yield READY

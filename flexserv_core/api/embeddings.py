@@ -17,8 +17,8 @@ import numpy as np
 from litestar import Request, post
 
 from flexserv_core.api.body import parse_body, request_context
+from flexserv_core.backends.base import EmbeddingModel
 from flexserv_core.errors import InvalidRequest
-from flexserv_core.models.spec import ModelKind
 from flexserv_core.server import FlexServer
 
 ENDPOINT = "/v1/embeddings"
@@ -101,15 +101,15 @@ async def create_embeddings(request: Request[Any, Any, Any]) -> dict[str, Any]:
     limits = server.settings.get(EmbeddingSettings)
     body = await parse_body(request, EmbeddingRequest, request_context(request, ENDPOINT))
     inputs = normalise_input(body.input, max_inputs=limits.max_embedding_inputs)
-    async with server.registry.acquire(body.model, ModelKind.EMBEDDING) as lease:
+    async with server.registry.acquire(body.model, EmbeddingModel) as lease:
         model = lease.model
-        size = getattr(model, "dimensions", None)
-        if body.dimensions is not None and size is not None and body.dimensions > size:
+        size = model.dimensions
+        if body.dimensions is not None and body.dimensions > size:
             raise InvalidRequest(
                 f"'dimensions' is {body.dimensions}, but model '{lease.spec.name}' produces {size}-dimensional embeddings.",
                 param="dimensions",
             )
-        result = await model.embed(inputs, truncate=limits.embedding_truncate)  # type: ignore[attr-defined]
+        result = await model.embed(inputs, truncate=limits.embedding_truncate)
         name = lease.spec.name
     data = [
         {"object": "embedding", "index": i, "embedding": _shape_vector(v, body.dimensions, body.encoding_format)}

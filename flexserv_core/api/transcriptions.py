@@ -23,8 +23,8 @@ from litestar.handlers import HTTPRouteHandler
 from flexserv_core import hooks
 from flexserv_core.api.body import UnsupportedMediaType, validate
 from flexserv_core.api.transcription_formats import render
+from flexserv_core.backends.base import TranscriptionModel
 from flexserv_core.errors import FlexServError, InvalidRequest, PayloadTooLarge
-from flexserv_core.models.spec import ModelKind
 from flexserv_core.plugin_manager import PluginStatus
 from flexserv_core.server import FlexServer
 from flexserv_core.settings import Settings
@@ -133,9 +133,9 @@ async def create_transcription(request: Request[Any, Any, Any]) -> Response[Any]
         raise NoAudioDecoder(
             "No plugin decodes audio: install and enable the 'audio' plugin (distribution flexserv-audio)."
         )
-    async with server.registry.acquire(params.model, ModelKind.TRANSCRIPTION) as lease:
-        model: Any = lease.model
-        rate: int = getattr(model, "sampling_rate", 16_000)
+    async with server.registry.acquire(params.model, TranscriptionModel) as lease:
+        model = lease.model
+        rate = model.sampling_rate
         audio = await asyncio.to_thread(hooks.load_audio, server.pm, data, filename, content_type, rate)
         if audio is None:
             raise InvalidRequest(

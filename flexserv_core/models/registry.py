@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import msgspec
 
@@ -73,16 +73,20 @@ class _Entry:
         self.last_used_wall = time.time()
 
 
-class Lease:
-    """A request's hold on a loaded model; valid inside ``registry.acquire``."""
+M = TypeVar("M", bound=LoadedModel)
 
-    def __init__(self, entry: _Entry) -> None:
+
+class Lease(Generic[M]):
+    """A request's hold on a loaded model, typed by the model class it was acquired
+    as; valid inside ``registry.acquire``."""
+
+    def __init__(self, entry: _Entry, model: M) -> None:
         self._entry = entry
+        self._model = model
 
     @property
-    def model(self) -> LoadedModel:
-        assert self._entry.model is not None
-        return self._entry.model
+    def model(self) -> M:
+        return self._model
 
     @property
     def spec(self) -> ModelSpec:
@@ -129,9 +133,6 @@ class ModelRegistry:
         entries = [e for e in self._entries.values() if e.state is ModelState.READY]
         return [self._info(e) for e in sorted(entries, key=lambda e: e.last_used)]
 
-    def all_entries(self) -> list[ModelInfo]:
-        return [self._info(e) for e in self._entries.values()]
-
     def state_of(self, model_id: str) -> ModelState:
         entry = self._entries.get(model_id)
         return entry.state if entry else ModelState.UNLOADED
@@ -165,9 +166,14 @@ class ModelRegistry:
     # -- using models ---------------------------------------------------------------
 
     @asynccontextmanager
-    async def acquire(self, model_id: str | None, kind: str) -> AsyncIterator[Lease]:
-        """Resolve, load if needed (once), and hold the model for one request."""
-        spec = self.catalog.resolve(model_id, kind)
+    async def acquire(self, model_id: str | None, model_type: type[M]) -> AsyncIterator[Lease[M]]:
+        """Resolve, load if needed (once), and hold the model for one request.
+
+        ``model_type`` (e.g. ``TextGenerationModel``) says which kind of model the
+        caller serves, through its ``kind``; a model of another kind is the
+        catalog's 400 ``model_kind_mismatch``. The lease's ``model`` is typed as it.
+        """
+        spec = self.catalog.resolve(model_id, model_type.kind)
         entry = self._entries.get(spec.name)
         if entry is None:
             entry = self._start_load(spec)
@@ -177,7 +183,14 @@ class ModelRegistry:
                 assert entry.load_task is not None
                 await asyncio.shield(entry.load_task)
             entry.touch()
-            yield Lease(entry)
+            model = entry.model
+            if not isinstance(model, model_type):
+                raise ModelLoadError(
+                    f"The backend of model '{spec.name}' returned a {type(model).__name__}, "
+                    f"which is not a {model_type.__name__}.",
+                    param="model",
+                )
+            yield Lease(entry, model)
         finally:
             entry.active -= 1
             entry.touch()

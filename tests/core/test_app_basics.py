@@ -16,7 +16,7 @@ async def test_health_and_errors(flexserv_client):
 
 
 async def test_fake_model_registry():
-    from flexserv_core.models.spec import ModelKind
+    from flexserv_core.backends.base import TextGenerationModel
     from flexserv_core.testing.app import app_client, make_app
 
     plugin = FakeBackendPlugin(load_delay=0.2)
@@ -26,7 +26,7 @@ async def test_fake_model_registry():
         import asyncio
 
         async def use():
-            async with server.registry.acquire("fake-model", ModelKind.TEXT) as lease:
+            async with server.registry.acquire("fake-model", TextGenerationModel) as lease:
                 return lease.model
 
         a, b = await asyncio.gather(use(), use())

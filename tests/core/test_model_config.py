@@ -215,7 +215,7 @@ async def test_a_plugin_adds_a_kind_without_changing_the_core() -> None:
     async with app_client(app) as client:
         kinds = {m["id"]: m["kind"] for m in (await client.get("/v1/models")).json()["data"]}
         assert kinds == {"ranker": "rerank", "fake-model": "text"}
-        async with server.registry.acquire("ranker", "rerank") as lease:
+        async with server.registry.acquire("ranker", ToyRerankModel) as lease:
             assert isinstance(lease.model, ToyRerankModel)
         loaded = (await client.get("/v1/flexserv/models/loaded")).json()["models"]
         assert [(m["model_id"], m["kind"]) for m in loaded] == [("ranker", "rerank")]

@@ -7,13 +7,19 @@ from typing import Any
 
 import pytest
 
-from flexserv_core.errors import ModelLoadError, ModelNotFound
+from flexserv_core.backends.base import (
+    EmbeddingModel,
+    LoadedModel,
+    ProgressCallback,
+    TextGenerationModel,
+)
+from flexserv_core.errors import InvalidRequest, ModelLoadError, ModelNotFound
 from flexserv_core.events import ModelEvent, ModelEventType
 from flexserv_core.hookspecs import hookimpl
 from flexserv_core.models.registry import ModelState
-from flexserv_core.models.spec import ModelKind
+from flexserv_core.models.spec import ModelKind, ModelSpec
 from flexserv_core.testing.app import app_client, make_app
-from flexserv_core.testing.fakes import FakeBackendPlugin
+from flexserv_core.testing.fakes import FakeBackendPlugin, FakeTextBackend, FakeTextModel
 
 
 class EventRecorder:
@@ -29,7 +35,7 @@ class EventRecorder:
 
 
 async def _hold(server: Any, release: asyncio.Event, started: asyncio.Event | None = None) -> Any:
-    async with server.registry.acquire("fake-model", ModelKind.TEXT) as lease:
+    async with server.registry.acquire("fake-model", TextGenerationModel) as lease:
         if started:
             started.set()
         await release.wait()
@@ -133,12 +139,12 @@ async def test_failed_load_reports_and_retries() -> None:
     async with app_client(app):
         server = app.state.flexserv
         with pytest.raises(ModelLoadError, match="weights are corrupt"):
-            async with server.registry.acquire("fake-model", ModelKind.TEXT):
+            async with server.registry.acquire("fake-model", TextGenerationModel):
                 pass
         assert server.registry.state_of("fake-model") is ModelState.UNLOADED
         assert [e.type for e in events.events] == [ModelEventType.LOADING, ModelEventType.FAILED]
         fake.backend.fail = None
-        async with server.registry.acquire("fake-model", ModelKind.TEXT) as lease:
+        async with server.registry.acquire("fake-model", TextGenerationModel) as lease:
             assert lease.model is fake.backend.models[0]
 
 
@@ -161,3 +167,39 @@ async def test_shutdown_unloads_everything() -> None:
         release.set()
         await _hold(app.state.flexserv, release)
     assert fake.backend.models[0].unloaded
+
+
+async def test_acquire_is_typed_by_the_model_class() -> None:
+    app = make_app([FakeBackendPlugin()])
+    async with app_client(app):
+        registry = app.state.flexserv.registry
+        async with registry.acquire("fake-model", TextGenerationModel) as lease:
+            assert isinstance(lease.model, FakeTextModel) and lease.spec.name == "fake-model"
+        with pytest.raises(InvalidRequest) as info:
+            async with registry.acquire("fake-model", EmbeddingModel):
+                pass
+        assert info.value.code == "model_kind_mismatch" and info.value.param == "model"
+
+
+class NotATextModel(LoadedModel):
+    kind = ModelKind.TEXT
+
+    def unload(self) -> None:
+        pass
+
+
+class WrongClassBackend(FakeTextBackend):
+    def load(self, spec: ModelSpec, progress: ProgressCallback) -> LoadedModel:
+        return NotATextModel(spec)
+
+
+async def test_a_backend_returning_the_wrong_class_is_a_load_error() -> None:
+    plugin = FakeBackendPlugin()
+    plugin.backend = WrongClassBackend()
+    app = make_app([plugin])
+    async with app_client(app) as client:
+        with pytest.raises(ModelLoadError, match="NotATextModel, which is not a TextGenerationModel"):
+            async with app.state.flexserv.registry.acquire("fake-model", TextGenerationModel):
+                pass
+        r = await client.post("/v1/completions", json={"prompt": "hi"})
+        assert r.status_code == 503 and r.json()["error"]["code"] == "model_load_failed"

@@ -92,7 +92,7 @@ async def test_resources_route_lists_the_gpus() -> None:
 
 
 async def test_oom_monitor_evicts_a_model_holding_vram() -> None:
-    from flexserv_core.backends.base import Backend, LoadedModel, ProgressCallback
+    from flexserv_core.backends.base import Backend, LoadedModel, ProgressCallback, TextGenerationModel
     from flexserv_core.hookspecs import hookimpl
     from flexserv_core.models.spec import ModelKind, ModelSpec
     from flexserv_core.testing.app import app_client, make_app
@@ -144,7 +144,7 @@ async def test_oom_monitor_evicts_a_model_holding_vram() -> None:
     )
     async with app_client(app) as client:
         server = app.state.flexserv
-        async with server.registry.acquire("blob", ModelKind.TEXT):
+        async with server.registry.acquire("blob", TextGenerationModel):
             pass
         for _ in range(100):
             if not server.registry.loaded():

@@ -11,7 +11,7 @@ from flexserv_oom_monitor import OomMonitor, OomMonitorSettings
 from flexserv_oom_monitor.plugin import MONITOR_KEY
 from oom_helpers import EventRecorder, ProbePlugin, ResidentModelsProbe, live_models, model_plugins
 
-from flexserv_core import ModelKind, SamplingParams
+from flexserv_core import SamplingParams, TextGenerationModel
 from flexserv_core.testing import FakeBackendPlugin, FakeProbe, FakeProbePlugin, app_client, make_app, openai_client
 
 NAMES = ["alpha", "beta", "gamma"]
@@ -32,7 +32,7 @@ class World:
     async def use(self, *names: str) -> None:
         """Load (if needed) and use each model in turn: the last one is the most recent."""
         for name in names:
-            async with self.server.registry.acquire(name, ModelKind.TEXT):
+            async with self.server.registry.acquire(name, TextGenerationModel):
                 await asyncio.sleep(0.01)  # distinct last-use times
 
     def live(self) -> list[str]:
@@ -122,13 +122,13 @@ async def test_policy_all_evicts_every_model(world: World) -> None:
 async def test_idle_model_goes_before_busy_one(world: World) -> None:
     await world.use("alpha", "beta")  # alpha is least recently used ...
     registry = world.server.registry
-    async with registry.acquire("alpha", ModelKind.TEXT):  # ... but busy now (acquire touches it)
+    async with registry.acquire("alpha", TextGenerationModel):  # ... but busy now (acquire touches it)
         pass
     await world.use("beta")
     gate = asyncio.Event()
 
     async def hold_alpha() -> None:
-        async with registry.acquire("alpha", ModelKind.TEXT):
+        async with registry.acquire("alpha", TextGenerationModel):
             await gate.wait()
 
     holder = asyncio.ensure_future(hold_alpha())
@@ -148,9 +148,9 @@ async def test_eviction_during_a_stream_lets_it_finish_and_next_request_reloads(
     started = asyncio.Event()
 
     async def stream() -> None:
-        async with registry.acquire("alpha", ModelKind.TEXT) as lease:
+        async with registry.acquire("alpha", TextGenerationModel) as lease:
             model = lease.model
-            async for delta in model.generate(model.encode("hi"), params):  # type: ignore[attr-defined]
+            async for delta in model.generate(model.encode("hi"), params):
                 got.append(delta.text)
                 started.set()
 
@@ -178,7 +178,7 @@ async def test_vram_threshold_and_stuck_above_threshold_logged_once(caplog: pyte
     app = make_app([*plugins, FakeProbePlugin(probe), "oom-monitor"])
     async with app_client(app):  # entered and exited in this test's task
         server = app.state.flexserv
-        async with server.registry.acquire("solo", ModelKind.TEXT):
+        async with server.registry.acquire("solo", TextGenerationModel):
             pass
         settings = OomMonitorSettings(oom_monitor=True, oom_vram_threshold=90, oom_settle_seconds=0)
         monitor = OomMonitor(server.registry, server.probes, settings)

@@ -10,7 +10,7 @@ import pytest
 from flexserv_oom_monitor.plugin import MONITOR_KEY
 from oom_helpers import EventRecorder
 
-from flexserv_core import ModelKind, UsageError
+from flexserv_core import TextGenerationModel, UsageError
 from flexserv_core.testing import FakeBackendPlugin, FakeProbe, FakeProbePlugin, app_client, make_app
 
 
@@ -21,7 +21,7 @@ async def test_loaded_but_off_unless_flag_set() -> None:
         r = await client.post("/v1/completions", json={"model": "fake-model", "prompt": "x", "max_tokens": 2})
         server = app.state.flexserv
         if r.status_code == 404:  # completions route not there yet: load through the registry
-            async with server.registry.acquire("fake-model", ModelKind.TEXT):
+            async with server.registry.acquire("fake-model", TextGenerationModel):
                 pass
         await asyncio.sleep(0.1)
         health = (await client.get("/v1/flexserv/health")).json()
@@ -40,7 +40,7 @@ async def test_background_task_evicts_and_health_shows_it() -> None:
     )
     async with app_client(app) as client:
         server = app.state.flexserv
-        async with server.registry.acquire("fake-model", ModelKind.TEXT):
+        async with server.registry.acquire("fake-model", TextGenerationModel):
             pass
         await asyncio.sleep(0.2)
         assert [m.model_id for m in server.registry.loaded()] == ["fake-model"], "below threshold: kept"

@@ -8,7 +8,7 @@ import pytest
 from flexserv_transformers.backend import EMBEDDED_MODEL_NAME, TransformersBackend
 from flexserv_transformers.model import TransformersTextModel
 
-from flexserv_core import ModelKind, SamplingParams
+from flexserv_core import ModelKind, SamplingParams, TextGenerationModel
 from flexserv_core.testing import app_client, make_app
 
 QUESTION = [{"role": "user", "content": "What is the capital of France? Answer with one word."}]
@@ -32,7 +32,7 @@ async def test_embedded_default_through_registry_and_http(smollm_spec, flexserv_
     async with app_client(app) as client:
         r = await client.get("/v1/models")
         assert EMBEDDED_MODEL_NAME in [m["id"] for m in r.json()["data"]]
-        async with server.registry.acquire(None, ModelKind.TEXT) as lease:
+        async with server.registry.acquire(None, TextGenerationModel) as lease:
             model = lease.model
             assert isinstance(model, TransformersTextModel) and lease.spec.name == EMBEDDED_MODEL_NAME
             ids = model.render_chat(QUESTION, {})
@@ -56,7 +56,7 @@ async def test_configured_directory_model(tiny_dir, tmp_path):
         ["transformers"], settings={"cache_dir": str(tmp_path), "model": [f"tiny={tiny_dir}"], "dtype": "float32"}
     )
     server = app.state.flexserv
-    async with app_client(app), server.registry.acquire("tiny", ModelKind.TEXT) as lease:
+    async with app_client(app), server.registry.acquire("tiny", TextGenerationModel) as lease:
         deltas = [d async for d in lease.model.generate([5, 6, 7], SamplingParams(max_tokens=3, temperature=0))]
         assert len(deltas) == 3 and deltas[-1].finish_reason == "length"
 
@@ -68,7 +68,7 @@ async def test_load_failure_is_a_model_load_error(tmp_path):
     server = app.state.flexserv
     async with app_client(app):
         with pytest.raises(ModelLoadError, match="does not exist"):
-            async with server.registry.acquire("ghost", ModelKind.TEXT):
+            async with server.registry.acquire("ghost", TextGenerationModel):
                 pass
 
 
