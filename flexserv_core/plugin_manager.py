@@ -210,9 +210,6 @@ class FlexServPluginManager(pluggy.PluginManager):
     def plugin_infos(self) -> list[PluginInfo]:
         return list(self.infos.values())
 
-    def name_of(self, plugin: object) -> str | None:
-        return self.get_name(plugin)
-
     def loaded_names(self) -> Iterable[str]:
         return (i.name for i in self.infos.values() if i.status is PluginStatus.LOADED)
 
@@ -229,11 +226,8 @@ def create_plugin_manager(
     *,
     env: Mapping[str, str] | None = None,
     strict: bool = True,
-    extra_plugins: Iterable[object] = (),
 ) -> FlexServPluginManager:
     """Build a manager with the user's selection applied (the CLI's entry point)."""
     pm = FlexServPluginManager()
     pm.load(PluginSelection.from_args(plugin_args, env), strict=strict)
-    for plugin in extra_plugins:
-        pm.register_plugin(plugin, getattr(plugin, "__name__", None) or type(plugin).__name__)
     return pm

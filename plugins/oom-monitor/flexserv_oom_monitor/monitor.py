@@ -1,7 +1,7 @@
 """The monitor: read memory use periodically, evict models while it is too high.
 
-Compared with the FlexServ spec's monitor (a daemon thread that evicts *every*
-model and leaves no trace), this one:
+Compared with a plain monitor (a daemon thread that evicts *every* model and
+leaves no trace), this one:
 
 * evicts one model at a time, least recently used first (idle models before
   models with requests in flight, since only an idle model's memory is freed at

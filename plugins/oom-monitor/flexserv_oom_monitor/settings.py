@@ -1,4 +1,4 @@
-"""Settings of the OOM monitor (flags as in the FlexServ spec, plus the policy)."""
+"""Settings of the OOM monitor: thresholds, check interval and eviction policy."""
 
 from __future__ import annotations
 

@@ -132,9 +132,6 @@ class SentenceTransformerEmbeddingModel(EmbeddingModel):
         self._st.to("cpu")
         del self._st
 
-    def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "dimensions": self.dimensions, "max_input_tokens": self.max_input_tokens}
-
 
 def _special_token_frame(tokenizer: Any) -> tuple[list[int], list[int]]:
     """The special tokens the tokenizer puts before and after a text (e.g. [CLS] ... [SEP]),

@@ -94,9 +94,6 @@ class SerialWhisperModel(TranscriptionModel):
         """Stop the worker; subclasses then drop their weights."""
         self._worker.close()
 
-    def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "backend": self.backend_name, "multilingual": self.multilingual}
-
 
 def load_error(spec: ModelSpec, library: str, exc: Exception) -> ModelLoadError:
     """The error a backend raises when ``library`` could not load ``spec``."""

@@ -31,10 +31,6 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
 ATTN_IMPL = "flexserv_paged"
 
-#: A 4-D placeholder passed as ``attention_mask`` so transformers' mask builder
-#: returns it as-is instead of materialising a mask we would ignore.
-NO_MASK = torch.empty(1, 1, 0, 0, dtype=torch.bool)
-
 
 class PagedKVCache:
     """Key and value tensors of shape ``[layers, num_blocks, block_size, kv_heads, head_dim]``.

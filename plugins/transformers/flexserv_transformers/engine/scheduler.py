@@ -82,7 +82,6 @@ class Scheduler:
         seq.blocks = []
         seq.num_computed = 0
         seq.num_registered = 0
-        seq.prefix_checked = False
 
     def _preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)
@@ -124,7 +123,6 @@ class Scheduler:
                 seq.blocks = self.blocks.match_prefix(seq.block_keys[:skippable])
                 seq.num_registered = len(seq.blocks)  # counted in blocks
                 seq.num_computed = len(seq.blocks) * bs
-            seq.prefix_checked = True
             self.running.append(seq)
             self.peak_running = max(self.peak_running, len(self.running))
             pending = None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
 
 from flexserv_core import SamplingParams
 from flexserv_transformers.engine.blocks import BlockKey
@@ -47,11 +46,9 @@ class Sequence:
         self.num_computed = 0  # tokens whose K/V sit in ``blocks``
         self.block_keys: list[BlockKey] = []  # keys of full blocks (grows as tokens do)
         self.num_registered = 0  # leading full blocks registered with the prefix cache
-        self.prefix_checked = False
         self.cancelled = False
         self.finished = False
         self.preemptions = 0
-        self.arrival = time.monotonic()
 
     @property
     def num_generated(self) -> int:
