@@ -92,7 +92,8 @@ def _shape_vector(vector: list[float], dimensions: int | None, encoding: str) ->
             arr = arr / norm
     if encoding == "base64":
         return base64.b64encode(arr.astype("<f4").tobytes()).decode("ascii")
-    return arr.tolist()
+    values: list[float] = arr.tolist()
+    return values
 
 
 @post(ENDPOINT, status_code=200, summary="Create embeddings", opt={"body": EmbeddingRequest})

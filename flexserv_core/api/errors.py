@@ -8,6 +8,7 @@ from typing import Any
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
+from litestar.types import ExceptionHandlersMap
 
 from flexserv_core.errors import FlexServError, PluginHookError
 
@@ -78,7 +79,7 @@ def _internal_error() -> Response[dict[str, Any]]:
     )
 
 
-EXCEPTION_HANDLERS: dict[type[Exception], Any] = {
+EXCEPTION_HANDLERS: ExceptionHandlersMap = {
     FlexServError: handle_flexserv_error,
     PluginHookError: handle_plugin_error,
     HTTPException: handle_http_exception,

@@ -29,8 +29,8 @@ def build_schema(app: Litestar) -> dict[str, Any]:
     (refs, components) = msgspec.json.schema_components(types, ref_template="#/components/schemas/{name}")
     schema.setdefault("components", {}).setdefault("schemas", {}).update(components)
     ref_of = dict(zip(types, refs, strict=True))
-    for (path, method), body in bodies.items():
-        operation = schema.get("paths", {}).get(path, {}).get(method)
+    for (path, verb), body in bodies.items():
+        operation = schema.get("paths", {}).get(path, {}).get(verb)
         if operation is not None:
             operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": ref_of[body]}}}
     return schema

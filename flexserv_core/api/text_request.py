@@ -108,10 +108,10 @@ def chat_jobs(
     """Render the prompt and plan ``n`` choices; returns ``(prompt_ids, jobs)``."""
     check_chat(body)
     prompt_ids = model.render_chat(chat_messages(body.messages), chat_template_kwargs(spec, context))
+    requested: int | None = body.max_tokens
+    max_tokens_param = "max_tokens"
     if body.max_completion_tokens is not None:
         requested, max_tokens_param = body.max_completion_tokens, "max_completion_tokens"
-    else:
-        requested, max_tokens_param = body.max_tokens, "max_tokens"
     max_tokens = max_tokens_for(
         model.limits, len(prompt_ids), requested, prompt_param="messages", max_tokens_param=max_tokens_param
     )

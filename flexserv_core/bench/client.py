@@ -97,12 +97,12 @@ def _error_message(body: bytes) -> str:
     except ValueError:
         return body[:200].decode("utf-8", "replace").strip() or "(empty body)"
     error = data.get("error") if isinstance(data, dict) else None
-    if isinstance(error, dict) and isinstance(error.get("message"), str):
-        return error["message"]
+    if isinstance(error, dict) and isinstance(message := error.get("message"), str):
+        return message
     if isinstance(error, str):
         return error
-    if isinstance(data, dict) and isinstance(data.get("detail"), str):
-        return data["detail"]
+    if isinstance(data, dict) and isinstance(detail := data.get("detail"), str):
+        return detail
     return body[:200].decode("utf-8", "replace")
 
 

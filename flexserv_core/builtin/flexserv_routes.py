@@ -17,7 +17,8 @@ from flexserv_core.server import FlexServer
 
 
 def server_of(request: Request[Any, Any, Any]) -> FlexServer:
-    return request.app.state.flexserv
+    server: FlexServer = request.app.state.flexserv
+    return server
 
 
 @get("/health", opt={"public": True}, summary="Liveness")

@@ -48,13 +48,19 @@ def make_app(
     return create_app(make_settings(pm, settings), pm)
 
 
+def _asgi_transport(app: Litestar) -> httpx.ASGITransport:
+    # httpx types the ASGI app with plain mappings; Litestar's stricter scope types are compatible.
+    asgi: Any = app
+    return httpx.ASGITransport(app=asgi)
+
+
 @asynccontextmanager
 async def app_client(app: Litestar) -> AsyncIterator[httpx.AsyncClient]:
     """An httpx client over ASGI with the app's lifespan running, in the caller's
     event loop (so tests can interleave their own tasks with the app's)."""
     async with (
         app.lifespan(),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE_URL, timeout=120) as client,
+        httpx.AsyncClient(transport=_asgi_transport(app), base_url=BASE_URL, timeout=120) as client,
     ):
         yield client
 
@@ -95,4 +101,6 @@ def openai_client(client: httpx.AsyncClient, api_key: str = "test-key") -> Any:
     """An ``openai.AsyncOpenAI`` that talks to the app through ``client``."""
     import openai
 
-    return openai.AsyncOpenAI(base_url=f"{BASE_URL}/v1", api_key=api_key, http_client=client, max_retries=0)
+    # openai's annotation of http_client names another class than the installed httpx's.
+    http_client: Any = client
+    return openai.AsyncOpenAI(base_url=f"{BASE_URL}/v1", api_key=api_key, http_client=http_client, max_retries=0)

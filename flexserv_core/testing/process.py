@@ -15,7 +15,8 @@ from typing import Any
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def flexserv_cmd(*args: str) -> list[str]:

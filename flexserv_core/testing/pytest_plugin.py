@@ -44,7 +44,8 @@ def flexserv_app(
 
 @pytest.fixture
 def flexserv_server(flexserv_app: Litestar) -> FlexServer:
-    return flexserv_app.state.flexserv
+    server: FlexServer = flexserv_app.state.flexserv
+    return server
 
 
 @pytest.fixture
