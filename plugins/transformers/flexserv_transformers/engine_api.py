@@ -55,7 +55,7 @@ command line is built.
 from __future__ import annotations
 
 import importlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import msgspec
@@ -132,7 +132,7 @@ class Engine(Protocol):
         The model declares it as its context length, so requests never exceed it."""
         ...
 
-    def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[EngineToken]:
+    def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncGenerator[EngineToken, None]:
         """Stream the tokens that complete ``prompt_ids`` (usually an ``async def``
         generator). Called on the event loop."""
         ...

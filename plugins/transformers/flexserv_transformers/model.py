@@ -100,13 +100,13 @@ class TransformersTextModel(TextGenerationModel):
         return list(self.tokenizer(text, add_special_tokens=True)["input_ids"])
 
     def decode(self, token_ids: list[int]) -> str:
-        return self.tokenizer.decode(token_ids, skip_special_tokens=True)  # type: ignore[no-any-return]
+        return _text(self.tokenizer.decode(token_ids, skip_special_tokens=True))
 
     def token_text(self, token_id: int) -> str:
         """One token as text (special tokens included), for ``top_logprobs``."""
         text = self._token_texts.get(token_id)
         if text is None:
-            text = self._token_texts[token_id] = self.tokenizer.decode([token_id], skip_special_tokens=False)
+            text = self._token_texts[token_id] = _text(self.tokenizer.decode([token_id], skip_special_tokens=False))
         return text
 
     # -- generation -----------------------------------------------------------------
@@ -140,3 +140,9 @@ class TransformersTextModel(TextGenerationModel):
         self.engine.close()
         self._model = None
         self._token_texts.clear()
+
+
+def _text(decoded: str | list[str]) -> str:
+    """``tokenizer.decode`` of one id list: a string (its annotation also allows a batch)."""
+    assert isinstance(decoded, str)
+    return decoded

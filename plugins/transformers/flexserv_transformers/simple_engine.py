@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import torch
@@ -106,7 +106,7 @@ class SimpleEngine:
     def max_sequence_tokens(self) -> int:
         return self._em.context_length
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[EngineToken]:
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncGenerator[EngineToken, None]:
         assert 0 < len(prompt_ids) < self.max_sequence_tokens, "the API layer checks prompts against TextLimits"
         sampler = SamplerState(params, vocab_size=self._em.vocab_size, device=self._em.device)
         seq = _Sequence(list(prompt_ids), params, sampler, asyncio.get_running_loop())

@@ -50,7 +50,7 @@ class TransformersWhisperModel(SerialWhisperModel):
         if duration > WINDOW_SECONDS:
             kwargs["chunk_length_s"] = WINDOW_SECONDS
         out = self._pipe({"raw": audio, "sampling_rate": self.sampling_rate}, **kwargs)
-        segments = []
+        segments: list[TranscriptionSegment] = []
         for i, chunk in enumerate(out.get("chunks") or []):
             start, end = chunk.get("timestamp") or (None, None)
             start = float(start) if start is not None else (segments[-1].end if segments else 0.0)

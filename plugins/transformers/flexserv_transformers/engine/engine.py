@@ -12,12 +12,12 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, Iterable
 from typing import Any
 
 import torch
 
-from flexserv_core import SamplingParams, ServiceUnavailable, TooManyRequests
+from flexserv_core import FinishReason, SamplingParams, ServiceUnavailable, TooManyRequests
 from flexserv_transformers.engine.blocks import BlockManager
 from flexserv_transformers.engine.kv_cache import PagedKVCache
 from flexserv_transformers.engine.runner import ModelRunner, kv_geometry
@@ -64,7 +64,7 @@ class PagedEngine:
         self.device = str(device)
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.eos_token_ids = frozenset(eos_token_ids)
-        self.context_length = context_length or getattr(model.config, "max_position_embeddings", 1 << 30)
+        self.context_length: int = context_length or int(getattr(model.config, "max_position_embeddings", 1 << 30))
         self.block_manager = BlockManager(num_blocks, s.kv_block_size, enable_prefix_caching=s.prefix_caching)
         self.scheduler = Scheduler(
             self.block_manager, max_batch_size=s.max_batch_size, max_batch_tokens=s.max_batch_tokens
@@ -123,7 +123,7 @@ class PagedEngine:
         per_step = self._step_time / self._steps if self._steps else 0.05
         return max(1.0, per_step * self.settings.max_batch_size)
 
-    def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[EngineToken]:
+    def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncGenerator[EngineToken, None]:
         """Submit now (call it on the event loop) and stream outputs for ``prompt_ids``; the last one has ``finish_reason`` set.
 
         Raises :class:`TooManyRequests` at once when the queue is full. Closing the
@@ -132,7 +132,7 @@ class PagedEngine:
         seq = self._submit(prompt_ids, params)
         return self._stream(seq)
 
-    async def _stream(self, seq: Sequence) -> AsyncIterator[EngineToken]:
+    async def _stream(self, seq: Sequence) -> AsyncGenerator[EngineToken, None]:
         try:
             while True:
                 item = await seq.queue.get()
@@ -241,7 +241,7 @@ class PagedEngine:
         seq.sampler.observe(token)
         seq.tokens.append(token)
         self._tokens_out += 1
-        finish = None
+        finish: FinishReason | None = None
         if token in self.eos_token_ids:
             finish = "stop"
         elif seq.num_generated >= seq.params.max_tokens or len(seq.tokens) >= seq.max_total_tokens:
