@@ -80,7 +80,7 @@ async def info(request: Request[Any, Any, Any]) -> dict[str, Any]:
 @get("/v1/flexserv/models/loaded", summary="Models resident in memory")
 async def loaded_models(request: Request[Any, Any, Any]) -> dict[str, Any]:
     server = server_of(request)
-    # Text models are "serve" here: the FlexServ spec's wire name, which gateways match on.
+    # Text models are "serve" here: the wire name gateways match on.
     models = [msgspec.to_builtins(m) for m in server.registry.loaded()]
     for m in models:
         m["kind"] = loaded_wire_kind(m["kind"])
