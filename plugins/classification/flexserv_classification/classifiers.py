@@ -141,9 +141,6 @@ class SequenceClassifier(_TransformersClassifier, ClassificationModel):
     def _finish(self, job: TextJob, prepared: Prepared[_Encoded], outputs: Sequence[Any]) -> ClassificationResult:
         return ClassificationResult(probs=[p.tolist() for p in outputs], prompt_tokens=prepared.tokens)
 
-    def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "labels": self.labels}
-
 
 class TokenClassifier(_TransformersClassifier, TokenClassificationModel):
     _with_offsets = True

@@ -29,11 +29,8 @@ def limits_of(server: FlexServer) -> ClassificationSettings:
 async def use_model(server: FlexServer, model_id: str | None, cls: type[ModelT]) -> AsyncIterator[tuple[ModelT, str]]:
     """The model ``model_id`` selects (default of ``cls.kind`` when ``None``), held
     for the request: ``(model, name)``."""
-    async with server.registry.acquire(model_id, cls.kind) as lease:
-        model = lease.model
-        if not isinstance(model, cls):  # a backend of this kind that returned something else
-            raise TypeError(f"backend returned {type(model).__name__} for a {cls.kind} model")
-        yield model, lease.spec.name
+    async with server.registry.acquire(model_id, cls) as lease:
+        yield lease.model, lease.spec.name
 
 
 def check_texts(texts: Sequence[str], limits: ClassificationSettings, *, param: str, noun: str = "input") -> None:

@@ -9,7 +9,7 @@ a remote service...) can serve the same routes by subclassing them.
 from __future__ import annotations
 
 import abc
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
 
@@ -62,9 +62,6 @@ class TokenClassificationResult(msgspec.Struct):
 class _InputLimited(LoadedModel):
     #: Longest input (in tokens, with special tokens) the model reads.
     max_input_tokens: int
-
-    def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "max_input_tokens": self.max_input_tokens}
 
 
 class RerankModel(_InputLimited):
