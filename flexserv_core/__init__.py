@@ -26,6 +26,7 @@ from flexserv_core.backends.base import (
     TranscriptionSegment,
 )
 from flexserv_core.batching import BatchRunner, MicroBatcher
+from flexserv_core.commands import Command, CommandContext
 from flexserv_core.errors import (
     ContextLengthExceeded,
     FlexServError,
@@ -34,6 +35,7 @@ from flexserv_core.errors import (
     ModelNotFound,
     NotFound,
     PayloadTooLarge,
+    PluginCommandError,
     PluginError,
     PluginHookError,
     PluginLoadError,
@@ -75,6 +77,8 @@ __all__ = [
     "RESERVED_TEMPLATE_KWARGS",
     "Backend",
     "BatchRunner",
+    "Command",
+    "CommandContext",
     "ContextLengthExceeded",
     "CoreSettings",
     "CpuCoreInfo",
@@ -100,6 +104,7 @@ __all__ = [
     "ModelState",
     "NotFound",
     "PayloadTooLarge",
+    "PluginCommandError",
     "PluginError",
     "PluginHookError",
     "PluginLoadError",

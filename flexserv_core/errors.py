@@ -128,5 +128,20 @@ class PluginHookError(PluginError):
         self.cause = cause
 
 
+class PluginCommandError(PluginError):
+    """A command a plugin added (``flexserv NAME``) raised; the CLI prints the
+    traceback and this message, and exits with status 1."""
+
+    def __init__(self, name: str, distribution: str | None, command: str, cause: BaseException) -> None:
+        super().__init__(
+            f'Command "{command}" of plugin "{name}" (distribution {_dist(distribution)}) failed: '
+            f"{type(cause).__name__}: {cause}",
+            name,
+            distribution,
+        )
+        self.command = command
+        self.cause = cause
+
+
 class PluginStartupError(PluginHookError):
     """A plugin's ``flexserv_startup`` failed; the server does not serve."""

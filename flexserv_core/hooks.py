@@ -23,6 +23,7 @@ import msgspec
 import pluggy
 
 from flexserv_core.backends.base import Backend
+from flexserv_core.commands import CORE_COMMANDS, Command
 from flexserv_core.errors import (
     FlexServError,
     PluginHookError,
@@ -50,6 +51,13 @@ T = TypeVar("T")
 
 #: Raised on purpose by hooks (documented in their specs): never wrapped.
 PASS_THROUGH: tuple[type[Exception], ...] = (FlexServError, UsageError)
+
+
+class PluginCommand(NamedTuple):
+    """A command and the plugin that registered it."""
+
+    plugin: str
+    command: Command
 
 
 class HookResult(NamedTuple):
@@ -193,6 +201,25 @@ def settings_structs(pm: FlexServPluginManager) -> list[type[msgspec.Struct]]:
             raise PluginLoadError(plugin, info.distribution if info else None, f"invalid settings: {exc}") from exc
         structs.extend(declared)
     return structs
+
+
+def commands(pm: FlexServPluginManager) -> dict[str, PluginCommand]:
+    """Every plugin's commands by name, in call order. A name taken by a core
+    command or by two plugins fails naming both."""
+    hook = "flexserv_register_commands"
+    found: dict[str, PluginCommand] = {}
+    for result in call_hook(pm, hook, {}):
+        for command in _items(pm, hook, [result], Command):
+            if command.name in CORE_COMMANDS:
+                raise hook_error(pm, hook, result.plugin, f"command {command.name!r} is a core command of flexserv")
+            if command.name in found:
+                other = found[command.name].plugin
+                info = pm.infos.get(other)
+                where = f"plugin {other!r} (distribution {info.distribution if info and info.distribution else '-'})"
+                clash = "this plugin" if other == result.plugin else where
+                raise hook_error(pm, hook, result.plugin, f"command {command.name!r} is also registered by {clash}")
+            found[command.name] = PluginCommand(result.plugin, command)
+    return found
 
 
 def configure(pm: FlexServPluginManager, settings: Settings) -> None:

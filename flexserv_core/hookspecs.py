@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from litestar.types import ControllerRouterHandler
 
     from flexserv_core.backends.base import Backend
+    from flexserv_core.commands import Command
     from flexserv_core.events import ModelEvent
     from flexserv_core.models.spec import ModelSpec
     from flexserv_core.request_context import RequestContext
@@ -108,6 +109,21 @@ def flexserv_configure(settings: Settings) -> None:
     :param settings: all settings, core and plugins'.
 
     Collect all; synchronous; the return value is ignored.
+    """
+
+
+@hookspec
+def flexserv_register_commands() -> list[Command] | None:
+    """Add ``flexserv`` subcommands (``flexserv bench``, ``flexserv ray-serve``).
+
+    Called by the ``flexserv`` command line (for ``flexserv --help``, ``flexserv
+    plugins`` and to run any command that is not the core's), never by a running
+    server. ``flexserv --help`` lists each command with its plugin. A name taken by
+    a core command (``run``, ``plugins``) or by another plugin's command is an
+    error naming both. Keep it cheap: import what a command needs inside its
+    ``add_arguments`` and ``run``.
+
+    Collect all; synchronous; return a list of :class:`~flexserv_core.commands.Command`.
     """
 
 

@@ -1,4 +1,4 @@
-"""``flexserv``: run the server, list plugins, benchmark a server.
+"""``flexserv``: run the server, list or create plugins, and run the commands plugins add.
 
 Parsing happens in two passes: the first reads only the plugin selection
 (``-p``) and ``--config``, so that the plugins can be loaded; the second knows
@@ -8,18 +8,21 @@ every plugin's settings, which therefore appear in ``flexserv run --help``.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+import traceback
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import msgspec
+
 from flexserv_core import __version__, hooks
-from flexserv_core.errors import PluginError, UsageError
-from flexserv_core.plugin_manager import FlexServPluginManager, create_plugin_manager
+from flexserv_core.commands import CORE_COMMANDS, CommandContext
+from flexserv_core.errors import PluginCommandError, PluginError, UsageError
+from flexserv_core.plugin_manager import FlexServPluginManager, PluginStatus, create_plugin_manager
 from flexserv_core.plugin_report import plugin_report
 from flexserv_core.settings import Settings, add_arguments, resolve_settings
 
@@ -98,22 +101,34 @@ def _exit_cleanly(signum: int, frame: object) -> None:
 
 
 def plugin_listing(pm: FlexServPluginManager, settings: Settings | None) -> list[dict[str, Any]]:
-    """Plugin infos with their routes, from the routes hook alone (no app is built)."""
+    """Plugin infos with their routes and commands, from those hooks alone (no app is built)."""
     routes: dict[str, list[Any]] = {}
+    commands: dict[str, list[str]] = {}
+    try:
+        for name, (plugin, _) in hooks.commands(pm).items():
+            commands.setdefault(plugin, []).append(name)
+    except PluginError as exc:  # still list the plugins
+        logging.getLogger("flexserv").warning("could not list commands: %s", exc)
     if settings is not None:
         try:
             hooks.configure(pm, settings)
             routes = dict(hooks.routes_by_plugin(pm, settings))
         except (PluginError, UsageError) as exc:  # still list the plugins
             logging.getLogger("flexserv").warning("could not list routes: %s", exc)
-    return plugin_report(pm, routes)
+    report = plugin_report(pm, routes)
+    for entry in report:
+        entry["commands"] = sorted(commands.get(entry["name"], []))
+    return report
 
 
 def cmd_plugins(argv: Sequence[str]) -> int:
+    if argv and argv[0] == "new":
+        return cmd_plugins_new(argv[1:])
     parser = argparse.ArgumentParser(
         prog="flexserv plugins",
         parents=[_selection_parser()],
-        description="List plugins: name, distribution, version, hooks, routes, status.",
+        description="List plugins: name, distribution, version, hooks, routes, commands, status. "
+        "'flexserv plugins new NAME' writes a new plugin.",
     )
     parser.add_argument("--json", action="store_true", help="Print JSON.")
     args = parser.parse_args(argv)
@@ -133,47 +148,137 @@ def cmd_plugins(argv: Sequence[str]) -> int:
             print(f"    hooks:  {', '.join(p['hooks'])}")
         if p["routes"]:
             print(f"    routes: {', '.join(p['routes'])}")
+        if p["commands"]:
+            print(f"    commands: {', '.join(p['commands'])}")
         if p["error"]:
             print(f"    error:  {p['error']}")
     return 0
 
 
-def cmd_bench(argv: Sequence[str]) -> int:
+def cmd_plugins_new(argv: Sequence[str]) -> int:
+    from flexserv_core.scaffold import write_plugin
+
+    parser = argparse.ArgumentParser(
+        prog="flexserv plugins new",
+        description="Write a minimal installable plugin: a pyproject with the entry point, a package with one hook, "
+        "one route and one setting, a README and a passing test.",
+    )
+    parser.add_argument("name", metavar="NAME", help="Plugin name, lowercase words joined by dashes (e.g. redact).")
+    parser.add_argument(
+        "--dir", default=".", metavar="DIR", help="Write the plugin to DIR/NAME (default: the current directory)."
+    )
+    args = parser.parse_args(argv)
+    root = write_plugin(args.name, args.dir)
+    print(f"wrote plugin {args.name!r} to {root}")
+    print(f"  install it:  pip install -e {root}")
+    print(f"  test it:     python -m pytest {root / 'tests'}")
+    return 0
+
+
+CORE_HANDLERS: dict[str, Callable[[Sequence[str]], int]] = {"run": cmd_run, "plugins": cmd_plugins}
+
+
+def _plugin_args(argv: Sequence[str]) -> list[str]:
+    """The ``-p`` values anywhere in ``argv`` (no abbreviations: the rest belongs to the command)."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("-p", dest="plugins", action="append", default=[])
+    known, _ = parser.parse_known_args(argv)
+    return list(known.plugins)
+
+
+def _discover(plugin_args: Sequence[str]) -> tuple[FlexServPluginManager, dict[str, hooks.PluginCommand]]:
+    """Load plugins (a broken one is recorded, not fatal) and collect their commands."""
+    pm = create_plugin_manager(plugin_args, strict=False)
+    return pm, hooks.commands(pm)
+
+
+def _usage(pm: FlexServPluginManager | None, commands: Mapping[str, hooks.PluginCommand]) -> str:
+    lines = [f"usage: flexserv COMMAND [options]   (flexserv COMMAND --help)\n\nFlexServ {__version__}\n", "commands:"]
+    width = max(len(n) for n in [*CORE_COMMANDS, *commands]) + 2
+    lines += [f"  {name:<{width}}{text}" for name, text in CORE_COMMANDS.items()]
+    if commands:
+        lines.append("\ncommands added by plugins:")
+        for name, (plugin, command) in sorted(commands.items()):
+            info = pm.infos.get(plugin) if pm else None
+            dist = f", {info.distribution}" if info and info.distribution else ""
+            lines.append(f"  {name:<{width}}{command.help}  [plugin {plugin}{dist}]")
+    return "\n".join(lines)
+
+
+def _failed_plugins(pm: FlexServPluginManager) -> list[str]:
+    return [f"{i.name}: {i.error}" for i in pm.plugin_infos() if i.status is PluginStatus.FAILED]
+
+
+def run_plugin_command(name: str, argv: Sequence[str]) -> int:
+    """``flexserv NAME ARGS`` for a command a plugin registered."""
+    plugin_args = _plugin_args(argv)
+    pm, commands = _discover(plugin_args)
+    if name not in commands:
+        known = ", ".join([*CORE_COMMANDS, *sorted(commands)])
+        message = f"flexserv: unknown command {name!r}; choose one of {known}"
+        failed = _failed_plugins(pm)
+        if failed:
+            message += "\nplugins that failed to load (one may add it):\n  " + "\n  ".join(failed)
+        print(message, file=sys.stderr)
+        return EXIT_USAGE
+    plugin, command = commands[name]
+    info = pm.infos.get(plugin)
+    dist = info.distribution if info else None
+    parser = argparse.ArgumentParser(
+        prog=f"flexserv {name}",
+        description=command.description or command.help,
+        parents=[_selection_parser()] if command.settings else [],
+        epilog=f"Added by plugin {plugin!r} ({dist or 'not from a distribution'}).",
+    )
+    structs: list[type[msgspec.Struct]] = []
+    if command.settings:
+        pm = create_plugin_manager(plugin_args)  # as strict as `flexserv run`: a broken plugin stops it
+        structs = hooks.settings_structs(pm)
+        add_arguments(parser, structs)
+    else:
+        parser.add_argument("-p", dest="plugins", action="append", default=[], metavar="NAME", help="Load plugin NAME.")
     try:
-        bench = importlib.import_module("flexserv_core.bench.cli")
-    except ImportError as exc:  # pragma: no cover - bench ships with the core
-        print(f"flexserv bench is unavailable: {exc}", file=sys.stderr)
-        return 1
-    parser = argparse.ArgumentParser(prog="flexserv bench", description="Load-test an OpenAI-compatible server.")
-    bench.add_arguments(parser)
-    return int(bench.run(parser.parse_args(argv)) or 0)
-
-
-COMMANDS = {"run": cmd_run, "plugins": cmd_plugins, "bench": cmd_bench}
+        if command.add_arguments is not None:
+            command.add_arguments(parser)
+    except Exception as exc:
+        raise PluginCommandError(plugin, dist, name, exc) from exc
+    args = parser.parse_args(argv)
+    settings = None
+    if command.settings:
+        settings = resolve_settings(structs, cli=vars(args), config_file=args.config)
+        hooks.configure(pm, settings)
+        _configure_logging(settings.core.log_level)
+    context = CommandContext(args=args, settings=settings, plugin_args=tuple(plugin_args))
+    try:
+        status = command.run(context)
+    except (UsageError, PluginError):
+        raise
+    except Exception as exc:
+        raise PluginCommandError(plugin, dist, name, exc) from exc
+    return int(status or 0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        print(
-            f"usage: flexserv {{{','.join(COMMANDS)}}} [options]\n\nFlexServ {__version__}\n"
-            "  run       serve models (flexserv run --help lists every setting)\n"
-            "  plugins   list plugins and what they add\n"
-            "  bench     load-test an OpenAI-compatible server"
-        )
-        return 0 if argv else EXIT_USAGE
-    if argv[0] in ("-V", "--version"):
+    if argv and argv[0] in ("-V", "--version"):
         print(__version__)
         return 0
-    command = COMMANDS.get(argv[0])
-    if command is None:
-        print(f"flexserv: unknown command {argv[0]!r}; choose one of {', '.join(COMMANDS)}", file=sys.stderr)
-        return EXIT_USAGE
     try:
-        return command(argv[1:])
+        if not argv or argv[0] in ("-h", "--help"):
+            pm, commands = _discover(_plugin_args(argv))
+            print(_usage(pm, commands))
+            return 0 if argv else EXIT_USAGE
+        handler = CORE_HANDLERS.get(argv[0])
+        if handler is not None:
+            return handler(argv[1:])
+        return run_plugin_command(argv[0], argv[1:])
     except UsageError as exc:
         print(f"flexserv: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except PluginCommandError as exc:
+        traceback.print_exception(exc.cause, file=sys.stderr)
+        print(f"flexserv: {exc}", file=sys.stderr)
+        return 1
     except PluginError as exc:
         print(f"flexserv: {exc}", file=sys.stderr)
         return EXIT_PLUGIN

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from flexserv_core.bench.stats import Latency, LevelSummary
+from flexserv_bench.stats import Latency, LevelSummary
 
 #: Bumped when a field of :class:`BenchReport` changes meaning or goes away.
 SCHEMA_VERSION = 1

@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from flexserv_core.bench.client import RequestSpec, request_body
-from flexserv_core.bench.dataset import DatasetError, load_prompts, shared_prefix
+from flexserv_bench.client import RequestSpec, request_body
+from flexserv_bench.dataset import DatasetError, load_prompts, shared_prefix
 
 
 def test_builtin_dataset_has_fifty_distinct_short_prompts() -> None:

@@ -7,7 +7,7 @@ import random
 from importlib import resources
 from pathlib import Path
 
-#: The built-in dataset's resource name inside :mod:`flexserv_core.bench.data`.
+#: The built-in dataset's resource name inside :mod:`flexserv_bench.data`.
 BUILTIN_DATASET = "prompts.jsonl"
 
 #: Common English words that byte-level BPE vocabularies (GPT-2, Llama, SmolLM2)
@@ -36,7 +36,7 @@ def load_prompts(path: str | Path | None = None) -> list[str]:
     bare JSON string. Anything else raises :class:`DatasetError`.
     """
     if path is None:
-        text = resources.files("flexserv_core.bench.data").joinpath(BUILTIN_DATASET).read_text(encoding="utf-8")
+        text = resources.files("flexserv_bench.data").joinpath(BUILTIN_DATASET).read_text(encoding="utf-8")
         return parse_prompts(text, source=f"built-in {BUILTIN_DATASET}")
     try:
         text = Path(path).read_text(encoding="utf-8")

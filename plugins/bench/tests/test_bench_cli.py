@@ -1,4 +1,7 @@
-"""``flexserv bench`` against a real FlexServ app (uvicorn on loopback, fake backend)."""
+"""``flexserv bench`` against a real FlexServ app (uvicorn on loopback, fake backend).
+
+Most tests call the bench's own ``main``; the process tests run ``flexserv bench``
+itself, through the plugin's ``flexserv_register_commands``."""
 
 from __future__ import annotations
 
@@ -9,16 +12,15 @@ from typing import Any
 
 import pytest
 from bench_server import Served
+from flexserv_bench.cli import main
+from flexserv_bench.client import RequestSpec
+from flexserv_bench.loadgen import run_level
 
-from flexserv_core.bench.client import RequestSpec
-from flexserv_core.bench.loadgen import run_level
-from flexserv_core.cli.main import main
-from flexserv_core.testing.fakes import FAKE_SCRIPT
-from flexserv_core.testing.process import flexserv_cmd, free_port
+from flexserv_core.testing import FAKE_SCRIPT, flexserv_cmd, free_port
 
 
 def _bench(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any] | None, str]:
-    code = main(["bench", "--json", *args])
+    code = main(["--json", *args])
     out = capsys.readouterr()
     return code, (json.loads(out.out) if out.out.strip() else None), out.err
 
@@ -145,7 +147,7 @@ def test_usage_errors_exit_2(
 @pytest.mark.parametrize("value", ["0", "1,x", "", "2000"])
 def test_bad_concurrency_is_a_usage_error(capsys: pytest.CaptureFixture[str], value: str) -> None:
     with pytest.raises(SystemExit) as info:
-        main(["bench", "--concurrency", value])
+        main(["--concurrency", value])
     assert info.value.code == 2
     assert "--concurrency" in capsys.readouterr().err
 
@@ -195,5 +197,5 @@ def test_extra_body_and_responses_file(served: Served, tmp_path: Path, capsys: p
 @pytest.mark.parametrize("value", ["[1]", "{not json"])
 def test_bad_extra_body_is_a_usage_error(capsys: pytest.CaptureFixture[str], value: str) -> None:
     with pytest.raises(SystemExit) as info:
-        main(["bench", "--extra-body", value])
+        main(["--extra-body", value])
     assert info.value.code == 2 and "--extra-body" in capsys.readouterr().err

@@ -17,7 +17,7 @@ from typing import TextIO
 
 import httpx
 
-from flexserv_core.bench.client import RequestResult, RequestSpec, stream_request
+from flexserv_bench.client import RequestResult, RequestSpec, stream_request
 
 #: Upper bounds that keep a mistyped flag from opening thousands of sockets.
 MAX_CONCURRENCY = 1024

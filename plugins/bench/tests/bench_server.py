@@ -7,9 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from flexserv_core.testing.app import make_app
-from flexserv_core.testing.fakes import FakeBackendPlugin
-from flexserv_core.testing.process import ServedApp
+from flexserv_core.testing import FakeBackendPlugin, ServedApp, make_app
 
 #: Seconds per fake token: slow enough that concurrency visibly helps, fast enough for CI.
 TOKEN_DELAY = 0.01

@@ -6,9 +6,8 @@ import random
 
 import numpy as np
 import pytest
-
-from flexserv_core.bench.client import RequestResult
-from flexserv_core.bench.stats import latency, percentile, summarise
+from flexserv_bench.client import RequestResult
+from flexserv_bench.stats import latency, percentile, summarise
 
 
 def test_percentile_known_values() -> None:

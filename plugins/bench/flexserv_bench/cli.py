@@ -18,11 +18,11 @@ from typing import Any, TextIO
 
 import httpx
 
-from flexserv_core.bench.client import RequestSpec
-from flexserv_core.bench.dataset import BUILTIN_DATASET, DatasetError, load_prompts, shared_prefix
-from flexserv_core.bench.loadgen import MAX_CONCURRENCY, MAX_REQUESTS, run_level
-from flexserv_core.bench.report import SCHEMA_VERSION, BenchConfig, BenchReport, to_json, to_text
-from flexserv_core.bench.stats import summarise
+from flexserv_bench.client import RequestSpec
+from flexserv_bench.dataset import BUILTIN_DATASET, DatasetError, load_prompts, shared_prefix
+from flexserv_bench.loadgen import MAX_CONCURRENCY, MAX_REQUESTS, run_level
+from flexserv_bench.report import SCHEMA_VERSION, BenchConfig, BenchReport, to_json, to_text
+from flexserv_bench.stats import summarise
 
 EXIT_ALL_FAILED = 1
 EXIT_USAGE = 2
@@ -269,3 +269,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(to_text(report))
     return 0 if any(level.completed for level in report.levels) else EXIT_ALL_FAILED
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``flexserv bench ARGS`` without the ``flexserv`` command line (``python -m flexserv_bench``)."""
+    parser = argparse.ArgumentParser(prog="flexserv bench", description="Load-test an OpenAI-compatible server.")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

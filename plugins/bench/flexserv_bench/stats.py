@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from flexserv_core.bench.client import RequestResult
+from flexserv_bench.client import RequestResult
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
