@@ -1,7 +1,8 @@
 """The FlexServ hook specifications: the whole plugin API, in one place.
 
-Every hook is documented here and in ``docs/hooks.md`` (a test keeps the two in
-step).
+This module is the one source of the hook documentation: ``docs/hooks.md`` is
+generated from it by ``python -m flexserv_core.tools.hookdocs`` (a test fails
+when the file is out of date).
 
 Hook policy (one rule for every hook; :mod:`flexserv_core.hooks` enforces it):
 
@@ -28,19 +29,23 @@ Hook policy (one rule for every hook; :mod:`flexserv_core.hooks` enforces it):
   the core awaits each before calling the next. Any other hook returning an
   awaitable is a plugin error.
 * **Failures.** An exception from an implementation becomes a
-  :class:`~flexserv_core.errors.PluginHookError` naming the plugin, its
+  :class:`~flexserv_core.PluginHookError` naming the plugin, its
   distribution and the hook. Exceptions a hook documents as its way to answer
-  (:class:`~flexserv_core.errors.FlexServError` subclasses at request time,
-  :class:`~flexserv_core.errors.UsageError` from ``flexserv_configure``) pass
+  (:class:`~flexserv_core.FlexServError` subclasses at request time,
+  :class:`~flexserv_core.UsageError` from ``flexserv_configure``) pass
   through unchanged. At start-up (settings, configure, backends, default models,
   probes, routes, startup) the error stops the server: ``flexserv run`` prints it
-  and exits non-zero. At request time (preprocess, template kwargs, resolve model,
+  (with ``-p no:NAME`` to start without the plugin) and exits non-zero (3 before
+  serving, 1 when ``flexserv_startup`` fails). At request time (preprocess, template kwargs, resolve model,
   load audio, health) it is logged with the plugin and distribution and the client
-  gets an OpenAI-shaped 500 (``code: "internal_error"``) that names no plugin.
+  gets an OpenAI-shaped 500 (``type: "server_error"``, ``code: "internal_error"``)
+  that names no plugin.
   Observer hooks (``flexserv_shutdown``, ``flexserv_model_event``) log the error
   and carry on with the other plugins.
 * Hooks run on the event loop unless a hook says otherwise: keep them quick.
-  No hook is called per generated token. Hook wrappers are not supported.
+  No hook is called per generated token: behaviour lives in the typed objects
+  hooks return (backends and the models they load, resource probes). Hook
+  wrappers are not supported (rejected when the plugin is registered).
 * The hooks that build the server (routes, backends, default models, probes) get
   ``settings``, not a server: they run before the server exists. Route handlers
   reach the server at request time as ``request.app.state.flexserv``.
@@ -103,13 +108,16 @@ def flexserv_configure(settings: Settings) -> None:
 
     Called once after settings are read (CLI > environment > config file >
     defaults) and before the app is built. Raise
-    :class:`flexserv_core.errors.UsageError` naming the setting to reject a value:
+    :class:`flexserv_core.UsageError` naming the setting to reject a value:
     ``flexserv run`` then exits with status 2 and prints the message.
 
     :param settings: all settings, core and plugins'.
 
     Collect all; synchronous; the return value is ignored.
     """
+
+
+# --- command line ------------------------------------------------------------------
 
 
 @hookspec
@@ -121,9 +129,12 @@ def flexserv_register_commands() -> list[Command] | None:
     server. ``flexserv --help`` lists each command with its plugin. A name taken by
     a core command (``run``, ``plugins``) or by another plugin's command is an
     error naming both. Keep it cheap: import what a command needs inside its
-    ``add_arguments`` and ``run``.
+    ``add_arguments`` and ``run``. A :class:`~flexserv_core.Command` has a
+    ``name``, a one-line ``help``, ``add_arguments(parser)``, ``run(context) ->
+    int | None`` and, with ``settings=True``, gets every setting resolved as for
+    ``flexserv run`` (see "Adding a command" in ``docs/plugins.md``).
 
-    Collect all; synchronous; return a list of :class:`~flexserv_core.commands.Command`.
+    Collect all; synchronous; return a list of :class:`~flexserv_core.Command`.
     """
 
 
@@ -168,7 +179,7 @@ def flexserv_register_routes(settings: Settings) -> list[ControllerRouterHandler
     ``flexserv plugins`` (which lists the routes with the plugin, as does
     ``/v1/flexserv/info``) without building an app: only build handlers here. A
     handler reaches the server as ``request.app.state.flexserv``. Raise
-    :class:`flexserv_core.errors.FlexServError` subclasses from handlers to answer
+    :class:`flexserv_core.FlexServError` subclasses from handlers to answer
     with OpenAI-shaped errors.
 
     :param settings: all resolved settings (e.g. to size a body limit).
@@ -188,7 +199,7 @@ def flexserv_preprocess_request(endpoint: str, body: dict[str, Any], context: Re
     and before it is checked against the schema (so it may remove fields the
     schema does not know, or fill defaults). Store per-request data in
     ``context.state``, never in globals: requests run concurrently. Raise
-    :class:`flexserv_core.errors.InvalidRequest` (with ``param``) to reject it.
+    :class:`flexserv_core.InvalidRequest` (with ``param``) to reject it.
 
     :param endpoint: the route, e.g. ``"/v1/chat/completions"``.
     :param body: the parsed JSON object; edit it in place.
@@ -229,7 +240,7 @@ def flexserv_register_backends(settings: Settings) -> list[Backend] | None:
 
     :param settings: all resolved settings (read yours with ``settings.get(...)``).
 
-    Collect all; synchronous; return a list of :class:`~flexserv_core.backends.base.Backend`.
+    Collect all; synchronous; return a list of :class:`~flexserv_core.Backend`.
     """
 
 
@@ -244,7 +255,7 @@ def flexserv_default_models(settings: Settings) -> list[ModelSpec] | None:
 
     :param settings: all resolved settings.
 
-    Collect all; synchronous; return a list of :class:`~flexserv_core.models.spec.ModelSpec`.
+    Collect all; synchronous; return a list of :class:`~flexserv_core.ModelSpec`.
     """
 
 
@@ -290,7 +301,7 @@ def flexserv_load_audio(
     """Decode an uploaded audio file to a mono float32 array at ``sampling_rate``.
 
     Called once per transcription request, in a worker thread (it may block).
-    Raise :class:`flexserv_core.errors.InvalidRequest` (``param="file"``) when the
+    Raise :class:`flexserv_core.InvalidRequest` (``param="file"``) when the
     data is not decodable audio.
 
     :param data: the uploaded bytes (already checked against the size limit).
@@ -314,7 +325,7 @@ def flexserv_resource_probes(settings: Settings) -> list[ResourceProbe] | None:
 
     :param settings: all resolved settings.
 
-    Collect all; synchronous; return a list of :class:`~flexserv_core.resources.ResourceProbe`.
+    Collect all; synchronous; return a list of :class:`~flexserv_core.ResourceProbe`.
     """
 
 

@@ -1,0 +1,1 @@
+"""Developer tools of the core (not part of the plugin API)."""

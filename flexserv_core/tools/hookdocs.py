@@ -1,0 +1,114 @@
+"""Generate ``docs/hooks.md`` from :mod:`flexserv_core.hookspecs`, its one source.
+
+``python -m flexserv_core.tools.hookdocs > docs/hooks.md`` rewrites the file;
+``--check FILE`` exits 1 when FILE differs from what would be generated. The
+hook policy comes from the module docstring, the sections from its ``# --- name
+---`` comments, and each hook's signature and text from its spec.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from flexserv_core import hookspecs
+
+HEADER = """\
+# Hook reference
+
+<!-- Generated from flexserv_core/hookspecs.py by `python -m flexserv_core.tools.hookdocs > docs/hooks.md`;
+     edit the hookspecs, not this file (a test fails when it is out of date). -->
+
+FlexServ plugins are Python modules or objects with functions marked `@hookimpl`
+(`from flexserv_core import hookimpl`) whose names are the hooks below.
+A plugin implements only the hooks it needs, and may accept a subset of a hook's
+arguments (pluggy passes arguments by name). `docs/plugins.md` shows how to write,
+package and test a plugin; `flexserv plugins new NAME` writes a working one.
+"""
+
+_ROLE = re.compile(r":(?:class|mod|func|data|meth|attr|exc):`~?([^`]+)`")
+_PARAM = re.compile(r"^:param (\w+):\s*(.*)$")
+_SECTION = re.compile(r"^# --- (.+?) -+$")
+_DEF = re.compile(r"^def (flexserv_\w+)\(")
+
+
+def _role(match: re.Match[str]) -> str:
+    target = match.group(1)
+    shortened = match.group(0).split("`")[1].startswith("~")
+    return f"`{target.rsplit('.', 1)[-1] if shortened else target}`"
+
+
+def to_markdown(text: str) -> str:
+    """reST as the hookspecs write it -> Markdown: literals, roles and ``:param:`` lists."""
+    text = _ROLE.sub(_role, text.replace("``", "`"))
+    out: list[str] = []
+    for line in text.splitlines():
+        param = _PARAM.match(line)
+        if param:
+            if not out or not out[-1].startswith(("- `", "  ")):
+                out.append("Arguments:\n")
+            out.append(f"- `{param.group(1)}`: {param.group(2)}")
+        elif out and out[-1].startswith(("- `", "  ")) and line.startswith("    ") and line.strip():
+            out.append("  " + line.strip())  # continuation of a :param: item
+        else:
+            out.append(line)
+    return "\n".join(out).strip() + "\n"
+
+
+def signature(func: Any) -> str:
+    """``name(arg: type, ...) -> type`` as written in the spec (annotations are strings)."""
+    ann = func.__annotations__
+    params = ", ".join(f"{name}: {ann[name]}" for name in inspect.signature(func).parameters)
+    return f"{func.__name__}({params}) -> {ann['return']}"
+
+
+def sections() -> list[tuple[str, list[str]]]:
+    """Hook names grouped under the spec module's ``# --- name ---`` comments, in source order."""
+    grouped: list[tuple[str, list[str]]] = []
+    for line in inspect.getsource(hookspecs).splitlines():
+        if match := _SECTION.match(line):
+            grouped.append((match.group(1), []))
+        elif (match := _DEF.match(line)) and grouped:
+            grouped[-1][1].append(match.group(1))
+    return grouped
+
+
+def policy() -> str:
+    doc = inspect.getdoc(hookspecs) or ""
+    start = doc.index("Hook policy")
+    return to_markdown(doc[start:].split("\n", 1)[1])
+
+
+def render() -> str:
+    parts = [HEADER, "## Hook policy\n", policy()]
+    for title, names in sections():
+        parts.append(f"## {title[0].upper()}{title[1:]}\n")
+        for name in names:
+            func = getattr(hookspecs, name)
+            doc = to_markdown(inspect.getdoc(func) or "")
+            parts.append(f"### {name}\n\n```python\n{signature(func)}\n```\n\n{doc}")
+    return "\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m flexserv_core.tools.hookdocs", description=__doc__)
+    parser.add_argument("--check", metavar="FILE", type=Path, help="Exit 1 if FILE is not what would be generated.")
+    args = parser.parse_args(argv)
+    text = render()
+    if args.check is None:
+        sys.stdout.write(text)
+        return 0
+    if args.check.read_text(encoding="utf-8") != text:
+        print(
+            f"{args.check} is out of date: run python -m flexserv_core.tools.hookdocs > {args.check}", file=sys.stderr
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
