@@ -17,11 +17,17 @@ from litestar.openapi import OpenAPIConfig
 from flexserv_core import __version__, hooks
 from flexserv_core.api.errors import EXCEPTION_HANDLERS
 from flexserv_core.errors import PluginStartupError
+from flexserv_core.events import ModelEvent
+from flexserv_core.metrics.collector import RegistryCollector
+from flexserv_core.metrics.core import ServerMetrics
+from flexserv_core.metrics.http import http_metrics_middleware
 from flexserv_core.models.catalog import ModelCatalog
 from flexserv_core.models.registry import ModelRegistry
 from flexserv_core.plugin_manager import FlexServPluginManager
+from flexserv_core.readiness import Preloader, preload_specs
 from flexserv_core.server import FlexServer
 from flexserv_core.settings import Settings
+from flexserv_core.startup_log import log_served_models
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +57,15 @@ def build_server(settings: Settings, pm: FlexServPluginManager) -> FlexServer:
         configured=settings.models,
         kinds=[b.kind for b in backends],
     )
-    registry = ModelRegistry(
-        catalog,
-        backends,
-        model_timeout=settings.core.model_timeout,
-        on_event=lambda event: hooks.model_event(server, event),
-    )
+    metrics = ServerMetrics()
+
+    def on_event(event: ModelEvent) -> None:
+        metrics.observe_event(event)
+        hooks.model_event(server, event)
+
+    registry = ModelRegistry(catalog, backends, model_timeout=settings.core.model_timeout, on_event=on_event)
+    metrics.register([RegistryCollector(registry)])
+    hooks.metrics_collectors(pm, settings, metrics.registry.register)
     server = FlexServer(
         settings,
         pm,
@@ -65,6 +74,8 @@ def build_server(settings: Settings, pm: FlexServPluginManager) -> FlexServer:
         registry=registry,
         probes=hooks.resource_probes(pm, settings),
         routes_by_plugin=hooks.routes_by_plugin(pm, settings),
+        metrics=metrics,
+        preloader=Preloader(registry, preload_specs(catalog, settings.core.preload)),
     )
     return server
 
@@ -86,10 +97,13 @@ def create_app(settings: Settings, plugin_manager: FlexServPluginManager) -> Lit
             await server.registry.shutdown(0)
             raise
         log.info("FlexServ %s ready: plugins %s", __version__, ", ".join(plugin_manager.loaded_names()))
+        log_served_models(server)
+        server.preloader.start()
         try:
             yield
         finally:
             log.info("shutting down: stopping plugins and unloading models")
+            await server.preloader.stop()
             await hooks.shutdown(server)
             await server.registry.shutdown(settings.core.shutdown_timeout)
 
@@ -98,6 +112,7 @@ def create_app(settings: Settings, plugin_manager: FlexServPluginManager) -> Lit
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=[lifespan],
         guards=[_api_key_guard],
+        middleware=[http_metrics_middleware(server.metrics)],
         state=State({"flexserv": server}),
         openapi_config=OpenAPIConfig(title="FlexServ", version=__version__, path="/schema"),
         logging_config=None,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import msgspec
@@ -249,6 +249,21 @@ def default_models(pm: FlexServPluginManager, settings: Settings) -> list[ModelS
 def resource_probes(pm: FlexServPluginManager, settings: Settings) -> list[ResourceProbe]:
     hook = "flexserv_resource_probes"
     return _items(pm, hook, call_hook(pm, hook, {"settings": settings}), ResourceProbe)
+
+
+def metrics_collectors(pm: FlexServPluginManager, settings: Settings, register: Callable[[Any], None]) -> None:
+    """Register every plugin's collectors with ``register``; a result without
+    ``collect()`` or a clashing metric name fails naming the plugin."""
+    hook = "flexserv_metrics_collectors"
+    for plugin, value in call_hook(pm, hook, {"settings": settings}):
+        items = value if isinstance(value, list | tuple) else [value]
+        for item in items:
+            if not callable(getattr(item, "collect", None)):
+                raise hook_error(pm, hook, plugin, f"returned {item!r}, expected Prometheus collectors")
+            try:
+                register(item)
+            except ValueError as exc:  # prometheus_client: "Duplicated timeseries in CollectorRegistry"
+                raise hook_error(pm, hook, plugin, exc) from exc
 
 
 async def startup(server: FlexServer) -> None:

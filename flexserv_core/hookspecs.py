@@ -17,7 +17,8 @@ Hook policy (one rule for every hook; :mod:`flexserv_core.hooks` enforces it):
   dicts from ``flexserv_chat_template_kwargs`` and ``flexserv_health`` are merged
   so that on a shared key the earlier implementation's value is kept; lists from
   ``flexserv_register_backends``, ``flexserv_default_models`` and
-  ``flexserv_resource_probes`` are concatenated in call order, and the core
+  ``flexserv_resource_probes`` are concatenated in call order (so are the
+  collectors of ``flexserv_metrics_collectors``), and the core
   prefers earlier items (the first accepting backend, the first default of a kind,
   the first probe that can read). Use ``tryfirst``/``trylast`` to take or yield
   precedence.
@@ -34,7 +35,7 @@ Hook policy (one rule for every hook; :mod:`flexserv_core.hooks` enforces it):
   (:class:`~flexserv_core.FlexServError` subclasses at request time,
   :class:`~flexserv_core.UsageError` from ``flexserv_configure``) pass
   through unchanged. At start-up (settings, configure, backends, default models,
-  probes, routes, startup) the error stops the server: ``flexserv run`` prints it
+  probes, metrics collectors, routes, startup) the error stops the server: ``flexserv run`` prints it
   (with ``-p no:NAME`` to start without the plugin) and exits non-zero (3 before
   serving, 1 when ``flexserv_startup`` fails). At request time (preprocess, template kwargs, resolve model,
   load audio, health) it is logged with the plugin and distribution and the client
@@ -44,9 +45,12 @@ Hook policy (one rule for every hook; :mod:`flexserv_core.hooks` enforces it):
   and carry on with the other plugins.
 * Hooks run on the event loop unless a hook says otherwise: keep them quick.
   No hook is called per generated token: behaviour lives in the typed objects
-  hooks return (backends and the models they load, resource probes). Hook
+  hooks return (backends and the models they load, resource probes). Engine
+  numbers reach ``/metrics`` through ``LoadedModel.stats()`` and a backend tells
+  health where it would load a model through ``Backend.placement(spec)``. Hook
   wrappers are not supported (rejected when the plugin is registered).
-* The hooks that build the server (routes, backends, default models, probes) get
+* The hooks that build the server (routes, backends, default models, probes,
+  metrics collectors) get
   ``settings``, not a server: they run before the server exists. Route handlers
   reach the server at request time as ``request.app.state.flexserv``.
 """
@@ -61,6 +65,7 @@ if TYPE_CHECKING:
     import msgspec
     import numpy as np
     from litestar.types import ControllerRouterHandler
+    from prometheus_client.registry import Collector
 
     from flexserv_core.backends.base import Backend
     from flexserv_core.commands import Command
@@ -340,4 +345,23 @@ def flexserv_health(server: FlexServer) -> dict[str, Any] | None:
     :param server: the running server.
 
     Collect all; synchronous; return a dict or ``None``.
+    """
+
+
+@hookspec
+def flexserv_metrics_collectors(settings: Settings) -> list[Collector] | None:
+    """Add Prometheus collectors to ``GET /metrics``.
+
+    Called once while the app is built, before the server exists. Each returned
+    object is a ``prometheus_client`` collector (anything with ``collect()``,
+    e.g. a ``Counter`` created with ``registry=None``, or a custom collector
+    yielding metric families at scrape time); it is registered in this server's
+    own registry (never the process-wide default one). Collectors are asked at
+    every scrape, on the event loop: keep ``collect()`` cheap. Name metrics
+    ``flexserv:<plugin>_...``; a name already taken fails start-up naming the
+    plugin.
+
+    :param settings: all resolved settings.
+
+    Collect all, concatenated in call order; synchronous; return a list of collectors or ``None``.
     """

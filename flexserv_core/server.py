@@ -11,15 +11,17 @@ if TYPE_CHECKING:
     from litestar.types import ControllerRouterHandler
 
     from flexserv_core.backends.base import Backend
+    from flexserv_core.metrics.core import ServerMetrics
     from flexserv_core.models.catalog import ModelCatalog
     from flexserv_core.models.registry import ModelRegistry
     from flexserv_core.plugin_manager import FlexServPluginManager
+    from flexserv_core.readiness import Preloader
     from flexserv_core.resources import ResourceProbe
     from flexserv_core.settings import Settings
 
 
 class FlexServer:
-    """Settings, plugin manager, backends, model catalog, registry and probes of one server.
+    """Settings, plugin manager, backends, model catalog, registry, probes and metrics of one server.
 
     A passive holder: :func:`flexserv_core.app.create_app` calls the hooks and
     hands their results here; constructing it calls no hook. Plugins receive it in
@@ -38,6 +40,8 @@ class FlexServer:
         registry: ModelRegistry,
         probes: list[ResourceProbe],
         routes_by_plugin: dict[str, list[ControllerRouterHandler]],
+        metrics: ServerMetrics,
+        preloader: Preloader,
     ) -> None:
         self.settings = settings
         self.pm = pm
@@ -48,3 +52,7 @@ class FlexServer:
         self.registry = registry
         self.probes = probes
         self.routes_by_plugin = routes_by_plugin
+        #: This server's Prometheus registry and the core's metrics (``GET /metrics``).
+        self.metrics = metrics
+        #: The ``--preload`` loads and their states (readiness in health).
+        self.preloader = preloader

@@ -60,6 +60,13 @@ class CoreSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     cache_dir: Annotated[str | None, _doc("Where FlexServ caches converted models (default: ~/.cache/flexserv).")] = (
         None
     )
+    preload: Annotated[
+        list[str],
+        _doc(
+            "Load these models at start-up, in the background (model names, or 'all' for every configured and"
+            " default model); /v1/flexserv/health answers 503 until they are ready. Repeatable."
+        ),
+    ] = msgspec.field(default_factory=list)
     shutdown_timeout: Annotated[
         float, msgspec.Meta(ge=0, description="Seconds in-flight requests get to finish on shutdown.")
     ] = 10.0

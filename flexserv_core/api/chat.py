@@ -25,6 +25,7 @@ from flexserv_core.api.text_schemas import (
     encode,
 )
 from flexserv_core.backends.base import TextGenerationModel
+from flexserv_core.metrics.text import TextRequestMetrics
 from flexserv_core.request_context import RequestContext
 from flexserv_core.server import FlexServer
 
@@ -38,9 +39,14 @@ async def create_chat_completion(request: Request[Any, Any, Any]) -> Response[An
     server: FlexServer = request.app.state.flexserv
     if body.stream:
         return await sse_response(_stream(server, body, context))
-    async with server.registry.acquire(body.model, TextGenerationModel) as lease:
+    async with (
+        TextRequestMetrics(server.metrics) as metrics,
+        server.registry.acquire(body.model, TextGenerationModel) as lease,
+    ):
+        metrics.admitted(lease.spec.name)
         model = lease.model
         prompt_ids, jobs = chat_jobs(model, lease.spec, body, context)
+        metrics.start(len(prompt_ids), jobs)
         results = await collect(jobs)
     completion = ChatCompletion(
         id=f"chatcmpl-{context.request_id}",
@@ -67,9 +73,14 @@ def _usage(prompt_tokens: int, results: list[ChoiceResult]) -> Usage:
 
 
 async def _stream(server: FlexServer, body: ChatCompletionRequest, context: RequestContext) -> SSEGenerator:
-    async with server.registry.acquire(body.model, TextGenerationModel) as lease:
+    async with (
+        TextRequestMetrics(server.metrics) as metrics,
+        server.registry.acquire(body.model, TextGenerationModel) as lease,
+    ):
+        metrics.admitted(lease.spec.name)
         model = lease.model
         prompt_ids, jobs = chat_jobs(model, lease.spec, body, context)
+        metrics.start(len(prompt_ids), jobs)
         yield READY
         ident, created, name = f"chatcmpl-{context.request_id}", int(time.time()), lease.spec.name
 

@@ -15,6 +15,7 @@ from flexserv_core.api.text_logprobs import completion_logprobs
 from flexserv_core.api.text_request import completion_jobs
 from flexserv_core.api.text_schemas import Completion, CompletionChoice, CompletionRequest, Usage, encode
 from flexserv_core.backends.base import TextGenerationModel
+from flexserv_core.metrics.text import TextRequestMetrics
 from flexserv_core.request_context import RequestContext
 from flexserv_core.server import FlexServer
 
@@ -30,9 +31,14 @@ async def create_completion(request: Request[Any, Any, Any]) -> Response[Any]:
     server: FlexServer = request.app.state.flexserv
     if body.stream:
         return await sse_response(_stream(server, body, context))
-    async with server.registry.acquire(body.model, TextGenerationModel) as lease:
+    async with (
+        TextRequestMetrics(server.metrics) as metrics,
+        server.registry.acquire(body.model, TextGenerationModel) as lease,
+    ):
+        metrics.admitted(lease.spec.name)
         model = lease.model
         prompts, jobs = completion_jobs(model, body)
+        metrics.start(sum(len(ids) for ids, _ in prompts), jobs)
         results = await collect(jobs)
         echoes = _echoes(model, prompts, body)
     n = body.n or 1
@@ -73,9 +79,14 @@ def _usage(prompts: Prompts, results: list[ChoiceResult]) -> Usage:
 
 
 async def _stream(server: FlexServer, body: CompletionRequest, context: RequestContext) -> SSEGenerator:
-    async with server.registry.acquire(body.model, TextGenerationModel) as lease:
+    async with (
+        TextRequestMetrics(server.metrics) as metrics,
+        server.registry.acquire(body.model, TextGenerationModel) as lease,
+    ):
+        metrics.admitted(lease.spec.name)
         model = lease.model
         prompts, jobs = completion_jobs(model, body)
+        metrics.start(sum(len(ids) for ids, _ in prompts), jobs)
         echoes = _echoes(model, prompts, body)
         yield READY
         ident, created, name = f"cmpl-{context.request_id}", int(time.time()), lease.spec.name

@@ -112,6 +112,8 @@ async def create_embeddings(request: Request[Any, Any, Any]) -> dict[str, Any]:
             )
         result = await model.embed(inputs, truncate=limits.embedding_truncate)
         name = lease.spec.name
+    server.metrics.embedding_inputs.labels(name).inc(len(inputs))
+    server.metrics.embedding_tokens.labels(name).inc(result.prompt_tokens)
     data = [
         {"object": "embedding", "index": i, "embedding": _shape_vector(v, body.dimensions, body.encoding_format)}
         for i, v in enumerate(result.vectors)

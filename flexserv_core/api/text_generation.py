@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +30,11 @@ class ChoiceJob:
     prompt_ids: list[int]
     params: SamplingParams
     stops: Sequence[str] = ()
+    #: Called with ``(index, counted)`` for every token the model yields (metrics);
+    #: ``counted`` is false for the end-of-sequence token, which usage leaves out.
+    on_token: Callable[[int, bool], None] | None = None
+    #: Called with ``(index, finish_reason)`` when the choice ends normally (metrics).
+    on_finish: Callable[[int, str], None] | None = None
 
 
 @dataclass(slots=True)
@@ -96,6 +101,8 @@ async def run_choice(job: ChoiceJob) -> AsyncGenerator[ChoiceEvent, None]:
             # finish_reason "stop" marks the end-of-sequence token: not output, not
             # counted; its text is whatever the backend's detokenizer still held.
             sampled: SampledToken | None = None
+            if job.on_token is not None:
+                job.on_token(job.index, delta.finish_reason != "stop")
             if delta.finish_reason != "stop":
                 count += 1
                 if want_logprobs:
@@ -117,10 +124,14 @@ async def run_choice(job: ChoiceJob) -> AsyncGenerator[ChoiceEvent, None]:
         await _close(tokens)
     if stop_event is not None:
         stop_event.finish_reason, stop_event.completion_tokens = finish, count
+        if job.on_finish is not None:
+            job.on_finish(job.index, "stop")
         yield stop_event
         return
     if finish is None:
         finish = "length" if count >= job.params.max_tokens else "stop"
+    if job.on_finish is not None:
+        job.on_finish(job.index, finish)
     tail = matcher.flush()
     yield ChoiceEvent(job.index, tail, aligner.release(matcher.released), finish_reason=finish, completion_tokens=count)
 

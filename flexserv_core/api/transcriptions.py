@@ -157,6 +157,7 @@ async def create_transcription(request: Request[Any, Any, Any]) -> Response[Any]
         )
     if not result.duration:
         result.duration = seconds
+    server.metrics.transcription_audio_seconds.labels(lease.spec.name).inc(seconds)
     content, media_type = render(result, params.response_format)
     return Response(content=content, media_type=media_type, status_code=200)
 

@@ -61,6 +61,37 @@ class LoadedModel(abc.ABC):
         """Release weights, caches and threads. Called once, off the event loop,
         after the last request holding the model has finished."""
 
+    def stats(self) -> EngineStats | None:
+        """Engine-level numbers for ``/metrics`` (``None``: the model has none).
+
+        Called at every scrape, on the event loop: return a cheap snapshot."""
+        return None
+
+
+class EngineStats(msgspec.Struct, kw_only=True):
+    """A snapshot of a model's engine, exported by ``/metrics`` under vLLM's names.
+
+    Counters are cumulative since the model was loaded; leave what the engine does
+    not track at its default (``None`` gauges are not exported).
+    """
+
+    #: Requests the engine accepted but has not started (its own queue).
+    requests_waiting: int = 0
+    #: Fraction (0.0-1.0) of the KV cache in use.
+    kv_cache_usage: float | None = None
+    #: Prompt tokens looked up in the prefix cache, and those found there.
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
+    #: Sequences preempted (their cache freed, recomputed later).
+    preemptions: int = 0
+
+
+class Placement(msgspec.Struct, kw_only=True, frozen=True):
+    """Where a backend would put a model, told before it is loaded (health shows it)."""
+
+    device: str | None = None
+    dtype: str | None = None
+
 
 class Backend(abc.ABC):
     """Loads models of one kind. Registered through ``flexserv_register_backends``."""
@@ -74,6 +105,12 @@ class Backend(abc.ABC):
     def accepts(self, spec: ModelSpec) -> bool:
         """Whether this backend can load ``spec``; the default accepts all of its kind."""
         return spec.kind == self.kind and spec.backend in (None, self.name)
+
+    def placement(self, spec: ModelSpec) -> Placement | None:
+        """The device and dtype a load of ``spec`` would use, from the settings alone.
+
+        Called on the event loop (by health): cheap, never loads. ``None``: unknown."""
+        return None
 
     @abc.abstractmethod
     def load(self, spec: ModelSpec, progress: ProgressCallback) -> LoadedModel:

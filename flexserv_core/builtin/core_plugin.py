@@ -25,7 +25,9 @@ def flexserv_add_settings() -> type[msgspec.Struct]:
 
 @hookimpl
 def flexserv_register_routes(settings: Settings) -> list[Any]:
-    return [*flexserv_routes.ROUTES, *openapi.ROUTES]
+    from flexserv_core.metrics import routes as metrics_routes  # prometheus_client only once routes are built
+
+    return [*flexserv_routes.ROUTES, *openapi.ROUTES, *metrics_routes.ROUTES]
 
 
 def is_hub_id(model_id: str) -> bool:

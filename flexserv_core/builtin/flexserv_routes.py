@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 import msgspec
-from litestar import Request, get, post
+from litestar import Request, Response, get, post
 
 from flexserv_core import __version__, hooks
 from flexserv_core.api.body import read_json_object
 from flexserv_core.errors import InvalidRequest
-from flexserv_core.models.spec import ModelKind, loaded_wire_kind
+from flexserv_core.models.spec import ModelKind, ModelSpec, loaded_wire_kind
 from flexserv_core.plugin_report import plugin_report
 from flexserv_core.server import FlexServer
+
+log = logging.getLogger(__name__)
 
 
 def server_of(request: Request[Any, Any, Any]) -> FlexServer:
@@ -36,23 +39,41 @@ def _model_status(server: FlexServer, kind: str) -> dict[str, Any] | None:
     model = server.registry.model_if_loaded(spec.name)
     if model is not None:
         status.update(device=model.device, dtype=model.dtype)
+    else:
+        status.update(_planned(server, spec))
     return status
 
 
-@get("/v1/flexserv/health", opt={"public": True}, summary="Backend health")
-async def health(request: Request[Any, Any, Any]) -> dict[str, Any]:
+def _planned(server: FlexServer, spec: ModelSpec) -> dict[str, Any]:
+    """Device and dtype the backend would load ``spec`` with (``None`` when it cannot tell)."""
+    try:
+        placement = server.registry.backend_for(spec).placement(spec)
+    except Exception:  # health must answer whatever a backend does
+        log.exception("model '%s': the backend's placement() failed", spec.name)
+        placement = None
+    return {"device": placement.device if placement else None, "dtype": placement.dtype if placement else None}
+
+
+@get("/v1/flexserv/health", opt={"public": True}, summary="Backend health (readiness)")
+async def health(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
+    """200 once every ``--preload`` model is ready; 503 while one loads or after one failed."""
     server = server_of(request)
+    preloader = server.preloader
+    status = "ok" if preloader.ready else ("error" if preloader.failed else "loading")
     body: dict[str, Any] = {
-        "status": "ok",
+        "status": status,
         "version": __version__,
         "uptime_seconds": round(time.time() - server.started_at, 1),
         "model": _model_status(server, ModelKind.TEXT),
         "embedding_model": _model_status(server, ModelKind.EMBEDDING),
         "transcription_model": _model_status(server, ModelKind.TRANSCRIPTION),
         "active_requests": server.registry.active_requests,
+        "preload": preloader.report(),
     }
+    if preloader.failed:
+        body["error"] = "preload failed for " + ", ".join(f"'{s.model_id}': {s.error}" for s in preloader.failed)
     body.update(hooks.health(server))
-    return body
+    return Response(body, status_code=200 if preloader.ready else 503)
 
 
 @get("/v1/flexserv/info", summary="Configuration and plugins")

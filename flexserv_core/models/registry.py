@@ -133,6 +133,19 @@ class ModelRegistry:
         entries = [e for e in self._entries.values() if e.state is ModelState.READY]
         return [self._info(e) for e in sorted(entries, key=lambda e: e.last_used)]
 
+    def request_counts(self) -> dict[str, tuple[int, int]]:
+        """Per model name, ``(running, waiting)``: requests holding a loaded model
+        (an unloading one included) and requests waiting for its load."""
+        counts: dict[str, tuple[int, int]] = {}
+        for e in [*self._entries.values(), *self._detached]:
+            running, waiting = counts.get(e.spec.name, (0, 0))
+            if e.state is ModelState.LOADING:
+                waiting += e.active
+            else:
+                running += e.active
+            counts[e.spec.name] = (running, waiting)
+        return counts
+
     def state_of(self, model_id: str) -> ModelState:
         entry = self._entries.get(model_id)
         return entry.state if entry else ModelState.UNLOADED
@@ -196,6 +209,16 @@ class ModelRegistry:
             entry.touch()
             if entry.active == 0 and entry.detached and entry.state is not ModelState.LOADING:
                 self._spawn(self._finalize(entry))
+
+    async def ensure_loaded(self, spec: ModelSpec) -> None:
+        """Load ``spec`` unless it is resident (sharing a load in progress) and wait
+        for it; raises :class:`ModelLoadError` like a request would. Holds no lease."""
+        entry = self._entries.get(spec.name)
+        if entry is None:
+            entry = self._start_load(spec)
+        if entry.state is ModelState.LOADING:
+            assert entry.load_task is not None
+            await asyncio.shield(entry.load_task)
 
     def _start_load(self, spec: ModelSpec) -> _Entry:
         if self._closed:

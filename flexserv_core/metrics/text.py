@@ -1,0 +1,90 @@
+"""Per-request timing and token counts of one text-generation request.
+
+A route creates a :class:`TextRequestMetrics` when the request arrives, calls
+:meth:`~TextRequestMetrics.admitted` once it holds the model,
+:meth:`~TextRequestMetrics.start` with the planned choices (which wires the
+per-token callback into them), and leaves its ``with`` block when the response
+ends (``async with``, so it shares one statement with the model's lease).
+Leaving it by an exception (a client that disconnected closes the
+stream's generator) counts the unfinished choices as ``abort`` or ``error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from flexserv_core.api.text_generation import ChoiceJob
+    from flexserv_core.metrics.core import ServerMetrics
+
+
+class TextRequestMetrics:
+    """Records one request into :class:`~flexserv_core.metrics.core.ServerMetrics`.
+
+    Only the event loop touches it (tokens arrive there), so it needs no lock.
+    """
+
+    def __init__(self, metrics: ServerMetrics) -> None:
+        self._metrics = metrics
+        self._arrival = time.perf_counter()
+        self._model: str | None = None
+        self._last_token: dict[int, float] = {}
+        self._open: set[int] = set()
+        self._first_token = False
+        self._started = False
+
+    def admitted(self, model_name: str) -> None:
+        """The request holds its model: its queue time ends here."""
+        self._model = model_name
+        self._metrics.request_queue_time.labels(model_name).observe(time.perf_counter() - self._arrival)
+
+    def start(self, prompt_tokens: int, jobs: Sequence[ChoiceJob]) -> None:
+        """Generation begins for ``jobs``; ``prompt_tokens`` as the response's usage counts them."""
+        assert self._model is not None, "admitted() comes first"
+        self._started = True
+        self._open = {job.index for job in jobs}
+        m = self._metrics
+        self._ttft = m.time_to_first_token.labels(self._model)
+        self._itl = m.inter_token_latency.labels(self._model)
+        self._generated = m.generation_tokens.labels(self._model)
+        m.prompt_tokens.labels(self._model).inc(prompt_tokens)
+        for job in jobs:
+            job.on_token, job.on_finish = self.token, self.finished
+
+    def token(self, index: int, counted: bool) -> None:
+        """Choice ``index`` produced a token; ``counted``: it is in the usage (an
+        end-of-sequence token is not, but still ends the wait for output)."""
+        now = time.perf_counter()
+        if not self._first_token:
+            self._first_token = True
+            self._ttft.observe(now - self._arrival)
+        last = self._last_token.get(index)
+        if last is not None:
+            self._itl.observe(now - last)
+        self._last_token[index] = now
+        if counted:
+            self._generated.inc()
+
+    def finished(self, index: int, reason: str) -> None:
+        """Choice ``index`` ended normally with ``reason`` (``stop`` or ``length``)."""
+        if index in self._open and self._model is not None:
+            self._open.discard(index)
+            self._metrics.request_success.labels(self._model, reason).inc()
+
+    async def __aenter__(self) -> TextRequestMetrics:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if not self._started or self._model is None:
+            return  # rejected before generation: not a served request
+        aborted = exc_type is not None and issubclass(exc_type, GeneratorExit | asyncio.CancelledError)
+        for _ in self._open:
+            self._metrics.request_success.labels(self._model, "abort" if aborted else "error").inc()
+        self._open.clear()
+        self._metrics.e2e_request_latency.labels(self._model).observe(time.perf_counter() - self._arrival)
