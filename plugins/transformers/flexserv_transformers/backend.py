@@ -13,6 +13,7 @@ from flexserv_core import (
     ModelKind,
     ModelLoadError,
     ModelSpec,
+    Placement,
     ProgressCallback,
     Settings,
     UsageError,
@@ -70,6 +71,21 @@ class TransformersBackend(Backend):
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self._placement: Placement | None = None
+
+    def placement(self, spec: ModelSpec) -> Placement | None:
+        """``--device``/``--dtype`` resolved as a load would (``auto`` included).
+
+        The same for every model; computed once (the first call imports torch)."""
+        if self._placement is None:
+            ts = self.settings.get(TransformersSettings)
+            try:
+                device = resolve_device(ts.device)
+                dtype = resolve_dtype(ts.dtype, device)
+            except UsageError:
+                return None
+            self._placement = Placement(device=str(device), dtype=str(dtype).removeprefix("torch."))
+        return self._placement
 
     def load(self, spec: ModelSpec, progress: ProgressCallback) -> TransformersTextModel:
         from flexserv_transformers.loading import LoadOptions, load_model_and_tokenizer

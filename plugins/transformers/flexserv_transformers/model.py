@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from flexserv_core import (
     RESERVED_TEMPLATE_KWARGS,
+    EngineStats,
     InvalidRequest,
     SamplingParams,
     TextGenerationModel,
@@ -135,6 +136,21 @@ class TransformersTextModel(TextGenerationModel):
                 )
 
     # -- lifecycle ------------------------------------------------------------------
+
+    def stats(self) -> EngineStats:
+        """The engine's numbers under the core's names (the simple engine has no KV
+        blocks or prefix cache: only its queue is reported)."""
+        raw = self.engine.stats()
+        stats = EngineStats(requests_waiting=int(raw.get("waiting_sequences", 0)))
+        kv, prefix = raw.get("kv_cache"), raw.get("prefix_cache")
+        if isinstance(kv, dict) and kv.get("total_blocks"):
+            stats.kv_cache_usage = kv["used_blocks"] / kv["total_blocks"]
+            if isinstance(prefix, dict):
+                # vLLM counts tokens; the block manager counts whole blocks.
+                stats.prefix_cache_queries = int(prefix["queried_blocks"]) * int(kv["block_size"])
+                stats.prefix_cache_hits = int(prefix["hit_blocks"]) * int(kv["block_size"])
+        stats.preemptions = int(raw.get("preemptions", 0))
+        return stats
 
     def unload(self) -> None:
         self.engine.close()
