@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from litestar.enums import ScopeType
+
 if TYPE_CHECKING:
     from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -24,7 +26,7 @@ def http_metrics_middleware(metrics: ServerMetrics) -> Callable[[ASGIApp], ASGIA
 
     def middleware(app: ASGIApp) -> ASGIApp:
         async def record(scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] != "http":
+            if scope["type"] != ScopeType.HTTP:
                 await app(scope, receive, send)
                 return
             started = time.perf_counter()
