@@ -5,17 +5,18 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from litestar import Litestar
-from litestar.connection import ASGIConnection
 from litestar.datastructures import State
-from litestar.exceptions import NotAuthorizedException
-from litestar.handlers.base import BaseRouteHandler
 from litestar.openapi import OpenAPIConfig
+from litestar.types import Receive, Scope, Send
 
 from flexserv_core import __version__, hooks
+from flexserv_core.api.docs_page import DocsRenderPlugin, SchemaRenderPlugin, schema_router
 from flexserv_core.api.errors import EXCEPTION_HANDLERS
+from flexserv_core.edge.auth import KeyRing
+from flexserv_core.edge.cors import cors_config
+from flexserv_core.edge.request_id import with_request_id
 from flexserv_core.errors import PluginStartupError
 from flexserv_core.events import ModelEvent
 from flexserv_core.metrics.collector import RegistryCollector
@@ -32,13 +33,12 @@ from flexserv_core.startup_log import log_served_models
 log = logging.getLogger(__name__)
 
 
-def _api_key_guard(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
-    server: FlexServer = connection.app.state.flexserv
-    key = server.settings.core.api_key
-    if not key or handler.opt.get("public"):
-        return
-    if connection.headers.get("authorization", "") != f"Bearer {key}":
-        raise NotAuthorizedException("Missing or invalid API key: send 'Authorization: Bearer <key>'.")
+class FlexServApp(Litestar):
+    """Litestar with a request id around every HTTP request (404s and errors
+    included): in the ``X-Request-Id`` response header and in every log line."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await with_request_id(super().__call__, scope, receive, send)
 
 
 def build_server(settings: Settings, pm: FlexServPluginManager) -> FlexServer:
@@ -107,14 +107,21 @@ def create_app(settings: Settings, plugin_manager: FlexServPluginManager) -> Lit
             await hooks.shutdown(server)
             await server.registry.shutdown(settings.core.shutdown_timeout)
 
-    return Litestar(
+    keys = KeyRing.from_settings(settings.core)
+    return FlexServApp(
         route_handlers=[r for routes in server.routes_by_plugin.values() for r in routes],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=[lifespan],
-        guards=[_api_key_guard],
+        guards=[keys.guard],
         middleware=[http_metrics_middleware(server.metrics)],
+        cors_config=cors_config(settings.core),
         state=State({"flexserv": server}),
-        openapi_config=OpenAPIConfig(title="FlexServ", version=__version__, path="/schema"),
+        openapi_config=OpenAPIConfig(
+            title="FlexServ",
+            version=__version__,
+            render_plugins=[DocsRenderPlugin(), SchemaRenderPlugin()],
+            openapi_router=schema_router(),
+        ),
         logging_config=None,
         debug=False,
     )

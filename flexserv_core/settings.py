@@ -36,7 +36,33 @@ class CoreSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     host: Annotated[str, _doc("Interface to listen on.")] = "127.0.0.1"
     port: Annotated[int, msgspec.Meta(ge=0, le=65535, description="TCP port to listen on (0 picks a free one).")] = 8000
     log_level: Annotated[Literal["critical", "error", "warning", "info", "debug"], _doc("Logging level.")] = "info"
-    api_key: Annotated[str | None, _doc("Require 'Authorization: Bearer KEY' on API routes.", secret=True)] = None
+    log_format: Annotated[
+        Literal["text", "json"], _doc("Log format: text lines, or one JSON object per line (access log too).")
+    ] = "text"
+    api_key: Annotated[
+        list[str],
+        _doc(
+            "Require 'Authorization: Bearer KEY' on API routes; repeatable (comma-separated in the environment)."
+            " A key given here has every scope.",
+            secret=True,
+        ),
+    ] = msgspec.field(default_factory=list)
+    api_keys_file: Annotated[
+        str | None,
+        _doc("File of API keys, one 'KEY [SCOPE,...]' a line (scopes: inference, operations, metrics; none = all)."),
+    ] = None
+    cors_allow_origins: Annotated[
+        list[str], _doc("Enable CORS for these origins ('*' for any); repeatable. Empty: no CORS headers.")
+    ] = msgspec.field(default_factory=list)
+    cors_allow_methods: Annotated[list[str], _doc("Methods CORS allows (default: any).")] = msgspec.field(
+        default_factory=lambda: ["*"]
+    )
+    cors_allow_headers: Annotated[list[str], _doc("Request headers CORS allows (default: any).")] = msgspec.field(
+        default_factory=lambda: ["*"]
+    )
+    cors_allow_credentials: Annotated[bool, _doc("Let browsers send credentials on CORS requests.")] = False
+    ssl_keyfile: Annotated[str | None, _doc("Serve HTTPS with this PEM private key (with --ssl-certfile).")] = None
+    ssl_certfile: Annotated[str | None, _doc("Serve HTTPS with this PEM certificate (chain).")] = None
     default_model: Annotated[
         str | None, _doc("Text model served when none is configured: a --model name, Hub id, directory or GGUF file.")
     ] = None
@@ -280,6 +306,9 @@ def resolve_settings(
                 raw[f.name], origins[f.name] = _from_env(f, env[f.env_var]), "env"
             elif not f.cli_only and f.name in config:
                 raw[f.name], origins[f.name] = config[f.name], "config"
+        for f in (f for f in fields if f.owner is struct and f.is_list):
+            if isinstance(raw.get(f.name), str):  # one value where a list is expected: api_key = "KEY"
+                raw[f.name] = [raw[f.name]]
         try:
             values[struct] = msgspec.convert(raw, struct, strict=False)
         except msgspec.ValidationError as exc:

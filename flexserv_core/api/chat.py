@@ -32,7 +32,17 @@ from flexserv_core.server import FlexServer
 ENDPOINT = "/v1/chat/completions"
 
 
-@post(ENDPOINT, status_code=200, summary="Create a chat completion", opt={"body": ChatCompletionRequest})
+@post(
+    ENDPOINT,
+    status_code=200,
+    summary="Create a chat completion",
+    opt={
+        "body": ChatCompletionRequest,
+        "response": ChatCompletion,
+        "stream": ChatCompletionChunk,
+        "scope": "inference",
+    },
+)
 async def create_chat_completion(request: Request[Any, Any, Any]) -> Response[Any]:
     context = request_context(request, ENDPOINT)
     body = await parse_body(request, ChatCompletionRequest, context)

@@ -24,7 +24,12 @@ ENDPOINT = "/v1/completions"
 Prompts = list[tuple[list[int], str | None]]
 
 
-@post(ENDPOINT, status_code=200, summary="Create a completion", opt={"body": CompletionRequest})
+@post(
+    ENDPOINT,
+    status_code=200,
+    summary="Create a completion",
+    opt={"body": CompletionRequest, "response": Completion, "stream": Completion, "scope": "inference"},
+)
 async def create_completion(request: Request[Any, Any, Any]) -> Response[Any]:
     context = request_context(request, ENDPOINT)
     body = await parse_body(request, CompletionRequest, context)

@@ -17,6 +17,7 @@ import numpy as np
 from litestar import Request, post
 
 from flexserv_core.api.body import parse_body, request_context
+from flexserv_core.api.wire_schemas import EmbeddingResponse
 from flexserv_core.backends.base import EmbeddingModel
 from flexserv_core.errors import InvalidRequest
 from flexserv_core.server import FlexServer
@@ -96,7 +97,12 @@ def _shape_vector(vector: list[float], dimensions: int | None, encoding: str) ->
     return values
 
 
-@post(ENDPOINT, status_code=200, summary="Create embeddings", opt={"body": EmbeddingRequest})
+@post(
+    ENDPOINT,
+    status_code=200,
+    summary="Create embeddings",
+    opt={"body": EmbeddingRequest, "response": EmbeddingResponse, "scope": "inference"},
+)
 async def create_embeddings(request: Request[Any, Any, Any]) -> dict[str, Any]:
     server: FlexServer = request.app.state.flexserv
     limits = server.settings.get(EmbeddingSettings)

@@ -6,6 +6,7 @@ from typing import Any
 
 from litestar import Request, get
 
+from flexserv_core.api.wire_schemas import ModelList, ModelObject
 from flexserv_core.errors import ModelNotFound
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.server import FlexServer
@@ -25,14 +26,14 @@ def _model_object(server: FlexServer, spec: ModelSpec, model_id: str | None = No
     }
 
 
-@get("/v1/models", summary="List models")
+@get("/v1/models", summary="List models", opt={"response": ModelList, "scope": "inference"})
 async def list_models(request: Request[Any, Any, Any]) -> dict[str, Any]:
     server: FlexServer = request.app.state.flexserv
     data = [_model_object(server, s, name) for s in server.catalog.specs() for name in (s.name, *s.aliases)]
     return {"object": "list", "data": data}
 
 
-@get("/v1/models/{model_id:path}", summary="Retrieve a model")
+@get("/v1/models/{model_id:path}", summary="Retrieve a model", opt={"response": ModelObject, "scope": "inference"})
 async def retrieve_model(request: Request[Any, Any, Any], model_id: str) -> dict[str, Any]:
     server: FlexServer = request.app.state.flexserv
     model_id = model_id.lstrip("/")

@@ -23,6 +23,7 @@ from litestar.handlers import HTTPRouteHandler
 from flexserv_core import hooks
 from flexserv_core.api.body import UnsupportedMediaType, validate
 from flexserv_core.api.transcription_formats import render
+from flexserv_core.api.wire_schemas import TranscriptionForm, TranscriptionJson, TranscriptionVerboseJson
 from flexserv_core.backends.base import TranscriptionModel
 from flexserv_core.errors import FlexServError, InvalidRequest, PayloadTooLarge
 from flexserv_core.plugin_manager import PluginStatus
@@ -176,6 +177,15 @@ def routes(settings: Settings) -> list[HTTPRouteHandler]:
         ENDPOINT,
         status_code=200,
         summary="Transcribe audio",
+        opt={
+            "form": TranscriptionForm,
+            "response": {
+                "application/json": (TranscriptionJson, TranscriptionVerboseJson),
+                "text/plain": None,
+                "text/vtt": None,
+            },
+            "scope": "inference",
+        },
         request_max_body_size=limit + MULTIPART_OVERHEAD,
     )(create_transcription)
     return [handler]

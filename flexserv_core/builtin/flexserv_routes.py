@@ -11,6 +11,14 @@ from litestar import Request, Response, get, post
 
 from flexserv_core import __version__, hooks
 from flexserv_core.api.body import read_json_object
+from flexserv_core.api.wire_schemas import (
+    HealthResponse,
+    Liveness,
+    LoadedModels,
+    ServerInfo,
+    UnloadRequest,
+    UnloadResponse,
+)
 from flexserv_core.errors import InvalidRequest
 from flexserv_core.models.spec import ModelKind, ModelSpec, loaded_wire_kind
 from flexserv_core.plugin_report import plugin_report
@@ -24,7 +32,7 @@ def server_of(request: Request[Any, Any, Any]) -> FlexServer:
     return server
 
 
-@get("/health", opt={"public": True}, summary="Liveness")
+@get("/health", opt={"public": True, "response": Liveness}, summary="Liveness")
 async def liveness() -> dict[str, str]:
     return {"status": "ok"}
 
@@ -54,7 +62,11 @@ def _planned(server: FlexServer, spec: ModelSpec) -> dict[str, Any]:
     return {"device": placement.device if placement else None, "dtype": placement.dtype if placement else None}
 
 
-@get("/v1/flexserv/health", opt={"public": True}, summary="Backend health (readiness)")
+@get(
+    "/v1/flexserv/health",
+    opt={"public": True, "response": HealthResponse},
+    summary="Backend health (readiness)",
+)
 async def health(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     """200 once every ``--preload`` model is ready; 503 while one loads or after one failed."""
     server = server_of(request)
@@ -76,7 +88,7 @@ async def health(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     return Response(body, status_code=200 if preloader.ready else 503)
 
 
-@get("/v1/flexserv/info", summary="Configuration and plugins")
+@get("/v1/flexserv/info", summary="Configuration and plugins", opt={"response": ServerInfo, "scope": "operations"})
 async def info(request: Request[Any, Any, Any]) -> dict[str, Any]:
     server = server_of(request)
     return {
@@ -98,7 +110,11 @@ async def info(request: Request[Any, Any, Any]) -> dict[str, Any]:
     }
 
 
-@get("/v1/flexserv/models/loaded", summary="Models resident in memory")
+@get(
+    "/v1/flexserv/models/loaded",
+    summary="Models resident in memory",
+    opt={"response": LoadedModels, "scope": "operations"},
+)
 async def loaded_models(request: Request[Any, Any, Any]) -> dict[str, Any]:
     server = server_of(request)
     # Text models are "serve" here: the wire name gateways match on.
@@ -108,7 +124,12 @@ async def loaded_models(request: Request[Any, Any, Any]) -> dict[str, Any]:
     return {"models": models}
 
 
-@post("/v1/flexserv/models/unload", status_code=200, summary="Unload one model or all")
+@post(
+    "/v1/flexserv/models/unload",
+    status_code=200,
+    summary="Unload one model or all",
+    opt={"body": UnloadRequest, "body_required": False, "response": UnloadResponse, "scope": "operations"},
+)
 async def unload_models(request: Request[Any, Any, Any]) -> dict[str, Any]:
     server = server_of(request)
     raw = await request.body()

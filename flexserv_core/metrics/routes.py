@@ -10,7 +10,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from flexserv_core.server import FlexServer
 
 
-@get("/metrics", summary="Prometheus metrics", include_in_schema=True, sync_to_thread=False)
+@get(
+    "/metrics",
+    summary="Prometheus metrics",
+    include_in_schema=True,
+    sync_to_thread=False,
+    opt={"scope": "metrics", "response": {"text/plain": None}},
+)
 def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
     # On the event loop on purpose: the collectors read the model registry, whose
     # bookkeeping only the loop changes.

@@ -1,0 +1,162 @@
+"""Shapes of bodies that routes build as plain dicts, declared for the API schema.
+
+The routes stay free to build their dicts; these structs are what ``/openapi.json``
+documents (and what the OpenAPI tests check responses against).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from msgspec import Struct
+
+
+class ErrorDetail(Struct, kw_only=True):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(Struct, kw_only=True):
+    """Every 4xx/5xx body, OpenAI's shape."""
+
+    error: ErrorDetail
+
+
+class EmbeddingObject(Struct, kw_only=True):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str  # str: base64 of little-endian float32 (encoding_format="base64")
+
+
+class EmbeddingUsage(Struct, kw_only=True):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingResponse(Struct, kw_only=True):
+    object: Literal["list"] = "list"
+    data: list[EmbeddingObject]
+    model: str
+    usage: EmbeddingUsage
+
+
+class ModelObject(Struct, kw_only=True):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str
+    kind: str
+    state: str
+    root: str
+
+
+class ModelList(Struct, kw_only=True):
+    object: Literal["list"] = "list"
+    data: list[ModelObject]
+
+
+class TranscriptionForm(Struct, kw_only=True):
+    """The multipart form of ``/v1/audio/transcriptions`` (``file`` is the audio)."""
+
+    file: bytes
+    model: str | None = None
+    language: str | None = None
+    prompt: str | None = None
+    temperature: float = 0.0
+    response_format: Literal["json", "text", "srt", "verbose_json", "vtt"] = "json"
+
+
+class TranscriptionJson(Struct, kw_only=True):
+    text: str
+
+
+class TranscriptionSegmentJson(Struct, kw_only=True):
+    id: int
+    seek: int
+    start: float
+    end: float
+    text: str
+    tokens: list[int]
+    temperature: float
+    avg_logprob: float
+    compression_ratio: float
+    no_speech_prob: float
+
+
+class TranscriptionVerboseJson(Struct, kw_only=True):
+    task: Literal["transcribe"] = "transcribe"
+    language: str
+    duration: float
+    text: str
+    segments: list[TranscriptionSegmentJson]
+
+
+class UnloadRequest(Struct, kw_only=True):
+    """Omit ``model_id`` (or send no body) or send ``"*"`` to unload every model."""
+
+    model_id: str | None = None
+
+
+class UnloadedModel(Struct, kw_only=True):
+    model_id: str
+    was_loaded: bool
+    had_active_requests: bool
+    pending: bool
+
+
+class UnloadResponse(Struct, kw_only=True):
+    unloaded: list[UnloadedModel]
+    warnings: list[str]
+    active_requests_at_eviction: int
+    oom_triggered: bool
+
+
+class Liveness(Struct, kw_only=True):
+    status: Literal["ok"] = "ok"
+
+
+class ModelStatus(Struct, kw_only=True):
+    model_id: str
+    state: str
+    device: str | None = None
+    dtype: str | None = None
+
+
+class HealthResponse(Struct, kw_only=True):
+    """200 when every ``--preload`` model is ready, 503 (this body too) until then or
+    after a preload failed. Plugins may add fields (``flexserv_health``)."""
+
+    status: Literal["ok", "loading", "error"]
+    version: str
+    uptime_seconds: float
+    model: ModelStatus | None
+    embedding_model: ModelStatus | None
+    transcription_model: ModelStatus | None
+    active_requests: int
+    preload: Any = None
+    error: str | None = None
+
+
+class LoadedModelEntry(Struct, kw_only=True):
+    model_id: str
+    kind: str  # "serve" for text models (the spec's wire value), else the model's kind
+    state: str
+    active_requests: int
+    last_used: float
+    device: str | None = None
+    dtype: str | None = None
+
+
+class LoadedModels(Struct, kw_only=True):
+    models: list[LoadedModelEntry]
+
+
+class ServerInfo(Struct, kw_only=True):
+    version: str
+    settings: dict[str, Any]
+    plugins: list[dict[str, Any]]
+    backends: list[dict[str, str]]
+    models: list[dict[str, Any]]
+    defaults: dict[str, str]
