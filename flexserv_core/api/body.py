@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import logging
 import re
+import uuid
 from typing import Any, TypeVar
 
 import msgspec
 from litestar import Request
 
 from flexserv_core import hooks
+from flexserv_core.edge.request_id import current_request_id
 from flexserv_core.errors import FlexServError, InvalidRequest
 from flexserv_core.request_context import RequestContext
 
@@ -29,7 +31,17 @@ class UnsupportedMediaType(FlexServError):
 
 
 def request_context(request: Request[Any, Any, Any], endpoint: str) -> RequestContext:
-    return RequestContext(endpoint=endpoint, server=request.app.state.flexserv, headers=dict(request.headers))
+    """The request's context; its ``request_id`` is the edge's (``X-Request-Id``)."""
+    context = RequestContext(endpoint=endpoint, server=request.app.state.flexserv, headers=dict(request.headers))
+    request_id = current_request_id()
+    if request_id is not None:
+        context.request_id = request_id
+    return context
+
+
+def new_id(prefix: str) -> str:
+    """A fresh completion id (``chatcmpl-...``): unique even when clients reuse request ids."""
+    return f"{prefix}-{uuid.uuid4().hex}"
 
 
 async def read_json_object(request: Request[Any, Any, Any]) -> dict[str, Any]:

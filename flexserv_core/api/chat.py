@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from contextlib import aclosing
 from typing import Any
 
 from litestar import MediaType, Request, Response, post
 
-from flexserv_core.api.body import parse_body, request_context
+from flexserv_core.api.body import new_id, parse_body, request_context
+from flexserv_core.api.disconnect import until_disconnect
 from flexserv_core.api.streaming import DONE, READY, SSEGenerator, error_event, sse_event, sse_response
 from flexserv_core.api.text_generation import ChoiceJob, ChoiceResult, collect, merge
 from flexserv_core.api.text_logprobs import chat_logprobs
@@ -29,6 +31,7 @@ from flexserv_core.metrics.text import TextRequestMetrics
 from flexserv_core.request_context import RequestContext
 from flexserv_core.server import FlexServer
 
+log = logging.getLogger(__name__)
 ENDPOINT = "/v1/chat/completions"
 
 
@@ -48,7 +51,7 @@ async def create_chat_completion(request: Request[Any, Any, Any]) -> Response[An
     body = await parse_body(request, ChatCompletionRequest, context)
     server: FlexServer = request.app.state.flexserv
     if body.stream:
-        return await sse_response(_stream(server, body, context))
+        return await sse_response(_stream(server, body, context), server)
     async with (
         TextRequestMetrics(server.metrics) as metrics,
         server.registry.acquire(body.model, TextGenerationModel) as lease,
@@ -57,9 +60,11 @@ async def create_chat_completion(request: Request[Any, Any, Any]) -> Response[An
         model = lease.model
         prompt_ids, jobs = chat_jobs(model, lease.spec, body, context)
         metrics.start(len(prompt_ids), jobs)
-        results = await collect(jobs)
+        results = await until_disconnect(request, collect(jobs))
+    completion_id = new_id("chatcmpl")
+    log.info("chat completion %s: model %s, %d choice(s)", completion_id, lease.spec.name, len(results))
     completion = ChatCompletion(
-        id=f"chatcmpl-{context.request_id}",
+        id=completion_id,
         created=int(time.time()),
         model=lease.spec.name,
         choices=[_choice(result, bool(body.logprobs)) for result in results],
@@ -92,7 +97,8 @@ async def _stream(server: FlexServer, body: ChatCompletionRequest, context: Requ
         prompt_ids, jobs = chat_jobs(model, lease.spec, body, context)
         metrics.start(len(prompt_ids), jobs)
         yield READY
-        ident, created, name = f"chatcmpl-{context.request_id}", int(time.time()), lease.spec.name
+        ident, created, name = new_id("chatcmpl"), int(time.time()), lease.spec.name
+        log.info("chat completion %s (stream): model %s", ident, name)
 
         def chunk(choices: list[ChatChunkChoice], usage: Usage | None = None) -> bytes:
             return sse_event(

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from contextlib import aclosing
 from typing import Any
 
 from litestar import MediaType, Request, Response, post
 
-from flexserv_core.api.body import parse_body, request_context
+from flexserv_core.api.body import new_id, parse_body, request_context
+from flexserv_core.api.disconnect import until_disconnect
 from flexserv_core.api.streaming import DONE, READY, SSEGenerator, error_event, sse_event, sse_response
 from flexserv_core.api.text_generation import ChoiceResult, collect, merge
 from flexserv_core.api.text_logprobs import completion_logprobs
@@ -19,6 +21,7 @@ from flexserv_core.metrics.text import TextRequestMetrics
 from flexserv_core.request_context import RequestContext
 from flexserv_core.server import FlexServer
 
+log = logging.getLogger(__name__)
 ENDPOINT = "/v1/completions"
 
 Prompts = list[tuple[list[int], str | None]]
@@ -35,7 +38,7 @@ async def create_completion(request: Request[Any, Any, Any]) -> Response[Any]:
     body = await parse_body(request, CompletionRequest, context)
     server: FlexServer = request.app.state.flexserv
     if body.stream:
-        return await sse_response(_stream(server, body, context))
+        return await sse_response(_stream(server, body, context), server)
     async with (
         TextRequestMetrics(server.metrics) as metrics,
         server.registry.acquire(body.model, TextGenerationModel) as lease,
@@ -44,7 +47,7 @@ async def create_completion(request: Request[Any, Any, Any]) -> Response[Any]:
         model = lease.model
         prompts, jobs = completion_jobs(model, body)
         metrics.start(sum(len(ids) for ids, _ in prompts), jobs)
-        results = await collect(jobs)
+        results = await until_disconnect(request, collect(jobs))
         echoes = _echoes(model, prompts, body)
     n = body.n or 1
     choices = []
@@ -60,8 +63,10 @@ async def create_completion(request: Request[Any, Any, Any]) -> Response[Any]:
                 index=result.index, text=echo + result.text, logprobs=logprobs, finish_reason=result.finish_reason
             )
         )
+    completion_id = new_id("cmpl")
+    log.info("completion %s: model %s, %d choice(s)", completion_id, lease.spec.name, len(results))
     completion = Completion(
-        id=f"cmpl-{context.request_id}",
+        id=completion_id,
         created=int(time.time()),
         model=lease.spec.name,
         choices=choices,
@@ -94,7 +99,8 @@ async def _stream(server: FlexServer, body: CompletionRequest, context: RequestC
         metrics.start(sum(len(ids) for ids, _ in prompts), jobs)
         echoes = _echoes(model, prompts, body)
         yield READY
-        ident, created, name = f"cmpl-{context.request_id}", int(time.time()), lease.spec.name
+        ident, created, name = new_id("cmpl"), int(time.time()), lease.spec.name
+        log.info("completion %s (stream): model %s", ident, name)
         n = body.n or 1
         top = body.logprobs
 

@@ -12,6 +12,8 @@ iterators.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncGenerator
 from typing import Final, cast
@@ -20,13 +22,16 @@ import msgspec
 from litestar.background_tasks import BackgroundTask
 from litestar.response import Stream
 
-from flexserv_core.errors import FlexServError
+from flexserv_core.errors import FlexServError, ServiceUnavailable
+from flexserv_core.server import FlexServer
+from flexserv_core.shutdown import ShutdownNotice, shutdown_notice
 
 log = logging.getLogger(__name__)
 
 SSE_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 SSE_MEDIA_TYPE: Final = "text/event-stream"
 DONE: Final = b"data: [DONE]\n\n"
+SHUTDOWN_MESSAGE: Final = "The server is shutting down; this stream was ended at its shutdown timeout."
 
 
 class _Ready:
@@ -60,12 +65,56 @@ def error_event(exc: BaseException) -> bytes:
     return sse_event(msgspec.json.encode(body))
 
 
-async def sse_response(events: SSEGenerator) -> Stream:
-    """Run ``events`` to :data:`READY` (errors propagate as JSON errors), then stream it."""
+async def sse_response(events: SSEGenerator, server: FlexServer | None = None) -> Stream:
+    """Run ``events`` to :data:`READY` (errors propagate as JSON errors), then stream it.
+
+    With ``server``, the stream ends with an error event and ``[DONE]`` if the
+    server's shutdown timeout passes while it runs.
+    """
     first = await events.__anext__()
     if first is not READY:
         await events.aclose()
         raise RuntimeError("a stream generator must yield READY first")
     # After READY the generator yields bytes only.
     body = cast("AsyncGenerator[bytes, None]", events)
-    return Stream(body, media_type=SSE_MEDIA_TYPE, headers=SSE_HEADERS, background=BackgroundTask(events.aclose))
+    if server is not None:
+        body = _until_cut(body, shutdown_notice(server))
+    return Stream(body, media_type=SSE_MEDIA_TYPE, headers=SSE_HEADERS, background=BackgroundTask(body.aclose))
+
+
+async def _until_cut(events: AsyncGenerator[bytes, None], notice: ShutdownNotice) -> AsyncGenerator[bytes, None]:
+    """``events`` until the shutdown notice cuts streams; then an error event and ``[DONE]``.
+
+    Each step of ``events`` runs in a task raced against the cut; whatever ends
+    this generator (the cut, a disconnect, the end) stops that task before
+    ``events`` is closed, so the model's lease and token iterators close with it.
+    """
+    cut = asyncio.ensure_future(notice.wait_cut())
+    step: asyncio.Future[bytes] | None = None
+    try:
+        while True:
+            step = asyncio.ensure_future(events.__anext__())
+            await asyncio.wait({step, cut}, return_when=asyncio.FIRST_COMPLETED)
+            if not step.done():
+                break
+            try:
+                chunk = step.result()
+            except StopAsyncIteration:
+                return
+            yield chunk
+        await _stop(step)
+        log.warning("shutdown timeout reached: ending a stream with an error event")
+        yield error_event(ServiceUnavailable(SHUTDOWN_MESSAGE, code="server_shutting_down"))
+        yield DONE
+    finally:
+        cut.cancel()
+        if step is not None:
+            await _stop(step)
+        await events.aclose()
+
+
+async def _stop(step: asyncio.Future[bytes]) -> None:
+    if not step.done():
+        step.cancel()
+    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
+        await step

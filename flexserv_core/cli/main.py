@@ -21,6 +21,7 @@ import msgspec
 
 from flexserv_core import __version__, hooks
 from flexserv_core.commands import CORE_COMMANDS, CommandContext
+from flexserv_core.edge.logs import configure_logging
 from flexserv_core.errors import PluginCommandError, PluginError, UsageError
 from flexserv_core.plugin_manager import FlexServPluginManager, PluginStatus, create_plugin_manager
 from flexserv_core.plugin_report import plugin_report
@@ -55,10 +56,6 @@ def _settings_from(args: argparse.Namespace, pm: FlexServPluginManager) -> Setti
     return resolve_settings(structs, cli=cli, config_file=args.config)
 
 
-def _configure_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)-7s %(name)s: %(message)s", force=True)
-
-
 def cmd_run(argv: Sequence[str]) -> int:
     selection, _ = _selection_parser().parse_known_args(argv)
     pm = create_plugin_manager(selection.plugins)
@@ -68,23 +65,16 @@ def cmd_run(argv: Sequence[str]) -> int:
     add_arguments(parser, hooks.settings_structs(pm))
     args = parser.parse_args(argv)
     settings = _settings_from(args, pm)
-    _configure_logging(settings.core.log_level)
-
-    import uvicorn
+    core = settings.core
+    configure_logging(core.log_level, core.log_format)
+    if bool(core.ssl_keyfile) != bool(core.ssl_certfile):
+        raise UsageError("--ssl-keyfile and --ssl-certfile go together: give both, or neither")
 
     from flexserv_core.app import create_app
+    from flexserv_core.cli.serve import DrainingServer, uvicorn_config
 
     app = create_app(settings, pm)
-    config = uvicorn.Config(
-        app,
-        host=settings.core.host,
-        port=settings.core.port,
-        log_level=settings.core.log_level,
-        lifespan="on",
-        timeout_graceful_shutdown=int(settings.core.shutdown_timeout) or None,
-        log_config=None,
-    )
-    server = uvicorn.Server(config)
+    server = DrainingServer(uvicorn_config(app, core), app.state.flexserv)
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal
     # with the handlers it found installed: make that a clean exit, not a kill.
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -247,7 +237,7 @@ def run_plugin_command(name: str, argv: Sequence[str]) -> int:
     if command.settings:
         settings = resolve_settings(structs, cli=vars(args), config_file=args.config)
         hooks.configure(pm, settings)
-        _configure_logging(settings.core.log_level)
+        configure_logging(settings.core.log_level, settings.core.log_format)
     context = CommandContext(args=args, settings=settings, plugin_args=tuple(plugin_args))
     try:
         status = command.run(context)

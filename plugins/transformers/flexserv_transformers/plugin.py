@@ -15,7 +15,7 @@ import msgspec
 from flexserv_core import hookimpl
 from flexserv_transformers.backend import TransformersBackend, embedded_spec
 from flexserv_transformers.engine_api import engine_settings_structs
-from flexserv_transformers.settings import TransformersSettings, check_settings
+from flexserv_transformers.settings import TransformersSettings, check_settings, engine_from_flag
 
 if TYPE_CHECKING:
     from flexserv_core import Backend, ModelSpec, Settings
@@ -28,6 +28,10 @@ def flexserv_add_settings() -> list[type[msgspec.Struct]]:
 
 @hookimpl
 def flexserv_configure(settings: Settings) -> None:
+    ours = settings.get(TransformersSettings)
+    engine = engine_from_flag(ours, engine_given="engine" in settings.origins)
+    if engine != ours.engine:
+        settings.replace(TransformersSettings, engine=engine)
     check_settings(settings.get(TransformersSettings))
 
 

@@ -50,6 +50,13 @@ class TransformersSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=T
         int, msgspec.Meta(ge=1, description="Completion length limit for requests that set no max_tokens.")
     ] = 2048
     engine: Annotated[str, msgspec.Meta(description=f"Generation engine: {', '.join(ENGINES)}.")] = DEFAULT_ENGINE
+    continuous_batching: Annotated[
+        bool | None,
+        msgspec.Meta(
+            description="The FlexServ spec's spelling of the engine choice: --continuous-batching is --engine paged,"
+            " --no-continuous-batching is --engine simple."
+        ),
+    ] = None
 
 
 def resolve_device(value: str) -> torch.device:
@@ -126,6 +133,17 @@ def check_quantization(quantization: Quantization, device: torch.device) -> None
 
     if importlib.util.find_spec("bitsandbytes") is None:
         raise UsageError(f"--quantization {quantization} needs the bitsandbytes package: pip install bitsandbytes")
+
+
+def engine_from_flag(settings: TransformersSettings, engine_given: bool) -> str:
+    """The engine ``--continuous-batching`` asks for (it agrees with ``--engine`` if both are given)."""
+    if settings.continuous_batching is None:
+        return settings.engine
+    wanted = "paged" if settings.continuous_batching else "simple"
+    if engine_given and settings.engine != wanted:
+        flag = "--continuous-batching" if settings.continuous_batching else "--no-continuous-batching"
+        raise UsageError(f"{flag} means --engine {wanted}, but --engine {settings.engine} was given too")
+    return wanted
 
 
 def check_settings(settings: TransformersSettings) -> None:
