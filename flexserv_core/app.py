@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from litestar import Litestar
 from litestar.datastructures import State
 from litestar.openapi import OpenAPIConfig
-from litestar.types import Receive, Scope, Send
+from litestar.types import LifeSpanReceive, LifeSpanScope, LifeSpanSend, Receive, Scope, Send
 
 from flexserv_core import __version__, hooks
 from flexserv_core.api.docs_page import DocsRenderPlugin, SchemaRenderPlugin, schema_router
@@ -37,7 +37,9 @@ class FlexServApp(Litestar):
     """Litestar with a request id around every HTTP request (404s and errors
     included): in the ``X-Request-Id`` response header and in every log line."""
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(
+        self, scope: Scope | LifeSpanScope, receive: Receive | LifeSpanReceive, send: Send | LifeSpanSend
+    ) -> None:
         await with_request_id(super().__call__, scope, receive, send)
 
 

@@ -145,7 +145,8 @@ def _schema_of(declared: Any, ref_of: dict[Any, Any]) -> dict[str, Any]:
         return {"type": "string"}
     if isinstance(declared, tuple):
         return {"oneOf": [ref_of[t] for t in declared]}
-    return ref_of[declared]
+    ref: dict[str, Any] = ref_of[declared]
+    return ref
 
 
 def cached_schema(app: Litestar) -> dict[str, Any]:

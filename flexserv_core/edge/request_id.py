@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import Final
+from typing import Any, Final
 
-from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from litestar.types import Message, Scope
 
 HEADER: Final = "x-request-id"
 MAX_LENGTH: Final = 128
@@ -42,7 +43,7 @@ def _header(scope: Scope) -> str | None:
     return None
 
 
-async def with_request_id(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+async def with_request_id(app: Callable[..., Awaitable[None]], scope: Any, receive: Any, send: Any) -> None:
     """Run ``app`` for one HTTP request with its id set, and add the id to the response."""
     if scope["type"] != "http":
         await app(scope, receive, send)
