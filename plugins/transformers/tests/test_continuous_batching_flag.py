@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import pytest
+from flexserv_transformers.plugin import flexserv_configure
 from flexserv_transformers.settings import TransformersSettings
 
-from flexserv_core import UsageError, hooks
+from flexserv_core import UsageError
 from flexserv_core.testing import make_plugin_manager, make_settings
 
 
 def _engine(**overrides: object) -> str:
     pm = make_plugin_manager(["transformers"])
     settings = make_settings(pm, {"device": "cpu", **overrides})
-    hooks.configure(pm, settings)
+    flexserv_configure(settings)
     return settings.get(TransformersSettings).engine
 
 
@@ -26,15 +27,3 @@ def test_continuous_batching_flag_selects_the_engine() -> None:
 def test_continuous_batching_contradicting_engine_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="--continuous-batching means --engine paged"):
         _engine(continuous_batching=True, engine="simple")
-
-
-def test_the_flag_parses_on_the_command_line() -> None:
-    import argparse
-
-    from flexserv_core.settings import add_arguments
-
-    pm = make_plugin_manager(["transformers"])
-    parser = argparse.ArgumentParser()
-    add_arguments(parser, hooks.settings_structs(pm))
-    assert parser.parse_args(["--continuous-batching"]).continuous_batching is True
-    assert parser.parse_args(["--no-continuous-batching"]).continuous_batching is False
