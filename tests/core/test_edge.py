@@ -24,7 +24,7 @@ class PluginRoutes:
 
     @hookimpl
     def flexserv_register_routes(self, settings: Any) -> list[Any]:
-        @get("/metrics", sync_to_thread=False)
+        @get("/metrics/myplugin", sync_to_thread=False)
         def metrics() -> str:
             return "flexserv:requests_running 0\n"
 
@@ -55,13 +55,15 @@ GROUPS = {
     "inference-models": ("GET", "/v1/models", None),
     "operations": ("GET", "/v1/flexserv/info", None),
     "operations-plugin-default": ("GET", "/v1/myplugin/status", None),
-    "metrics-plugin-default": ("GET", "/metrics", None),
+    "metrics": ("GET", "/metrics", None),
+    "metrics-plugin-default": ("GET", "/metrics/myplugin", None),
 }
 SCOPE_OF = {
     "inference": "inference",
     "inference-models": "inference",
     "operations": "operations",
     "operations-plugin-default": "operations",
+    "metrics": "metrics",
     "metrics-plugin-default": "metrics",
 }
 KEY_SCOPES = {
@@ -249,4 +251,5 @@ async def test_the_schema_validates_and_documents_every_body() -> None:
     assert set(schema["components"]["schemas"]["ErrorDetail"]["properties"]) == {"message", "type", "param", "code"}
     assert paths["/v1/flexserv/info"]["get"]["x-flexserv-scope"] == "operations"
     assert paths["/metrics"]["get"]["x-flexserv-scope"] == "metrics"
+    assert paths["/metrics/myplugin"]["get"]["x-flexserv-scope"] == "metrics"
     assert paths["/health"]["get"]["security"] == []
