@@ -45,7 +45,11 @@ NESTED: dict[str, Any] = {
     "additionalProperties": False,
     "$defs": {"Role": {"type": "string", "enum": ["admin", "user", "guest"]}},
 }
-ENUM: dict[str, Any] = {"type": "object", "properties": {"color": {"enum": ["red", "green", "blue"]}}, "required": ["color"]}
+ENUM: dict[str, Any] = {
+    "type": "object",
+    "properties": {"color": {"enum": ["red", "green", "blue"]}},
+    "required": ["color"],
+}
 LIST: dict[str, Any] = {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 8}
 OPTIONAL: dict[str, Any] = {
     "type": "object",
@@ -118,10 +122,9 @@ def load_tokenizer() -> Any:
     import tempfile
     from pathlib import Path
 
-    from transformers import AutoTokenizer
-
     from flexserv_transformers.backend import embedded_gguf
     from flexserv_transformers.loading import ensure_gguf_checkpoint
+    from transformers import AutoTokenizer
 
     gguf = embedded_gguf()
     if gguf is None:
@@ -214,9 +217,11 @@ class Outlines(Lib):
 
         self.oc = outlines_core
         self.tokenizer = tokenizer
-        self.vocab = outlines_core.Vocabulary.from_pretrained_tokenizer(tokenizer) if hasattr(
-            outlines_core.Vocabulary, "from_pretrained_tokenizer"
-        ) else self._vocabulary(tokenizer)
+        self.vocab = (
+            outlines_core.Vocabulary.from_pretrained_tokenizer(tokenizer)
+            if hasattr(outlines_core.Vocabulary, "from_pretrained_tokenizer")
+            else self._vocabulary(tokenizer)
+        )
 
     def _vocabulary(self, tokenizer: Any) -> Any:
         from outlines_core import Vocabulary

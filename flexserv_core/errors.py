@@ -35,6 +35,13 @@ class InvalidRequest(FlexServError):
     error_type = "invalid_request_error"
 
 
+class UnsupportedParameter(InvalidRequest):
+    """A request parameter that would change the output and that this server (or
+    this model) does not implement: refused rather than silently ignored."""
+
+    default_code = "unsupported_parameter"
+
+
 class ContextLengthExceeded(InvalidRequest):
     default_code = "context_length_exceeded"
 

@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Literal
 
 import msgspec
 
+from flexserv_core.errors import UnsupportedParameter
 from flexserv_core.models.spec import ModelKind, ModelSpec
 
 #: ``progress(message, fraction)``: a long step reports what it does and, when it
@@ -122,8 +123,41 @@ class Backend(abc.ABC):
 # --- text generation ---------------------------------------------------------------
 
 
+ConstraintKind = Literal["json_object", "json_schema", "regex", "choice", "grammar"]
+
+
+class Constraint(msgspec.Struct, frozen=True, kw_only=True):
+    """What a completion must match, described without naming a grammar library.
+
+    The API layer checks the shape (``kind``, that ``spec`` is there); the backend
+    compiles it and raises :class:`~flexserv_core.errors.InvalidRequest` with
+    ``param`` when it cannot (see :meth:`TextGenerationModel.prepare`).
+
+    ``spec`` by ``kind``: ``json_object`` none (any JSON object); ``json_schema``
+    the schema as JSON text; ``regex`` the pattern (matched in full); ``choice`` a
+    JSON array of the allowed strings; ``grammar`` a Lark grammar (rule ``start``).
+
+    ``prefix``/``suffix``: literal text around the constrained value (tool-call tags);
+    with ``repeat``, ``prefix value suffix`` occurs one or more times, joined by
+    ``separator`` (parallel tool calls). Frozen, so a backend may cache by it.
+    """
+
+    kind: ConstraintKind
+    spec: str = ""
+    prefix: str = ""
+    suffix: str = ""
+    repeat: bool = False
+    separator: str = ""
+    #: The request parameter an error about this constraint names.
+    param: str = "response_format"
+
+
 class SamplingParams(msgspec.Struct, kw_only=True):
-    """Per-request decoding settings, already validated by the API layer."""
+    """Per-request decoding settings, already validated by the API layer.
+
+    ``logit_bias``: token id -> value added to its logit before sampling (OpenAI's
+    -100..100). ``constraint``: the output must match it (EOS only where it is complete).
+    """
 
     max_tokens: int
     temperature: float = 1.0
@@ -134,6 +168,8 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     frequency_penalty: float = 0.0
     logprobs: bool = False
     top_logprobs: int = 0
+    logit_bias: dict[int, float] | None = None
+    constraint: Constraint | None = None
 
     @property
     def greedy(self) -> bool:
@@ -219,6 +255,19 @@ class TextGenerationModel(LoadedModel):
     @abc.abstractmethod
     def decode(self, token_ids: list[int]) -> str:
         """Detokenize, skipping special tokens."""
+
+    async def prepare(self, params: SamplingParams) -> None:
+        """Check, before any output is sent, what ``generate`` will need for ``params``.
+
+        Called once per request by the API layer (after it planned its choices). A
+        backend that supports ``params.constraint`` compiles it here (and may cache
+        it for ``generate``); a bad one is an :class:`InvalidRequest` with ``param``.
+        The default refuses constraints, so a backend without them never drops one silently.
+        """
+        if params.constraint is not None:
+            raise UnsupportedParameter(
+                f"The model '{self.spec.name}' does not support constrained decoding.", param=params.constraint.param
+            )
 
     @abc.abstractmethod
     def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[TokenDelta]:

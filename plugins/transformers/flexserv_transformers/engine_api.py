@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
     from flexserv_core import Settings
+    from flexserv_transformers.grammar import GrammarState
 
 __all__ = [
     "DEFAULT_ENGINE",
@@ -132,9 +133,13 @@ class Engine(Protocol):
         The model declares it as its context length, so requests never exceed it."""
         ...
 
-    def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncGenerator[EngineToken, None]:
+    def generate(
+        self, prompt_ids: list[int], params: SamplingParams, grammar: GrammarState | None = None
+    ) -> AsyncGenerator[EngineToken, None]:
         """Stream the tokens that complete ``prompt_ids`` (usually an ``async def``
-        generator). Called on the event loop."""
+        generator). Called on the event loop. ``grammar`` is the sequence's matcher
+        when ``params.constraint`` is set: the engine hands it to its
+        :class:`~flexserv_transformers.sampling.SamplerState`, which masks and advances it."""
         ...
 
     def stats(self) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -19,6 +20,7 @@ from flexserv_core import (
 )
 from flexserv_transformers.detokenize import IncrementalDetokenizer
 from flexserv_transformers.engine_api import Engine, EngineModel, load_engine_factory
+from flexserv_transformers.grammar import GrammarCompiler
 from flexserv_transformers.loading import context_length, eos_token_ids, parameter_dtype
 
 if TYPE_CHECKING:
@@ -72,6 +74,7 @@ class TransformersTextModel(TextGenerationModel):
             vocab_size=int(model.get_input_embeddings().weight.shape[0]),
             default_max_tokens=default_max_tokens,
         )
+        self.grammars = GrammarCompiler(tokenizer, self.eos_token_ids, engine_model.vocab_size)
         self._model: PreTrainedModel | None = model
 
     # -- prompts --------------------------------------------------------------------
@@ -112,11 +115,26 @@ class TransformersTextModel(TextGenerationModel):
 
     # -- generation -----------------------------------------------------------------
 
+    async def prepare(self, params: SamplingParams) -> None:
+        if params.logit_bias:
+            bad = [t for t in params.logit_bias if not 0 <= t < self.engine_model.vocab_size]
+            if bad:
+                raise InvalidRequest(
+                    f"logit_bias has token id {bad[0]}, outside this model's vocabulary [0, {self.engine_model.vocab_size}).",
+                    param="logit_bias",
+                )
+        if params.constraint is not None:
+            # compiling takes milliseconds (the first one also builds the vocabulary, ~0.5 s): off the loop
+            await asyncio.to_thread(self.grammars.compile, params.constraint)
+
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[TokenDelta]:
         # The API layer checked the request against ``limits`` (text_validation).
         assert prompt_ids and len(prompt_ids) + params.max_tokens <= self.limits.context_length
+        grammar = None
+        if params.constraint is not None:
+            grammar = await asyncio.to_thread(self.grammars.state, params.constraint)
         detokenizer = IncrementalDetokenizer(self.tokenizer, prompt_ids)
-        async with aclosing(self.engine.generate(prompt_ids, params)) as tokens:
+        async with aclosing(self.engine.generate(prompt_ids, params, grammar)) as tokens:
             async for token in tokens:
                 if token.finish_reason == "stop":
                     text = detokenizer.flush()

@@ -7,6 +7,8 @@ batching engine agree on semantics. Rows of ``logits`` are sequences; each has a
 
 Order of processing (as ``transformers``' logits processors do it):
 
+0. ``logit_bias`` is added, then the row's grammar (if it has a constraint)
+   sets every token it does not allow to ``-inf`` (:mod:`.grammar`);
 1. penalties (OpenAI semantics, over *generated* tokens only):
    ``logit -= presence_penalty * (count > 0) + frequency_penalty * count``;
 2. temperature: ``logits / temperature`` (a greedy row uses 1);
@@ -33,6 +35,7 @@ import torch
 
 from flexserv_core import SamplingParams
 from flexserv_transformers.engine_api import EngineToken
+from flexserv_transformers.grammar import GrammarState, apply_grammar_masks
 
 __all__ = ["SamplerState", "sample_next"]
 
@@ -40,10 +43,24 @@ __all__ = ["SamplerState", "sample_next"]
 class SamplerState:
     """The per-sequence sampling state: parameters, generator, token counts."""
 
-    __slots__ = ("counts", "generator", "params", "seed")
+    __slots__ = ("bias", "counts", "generator", "grammar", "params", "seed")
 
-    def __init__(self, params: SamplingParams, *, vocab_size: int, device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self,
+        params: SamplingParams,
+        *,
+        vocab_size: int,
+        device: torch.device | str = "cpu",
+        grammar: GrammarState | None = None,
+    ) -> None:
         self.params = params
+        self.grammar = grammar
+        self.bias: torch.Tensor | None = None
+        if params.logit_bias:
+            self.bias = torch.zeros(vocab_size, dtype=torch.float32, device=device)
+            ids = torch.tensor([t for t in params.logit_bias if 0 <= t < vocab_size], dtype=torch.long, device=device)
+            values = [v for t, v in params.logit_bias.items() if 0 <= t < vocab_size]
+            self.bias[ids] = torch.tensor(values, dtype=torch.float32, device=device)
         self.seed = params.seed if params.seed is not None else secrets.randbits(63)
         self.generator: torch.Generator | None = None
         if not params.greedy:
@@ -58,9 +75,12 @@ class SamplerState:
         return self.counts is not None
 
     def observe(self, token_id: int) -> None:
-        """Record a generated token (call once per token the sequence emits)."""
+        """Record a generated token (call once per token the sequence emits); it
+        also advances the grammar, so state and tokens never diverge."""
         if self.counts is not None:
             self.counts[token_id] += 1
+        if self.grammar is not None:
+            self.grammar.advance(token_id)
 
 
 def _column(values: list[float], like: torch.Tensor) -> torch.Tensor:
@@ -91,6 +111,11 @@ def sample_next(logits: torch.Tensor, states: Sequence[SamplerState]) -> list[En
     """
     logits = logits.float()
     params = [s.params for s in states]
+    if any(s.bias is not None for s in states):
+        zeros = torch.zeros(logits.shape[-1], dtype=torch.float32, device=logits.device)
+        logits = logits + torch.stack([s.bias if s.bias is not None else zeros for s in states])
+    if any(s.grammar is not None for s in states):
+        logits = apply_grammar_masks(logits, [s.grammar for s in states])
     if any(s.uses_penalties for s in states):
         zeros = torch.zeros(logits.shape[-1], dtype=torch.float32, device=logits.device)
         counts = torch.stack([s.counts if s.counts is not None else zeros for s in states])

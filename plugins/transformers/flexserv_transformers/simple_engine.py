@@ -27,6 +27,7 @@ import torch
 
 from flexserv_core import SamplingParams, ServiceUnavailable, Settings
 from flexserv_transformers.engine_api import EngineModel, EngineToken
+from flexserv_transformers.grammar import GrammarState
 from flexserv_transformers.sampling import SamplerState, sample_next
 
 log = logging.getLogger(__name__)
@@ -106,9 +107,11 @@ class SimpleEngine:
     def max_sequence_tokens(self) -> int:
         return self._em.context_length
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncGenerator[EngineToken, None]:
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, grammar: GrammarState | None = None
+    ) -> AsyncGenerator[EngineToken, None]:
         assert 0 < len(prompt_ids) < self.max_sequence_tokens, "the API layer checks prompts against TextLimits"
-        sampler = SamplerState(params, vocab_size=self._em.vocab_size, device=self._em.device)
+        sampler = SamplerState(params, vocab_size=self._em.vocab_size, device=self._em.device, grammar=grammar)
         seq = _Sequence(list(prompt_ids), params, sampler, asyncio.get_running_loop())
         with self._cv:
             if self._closed:

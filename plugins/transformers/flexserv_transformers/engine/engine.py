@@ -25,6 +25,7 @@ from flexserv_transformers.engine.scheduler import Scheduler
 from flexserv_transformers.engine.sequence import Sequence
 from flexserv_transformers.engine.settings import EngineSettings
 from flexserv_transformers.engine_api import EngineModel, EngineToken
+from flexserv_transformers.grammar import GrammarState
 from flexserv_transformers.sampling import sample_next
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ class PagedEngine:
         """The model's context, or the whole KV cache when that is smaller."""
         return min(self.context_length, self.capacity_tokens)
 
-    def _submit(self, prompt_ids: list[int], params: SamplingParams) -> Sequence:
+    def _submit(self, prompt_ids: list[int], params: SamplingParams, grammar: GrammarState | None) -> Sequence:
         assert 0 < len(prompt_ids) < self.max_sequence_tokens, "the API layer checks prompts against TextLimits"
         total = len(prompt_ids) + params.max_tokens
         loop = asyncio.get_running_loop()
@@ -104,6 +105,7 @@ class PagedEngine:
             queue=asyncio.Queue(),
             vocab_size=self.vocab_size,
             device=self.device,
+            grammar=grammar,
         )
         limit = self.settings.max_batch_size + self.settings.max_queued_requests
         with self._wake:
@@ -123,13 +125,16 @@ class PagedEngine:
         per_step = self._step_time / self._steps if self._steps else 0.05
         return max(1.0, per_step * self.settings.max_batch_size)
 
-    def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncGenerator[EngineToken, None]:
+    def generate(
+        self, prompt_ids: list[int], params: SamplingParams, grammar: GrammarState | None = None
+    ) -> AsyncGenerator[EngineToken, None]:
         """Submit now (call it on the event loop) and stream outputs for ``prompt_ids``; the last one has ``finish_reason`` set.
+        ``grammar`` (for ``params.constraint``) masks each step's logits and advances with each kept token.
 
         Raises :class:`TooManyRequests` at once when the queue is full. Closing the
         iterator early cancels the sequence within one step.
         """
-        seq = self._submit(prompt_ids, params)
+        seq = self._submit(prompt_ids, params, grammar)
         return self._stream(seq)
 
     async def _stream(self, seq: Sequence) -> AsyncGenerator[EngineToken, None]:

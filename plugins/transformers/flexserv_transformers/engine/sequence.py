@@ -8,6 +8,7 @@ import itertools
 from flexserv_core import SamplingParams
 from flexserv_transformers.engine.blocks import BlockKey
 from flexserv_transformers.engine_api import EngineToken
+from flexserv_transformers.grammar import GrammarState
 from flexserv_transformers.sampling import SamplerState
 
 _ids = itertools.count()
@@ -33,13 +34,14 @@ class Sequence:
         queue: asyncio.Queue[Outcome],
         vocab_size: int,
         device: str = "cpu",
+        grammar: GrammarState | None = None,
     ) -> None:
         self.id = next(_ids)
         self.prompt_len = len(prompt_ids)
         self.tokens = list(prompt_ids)
         self.params = params
         self.max_total_tokens = max_total_tokens
-        self.sampler = SamplerState(params, vocab_size=vocab_size, device=device)
+        self.sampler = SamplerState(params, vocab_size=vocab_size, device=device, grammar=grammar)
         self.loop = loop
         self.queue = queue
         self.blocks: list[int] = []

@@ -1,0 +1,161 @@
+"""Constrained decoding and logit_bias in both engines, on a tiny random Llama.
+
+A random model's free output is gibberish, so any valid JSON / regex match it
+produces is the grammar's doing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import Any
+
+import pytest
+from flexserv_transformers.testing import build_tiny_llama
+
+from flexserv_core.backends.base import Constraint, SamplingParams
+from flexserv_core.errors import InvalidRequest
+from flexserv_core.models.spec import ModelKind, ModelSpec
+
+pytestmark = pytest.mark.slow  # loads a model per engine and decodes a few hundred tokens
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "pattern": "^[a-z]{1,8}$"},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "role": {"enum": ["admin", "user"]},
+        "tags": {"type": "array", "items": {"type": "string", "pattern": "^[a-z]{1,5}$"}, "maxItems": 3},
+    },
+    "required": ["name", "age", "role", "tags"],
+    "additionalProperties": False,
+}
+SCHEMA_C = Constraint(kind="json_schema", spec=json.dumps(SCHEMA))
+
+
+@pytest.fixture(scope="module")
+def tiny_long_spec(tmp_path_factory: pytest.TempPathFactory) -> ModelSpec:
+    path = build_tiny_llama(tmp_path_factory.mktemp("tiny-long"), max_position_embeddings=256)
+    return ModelSpec(name="tiny-long", kind=ModelKind.TEXT, source=str(path))
+
+
+@pytest.fixture(scope="module", params=["simple", "paged"])
+def engine_model(request: pytest.FixtureRequest, tiny_long_spec, tmp_path_factory: pytest.TempPathFactory, load_model):
+    # a small KV cache (20 blocks of 8 tokens) makes concurrent paged sequences preempt each other
+    extra = {"kv_cache_blocks": 20, "kv_block_size": 8} if request.param == "paged" else {}
+    model = load_model(tiny_long_spec, tmp_path_factory.mktemp("cache"), dtype="float32", engine=request.param, **extra)
+    yield model
+    model.unload()
+
+
+def _prompt(model: Any) -> list[int]:
+    return model.render_chat([{"role": "user", "content": "describe a person as JSON"}], {})
+
+
+async def _text(model: Any, prompt: list[int], params: SamplingParams) -> tuple[str, str | None]:
+    await model.prepare(params)
+    parts, finish = [], None
+    async for delta in model.generate(prompt, params):
+        parts.append(delta.text)
+        finish = delta.finish_reason
+    return "".join(parts), finish
+
+
+async def test_json_schema_sampled_outputs_validate(engine_model):
+    prompt = _prompt(engine_model)
+    params = [SamplingParams(max_tokens=100, temperature=1.0, seed=s, constraint=SCHEMA_C) for s in range(6)]
+    results = await asyncio.gather(*(_text(engine_model, prompt, p) for p in params))
+    for text, finish in results:
+        assert finish == "stop", text  # EOS came only once the document was complete
+        value = json.loads(text)
+        assert set(value) == {"name", "age", "role", "tags"} and value["role"] in ("admin", "user")
+        assert isinstance(value["age"], int) and len(value["tags"]) <= 3
+
+
+async def test_constrained_and_free_sequences_share_a_batch(engine_model):
+    prompt = _prompt(engine_model)
+    free = SamplingParams(max_tokens=12, temperature=0)
+    alone, _ = await _text(engine_model, prompt, free)
+    mixed = await asyncio.gather(
+        *(_text(engine_model, prompt, SamplingParams(max_tokens=40, seed=i, constraint=SCHEMA_C)) for i in range(3)),
+        _text(engine_model, prompt, free),
+    )
+    assert mixed[-1][0] == alone  # the neighbours' masks never touch an unconstrained row
+
+
+async def test_preemption_keeps_grammar_in_step(engine_model):
+    if engine_model.engine_name != "paged":
+        pytest.skip("the simple engine does not preempt")
+    prompt = _prompt(engine_model)
+    before = engine_model.engine.stats()["preemptions"]
+    params = [SamplingParams(max_tokens=100, seed=s, constraint=SCHEMA_C) for s in range(6)]
+    results = await asyncio.gather(*(_text(engine_model, prompt, p) for p in params))
+    assert engine_model.engine.stats()["preemptions"] > before
+    for text, finish in results:
+        if finish == "stop":
+            json.loads(text)
+        else:  # ran out of tokens: still a valid prefix of the grammar's language
+            assert text.startswith("{")
+
+
+@pytest.mark.parametrize(
+    ("constraint", "check"),
+    [
+        (Constraint(kind="regex", spec=r"[0-9]{3}-[a-c]{2}"), lambda t: re.fullmatch(r"[0-9]{3}-[a-c]{2}", t)),
+        (Constraint(kind="choice", spec=json.dumps(["yes", "no", "maybe"])), lambda t: t in ("yes", "no", "maybe")),
+        (
+            Constraint(kind="grammar", spec='start: "x" ("+" "y")* "=" /[0-9]/'),
+            lambda t: re.fullmatch(r"x(\+y)*=\d", t),
+        ),
+        (Constraint(kind="json_object"), lambda t: isinstance(json.loads(t), dict)),
+        (
+            Constraint(
+                kind="json_schema",
+                spec=json.dumps({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}),
+                prefix="<tool_call>\n",
+                suffix="\n</tool_call>",
+                repeat=True,
+                separator="\n",
+            ),
+            lambda t: re.fullmatch(r'(<tool_call>\n\{"a": -?\d+\}\n</tool_call>\n?)+', t),
+        ),
+    ],
+    ids=["regex", "choice", "lark", "json_object", "wrapped-repeat"],
+)
+async def test_other_constraint_kinds(engine_model, constraint, check):
+    params = SamplingParams(max_tokens=60, temperature=1.0, seed=3, constraint=constraint)
+    text, finish = await _text(engine_model, _prompt(engine_model), params)
+    assert finish == "stop" and check(text), text
+
+
+@pytest.mark.parametrize(
+    ("constraint", "match"),
+    [
+        (Constraint(kind="json_schema", spec='{"type": "array", "uniqueItems": true}'), "uniqueItems"),
+        (Constraint(kind="json_schema", spec='{"type":'), "JSON schema"),
+        (Constraint(kind="regex", spec="[a-z", param="structured_outputs.regex"), "regular expression"),
+        (Constraint(kind="grammar", spec="start: nowhere"), "nowhere"),
+    ],
+)
+async def test_uncompilable_constraints_are_400(engine_model, constraint, match):
+    with pytest.raises(InvalidRequest, match=match) as info:
+        await engine_model.prepare(SamplingParams(max_tokens=4, constraint=constraint))
+    assert info.value.param == constraint.param
+
+
+async def test_logit_bias_forbids_and_forces(engine_model):
+    prompt = _prompt(engine_model)
+
+    async def ids(**params: Any) -> list[int]:
+        return [d.token_id async for d in engine_model.generate(prompt, SamplingParams(**params))]
+
+    first = (await ids(max_tokens=1, temperature=0))[0]
+    assert (await ids(max_tokens=1, temperature=0, logit_bias={first: -100}))[0] != first
+    target = 300  # an ordinary BPE token of the tiny vocabulary
+    assert await ids(max_tokens=5, temperature=1.0, seed=1, logit_bias={target: 100}) == [target] * 5
+
+
+async def test_logit_bias_outside_vocabulary_is_400(engine_model):
+    with pytest.raises(InvalidRequest) as info:
+        await engine_model.prepare(SamplingParams(max_tokens=1, logit_bias={10**6: 1.0}))
+    assert info.value.param == "logit_bias"
