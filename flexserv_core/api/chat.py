@@ -14,7 +14,7 @@ from flexserv_core.api.disconnect import until_disconnect
 from flexserv_core.api.streaming import DONE, READY, SSEGenerator, error_event, sse_event, sse_response
 from flexserv_core.api.text_generation import ChoiceJob, ChoiceResult, collect, merge
 from flexserv_core.api.text_logprobs import chat_logprobs
-from flexserv_core.api.text_request import chat_jobs
+from flexserv_core.api.text_request import chat_plan, prepare_jobs
 from flexserv_core.api.text_schemas import (
     AssistantMessage,
     ChatChoice,
@@ -26,6 +26,7 @@ from flexserv_core.api.text_schemas import (
     Usage,
     encode,
 )
+from flexserv_core.api.tool_calls import ToolPlan, ToolStreamer, split_output
 from flexserv_core.backends.base import TextGenerationModel
 from flexserv_core.metrics.text import TextRequestMetrics
 from flexserv_core.request_context import RequestContext
@@ -58,7 +59,8 @@ async def create_chat_completion(request: Request[Any, Any, Any]) -> Response[An
     ):
         metrics.admitted(lease.spec.name)
         model = lease.model
-        prompt_ids, jobs = chat_jobs(model, lease.spec, body, context)
+        prompt_ids, jobs, plan = chat_plan(model, lease.spec, body, context)
+        await prepare_jobs(jobs)
         metrics.start(len(prompt_ids), jobs)
         results = await until_disconnect(request, collect(jobs))
     completion_id = new_id("chatcmpl")
@@ -67,18 +69,25 @@ async def create_chat_completion(request: Request[Any, Any, Any]) -> Response[An
         id=completion_id,
         created=int(time.time()),
         model=lease.spec.name,
-        choices=[_choice(result, bool(body.logprobs)) for result in results],
+        choices=[_choice(result, bool(body.logprobs), plan) for result in results],
         usage=_usage(len(prompt_ids), results),
     )
     return Response(content=encode(completion), media_type=MediaType.JSON)
 
 
-def _choice(result: ChoiceResult, logprobs: bool) -> ChatChoice:
+def _choice(result: ChoiceResult, logprobs: bool, plan: ToolPlan | None) -> ChatChoice:
+    message = AssistantMessage(content=result.text)
+    finish: str = result.finish_reason
+    if plan is not None and plan.parses:
+        content, calls = split_output(plan, result.text)
+        if calls:
+            message = AssistantMessage(content=content, tool_calls=calls)
+            finish = "tool_calls"
     return ChatChoice(
         index=result.index,
-        message=AssistantMessage(content=result.text),
+        message=message,
         logprobs=chat_logprobs(result.tokens) if logprobs else None,
-        finish_reason=result.finish_reason,
+        finish_reason=finish,
     )
 
 
@@ -94,7 +103,8 @@ async def _stream(server: FlexServer, body: ChatCompletionRequest, context: Requ
     ):
         metrics.admitted(lease.spec.name)
         model = lease.model
-        prompt_ids, jobs = chat_jobs(model, lease.spec, body, context)
+        prompt_ids, jobs, plan = chat_plan(model, lease.spec, body, context)
+        await prepare_jobs(jobs)
         metrics.start(len(prompt_ids), jobs)
         yield READY
         ident, created, name = new_id("chatcmpl"), int(time.time()), lease.spec.name
@@ -108,19 +118,29 @@ async def _stream(server: FlexServer, body: ChatCompletionRequest, context: Requ
         for job in jobs:
             yield chunk([ChatChunkChoice(index=job.index, delta=ChatDelta(role="assistant", content=""))])
         completion_tokens = 0
+        streamers = {job.index: ToolStreamer(plan) for job in jobs} if plan is not None and plan.parses else {}
         try:
             async with aclosing(merge(jobs)) as events:
                 async for event in events:
-                    if event.text or event.tokens:
+                    streamer = streamers.get(event.index)
+                    text = streamer.feed(event.text) if streamer is not None else event.text
+                    if text or event.tokens:
                         logprobs = chat_logprobs(event.tokens) if _wants_logprobs(jobs) else None
                         yield chunk(
-                            [ChatChunkChoice(index=event.index, delta=ChatDelta(content=event.text), logprobs=logprobs)]
+                            [ChatChunkChoice(index=event.index, delta=ChatDelta(content=text), logprobs=logprobs)]
                         )
                     if event.finish_reason is not None:
                         completion_tokens += event.completion_tokens
-                        yield chunk(
-                            [ChatChunkChoice(index=event.index, delta=ChatDelta(), finish_reason=event.finish_reason)]
-                        )
+                        finish: str = event.finish_reason
+                        if streamer is not None:
+                            rest, deltas = streamer.finish()
+                            if rest:
+                                yield chunk([ChatChunkChoice(index=event.index, delta=ChatDelta(content=rest))])
+                            for delta in deltas:
+                                yield chunk([ChatChunkChoice(index=event.index, delta=ChatDelta(tool_calls=[delta]))])
+                            if deltas:
+                                finish = "tool_calls"
+                        yield chunk([ChatChunkChoice(index=event.index, delta=ChatDelta(), finish_reason=finish)])
         except Exception as exc:
             yield error_event(exc)
             return

@@ -14,7 +14,7 @@ from flexserv_core.api.disconnect import until_disconnect
 from flexserv_core.api.streaming import DONE, READY, SSEGenerator, error_event, sse_event, sse_response
 from flexserv_core.api.text_generation import ChoiceResult, collect, merge
 from flexserv_core.api.text_logprobs import completion_logprobs
-from flexserv_core.api.text_request import completion_jobs
+from flexserv_core.api.text_request import completion_jobs, pick_best_of, prepare_jobs
 from flexserv_core.api.text_schemas import Completion, CompletionChoice, CompletionRequest, Usage, encode
 from flexserv_core.backends.base import TextGenerationModel
 from flexserv_core.metrics.text import TextRequestMetrics
@@ -47,9 +47,12 @@ async def create_completion(request: Request[Any, Any, Any]) -> Response[Any]:
         model = lease.model
         prompts, jobs = completion_jobs(model, body)
         metrics.start(sum(len(ids) for ids, _ in prompts), jobs)
+        await prepare_jobs(jobs)
         results = await until_disconnect(request, collect(jobs))
         echoes = _echoes(model, prompts, body)
     n = body.n or 1
+    usage = _usage(prompts, results)  # best_of: every candidate's tokens count, as OpenAI bills them
+    results = pick_best_of(results, max(n, body.best_of or 1), n)
     choices = []
     for result in results:
         echo = echoes[result.index // n]
@@ -70,7 +73,7 @@ async def create_completion(request: Request[Any, Any, Any]) -> Response[Any]:
         created=int(time.time()),
         model=lease.spec.name,
         choices=choices,
-        usage=_usage(prompts, results),
+        usage=usage,
     )
     return Response(content=encode(completion), media_type=MediaType.JSON)
 
@@ -97,6 +100,7 @@ async def _stream(server: FlexServer, body: CompletionRequest, context: RequestC
         model = lease.model
         prompts, jobs = completion_jobs(model, body)
         metrics.start(sum(len(ids) for ids, _ in prompts), jobs)
+        await prepare_jobs(jobs)
         echoes = _echoes(model, prompts, body)
         yield READY
         ident, created, name = new_id("cmpl"), int(time.time()), lease.spec.name

@@ -10,10 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from flexserv_core import hooks
-from flexserv_core.api.text_generation import ChoiceJob
+from flexserv_core.api.structured import check_logit_bias, request_constraint
+from flexserv_core.api.text_generation import ChoiceJob, ChoiceResult
 from flexserv_core.api.text_schemas import ChatCompletionRequest, ChatMessage, CompletionRequest
 from flexserv_core.api.text_validation import check_token_ids, is_token_id, max_tokens_for
-from flexserv_core.backends.base import SamplingParams, TextGenerationModel
+from flexserv_core.api.tool_calls import ToolPlan, check_tool_history, plan_tools, template_messages, template_tools
+from flexserv_core.backends.base import Constraint, SamplingParams, TextGenerationModel
 from flexserv_core.errors import InvalidRequest
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.request_context import RequestContext
@@ -36,7 +38,14 @@ def choice_seed(seed: int | None, choice: int) -> int | None:
 
 
 def sampling_params(
-    body: ChatCompletionRequest | CompletionRequest, *, max_tokens: int, choice: int, logprobs: bool, top_logprobs: int
+    body: ChatCompletionRequest | CompletionRequest,
+    *,
+    max_tokens: int,
+    choice: int,
+    logprobs: bool,
+    top_logprobs: int,
+    constraint: Constraint | None = None,
+    logit_bias: dict[int, float] | None = None,
 ) -> SamplingParams:
     top_k = body.top_k or 0
     if top_k < 0:
@@ -54,7 +63,16 @@ def sampling_params(
         frequency_penalty=body.frequency_penalty or 0.0,
         logprobs=logprobs,
         top_logprobs=top_logprobs,
+        constraint=constraint,
+        logit_bias=logit_bias,
     )
+
+
+async def prepare_jobs(jobs: list[ChoiceJob]) -> None:
+    """Let the backend check (and compile) what the jobs need, before any output:
+    the choices share constraint and bias, so the first job stands for all."""
+    if jobs and (jobs[0].params.constraint is not None or jobs[0].params.logit_bias):
+        await jobs[0].model.prepare(jobs[0].params)
 
 
 # --- chat --------------------------------------------------------------------------
@@ -65,7 +83,7 @@ def check_chat(body: ChatCompletionRequest) -> None:
         raise InvalidRequest("'top_logprobs' requires 'logprobs' to be true.", param="top_logprobs")
 
 
-def chat_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+def chat_messages(messages: list[ChatMessage], plan: ToolPlan | None = None) -> list[dict[str, Any]]:
     """OpenAI messages -> template messages: content parts joined into one string,
     ``developer`` served as ``system``."""
     out: list[dict[str, Any]] = []
@@ -88,6 +106,7 @@ def chat_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
         if message.name is not None:
             entry["name"] = message.name
         out.append(entry)
+    template_messages(out, messages, plan)
     return out
 
 
@@ -106,8 +125,31 @@ def chat_jobs(
     model: TextGenerationModel, spec: ModelSpec, body: ChatCompletionRequest, context: RequestContext
 ) -> tuple[list[int], list[ChoiceJob]]:
     """Render the prompt and plan ``n`` choices; returns ``(prompt_ids, jobs)``."""
+    prompt_ids, jobs, _plan = chat_plan(model, spec, body, context)
+    return prompt_ids, jobs
+
+
+def chat_plan(
+    model: TextGenerationModel, spec: ModelSpec, body: ChatCompletionRequest, context: RequestContext
+) -> tuple[list[int], list[ChoiceJob], ToolPlan | None]:
+    """:func:`chat_jobs` and the request's tool plan (``None`` without tools)."""
     check_chat(body)
-    prompt_ids = model.render_chat(chat_messages(body.messages), chat_template_kwargs(spec, context))
+    check_tool_history(body.messages)
+    plan = plan_tools(body, model, spec)
+    constraint = request_constraint(body.response_format, body.structured_outputs)
+    if plan is not None and plan.constraint is not None:
+        if constraint is not None:
+            raise InvalidRequest(
+                "A required or named 'tool_choice' cannot be combined with 'response_format' or 'structured_outputs'.",
+                param="tool_choice",
+            )
+        constraint = plan.constraint
+    logit_bias = check_logit_bias(body.logit_bias, model.limits.vocab_size)
+    kwargs = chat_template_kwargs(spec, context)
+    tools = template_tools(plan)
+    if tools is not None:
+        kwargs = {**kwargs, "tools": tools}
+    prompt_ids = model.render_chat(chat_messages(body.messages, plan), kwargs)
     requested: int | None = body.max_tokens
     max_tokens_param = "max_tokens"
     if body.max_completion_tokens is not None:
@@ -123,12 +165,20 @@ def chat_jobs(
             i,
             model,
             prompt_ids,
-            sampling_params(body, max_tokens=max_tokens, choice=i, logprobs=logprobs, top_logprobs=top),
+            sampling_params(
+                body,
+                max_tokens=max_tokens,
+                choice=i,
+                logprobs=logprobs,
+                top_logprobs=top,
+                constraint=constraint,
+                logit_bias=logit_bias,
+            ),
             stops,
         )
         for i in range(body.n or 1)
     ]
-    return prompt_ids, jobs
+    return prompt_ids, jobs, plan
 
 
 # --- completions -------------------------------------------------------------------
@@ -152,6 +202,10 @@ def completion_prompts(model: TextGenerationModel, prompt: str | list[Any]) -> l
 
 
 def check_completion(body: CompletionRequest) -> None:
+    if body.best_of is not None and body.best_of < (body.n or 1):
+        raise InvalidRequest("'best_of' must be at least 'n'.", param="best_of")
+    if body.best_of is not None and body.best_of > (body.n or 1) and body.stream:
+        raise InvalidRequest("'best_of' greater than 'n' cannot be streamed.", param="best_of")
     if body.suffix:
         raise InvalidRequest("'suffix' (insertion) is not supported by this server.", param="suffix")
     if body.echo and body.logprobs is not None:
@@ -163,16 +217,20 @@ def check_completion(body: CompletionRequest) -> None:
 def completion_jobs(
     model: TextGenerationModel, body: CompletionRequest
 ) -> tuple[list[tuple[list[int], str | None]], list[ChoiceJob]]:
-    """Plan ``len(prompts) * n`` choices; choice index ``p * n + i`` as OpenAI numbers them."""
+    """Plan ``len(prompts) * max(n, best_of)`` choices; choice index ``p * n + i`` as
+    OpenAI numbers them (with ``best_of``, :func:`best_of` picks ``n`` per prompt)."""
     check_completion(body)
     prompts = completion_prompts(model, body.prompt)
-    n = body.n or 1
+    n = max(body.n or 1, body.best_of or 1)
     if len(prompts) * n > MAX_SEQUENCES:
         raise InvalidRequest(
-            f"At most {MAX_SEQUENCES} sequences (prompts x n) per request; this asks for {len(prompts) * n}.",
+            f"At most {MAX_SEQUENCES} sequences (prompts x max(n, best_of)) per request; this asks for {len(prompts) * n}.",
             param="prompt",
         )
-    logprobs = body.logprobs is not None
+    constraint = request_constraint(None, body.structured_outputs)
+    logit_bias = check_logit_bias(body.logit_bias, model.limits.vocab_size)
+    # best_of ranks candidates by their cumulative logprob, so they need their logprobs
+    logprobs = body.logprobs is not None or n > (body.n or 1)
     stops = stop_strings(body.stop)
     jobs: list[ChoiceJob] = []
     for p, (ids, _text) in enumerate(prompts):
@@ -182,7 +240,28 @@ def completion_jobs(
         )
         for i in range(n):
             params = sampling_params(
-                body, max_tokens=max_tokens, choice=i, logprobs=logprobs, top_logprobs=body.logprobs or 0
+                body,
+                max_tokens=max_tokens,
+                choice=i,
+                logprobs=logprobs,
+                top_logprobs=body.logprobs or 0,
+                constraint=constraint,
+                logit_bias=logit_bias,
             )
             jobs.append(ChoiceJob(p * n + i, model, ids, params, stops))
     return prompts, jobs
+
+
+def pick_best_of(results: list[ChoiceResult], candidates: int, n: int) -> list[ChoiceResult]:
+    """``best_of``: per prompt, the ``n`` of ``candidates`` results with the highest
+    cumulative logprob, renumbered ``p * n + j`` (best first)."""
+    if candidates <= n:
+        return results
+    out: list[ChoiceResult] = []
+    for p in range(len(results) // candidates):
+        group = results[p * candidates : (p + 1) * candidates]
+        ranked = sorted(group, key=lambda r: sum(t.logprob or 0.0 for t in r.tokens), reverse=True)
+        for j, result in enumerate(ranked[:n]):
+            result.index = p * n + j
+            out.append(result)
+    return out

@@ -32,6 +32,69 @@ Stop = StopString | Annotated[list[StopString], Meta(max_length=MAX_STOP)]
 TopK = Annotated[int, Meta(ge=-1, description="Sample from the k most likely tokens (0 or -1: no limit). Extension.")]
 
 
+#: OpenAI's logit_bias: token id (as a string key) -> -100..100 (checked in ``structured``, to name the key).
+LogitBias = dict[str, float]
+
+
+class JsonSchemaFormat(Struct, kw_only=True):
+    name: Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+    description: str | None = None
+    schema: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ResponseFormat(Struct, kw_only=True):
+    """``response_format``: ``text`` (default), ``json_object`` or ``json_schema``."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class StructuredOutputs(Struct, kw_only=True, forbid_unknown_fields=True):
+    """``structured_outputs`` (extension, as vLLM names it): exactly one of these."""
+
+    json: dict[str, Any] | bool | None = None
+    json_object: bool | None = None
+    regex: Annotated[str, Meta(min_length=1)] | None = None
+    choice: Annotated[list[Annotated[str, Meta(min_length=1)]], Meta(min_length=1)] | None = None
+    grammar: Annotated[str, Meta(min_length=1)] | None = None
+
+
+class FunctionDefinition(Struct, kw_only=True):
+    name: Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(Struct, kw_only=True):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(Struct, kw_only=True):
+    name: str
+
+
+class NamedToolChoice(Struct, kw_only=True):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+
+
+class ToolCallFunction(Struct, kw_only=True):
+    name: str
+    arguments: str
+
+
+class ToolCall(Struct, kw_only=True):
+    id: str
+    type: Literal["function"] = "function"
+    function: ToolCallFunction
+
+
 class StreamOptions(Struct, kw_only=True):
     include_usage: bool | None = None
 
@@ -50,6 +113,12 @@ class ChatMessage(Struct, kw_only=True):
     role: Role
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    #: assistant messages: the calls the model made
+    tool_calls: list[ToolCall] | None = None
+    #: tool messages: which call this result answers
+    tool_call_id: str | None = None
+    #: assistant messages: a refusal instead of content (kept as text)
+    refusal: str | None = None
 
 
 class _SamplingFields(Struct, kw_only=True):
@@ -67,6 +136,8 @@ class _SamplingFields(Struct, kw_only=True):
     frequency_penalty: Penalty | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
+    logit_bias: LogitBias | None = None
+    structured_outputs: StructuredOutputs | None = None
     user: str | None = None
 
 
@@ -77,6 +148,10 @@ class ChatCompletionRequest(_SamplingFields, kw_only=True):
     max_completion_tokens: PositiveInt | None = None
     logprobs: bool | None = None
     top_logprobs: TopLogprobs | None = None
+    response_format: ResponseFormat | None = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
 
 
 class CompletionRequest(_SamplingFields, kw_only=True):
@@ -88,6 +163,7 @@ class CompletionRequest(_SamplingFields, kw_only=True):
     logprobs: TopLogprobs | None = None
     echo: bool | None = None
     suffix: str | None = None
+    best_of: NumChoices | None = None
 
 
 # --- responses ---------------------------------------------------------------------
@@ -120,6 +196,7 @@ class ChoiceLogprobs(Struct, kw_only=True):
 class AssistantMessage(Struct, kw_only=True):
     role: Literal["assistant"] = "assistant"
     content: str | None = None
+    tool_calls: list[ToolCall] | None = None
 
 
 class ChatChoice(Struct, kw_only=True):
@@ -138,9 +215,25 @@ class ChatCompletion(Struct, kw_only=True):
     usage: Usage
 
 
+class ToolCallDeltaFunction(Struct, kw_only=True, omit_defaults=True):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCallDelta(Struct, kw_only=True, omit_defaults=True):
+    """One streamed piece of a tool call: ``id``, ``type`` and the name come first,
+    then the arguments in fragments (OpenAI's incremental form)."""
+
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: ToolCallDeltaFunction | None = None
+
+
 class ChatDelta(Struct, kw_only=True, omit_defaults=True):
     role: str | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 class ChatChunkChoice(Struct, kw_only=True):

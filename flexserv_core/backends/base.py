@@ -242,6 +242,10 @@ class TextGenerationModel(LoadedModel):
     #: Set by the subclass (usually in ``__init__``) before the model is returned by
     #: :meth:`Backend.load`.
     limits: TextLimits
+    #: The chat template's source, when the backend has one: the API reads it to
+    #: tell whether the template renders ``tools`` (passed in ``template_kwargs``)
+    #: and which tool-call syntax the model writes.
+    chat_template: str | None = None
 
     @abc.abstractmethod
     def render_chat(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any]) -> list[int]:
@@ -262,12 +266,15 @@ class TextGenerationModel(LoadedModel):
         Called once per request by the API layer (after it planned its choices). A
         backend that supports ``params.constraint`` compiles it here (and may cache
         it for ``generate``); a bad one is an :class:`InvalidRequest` with ``param``.
-        The default refuses constraints, so a backend without them never drops one silently.
+        The default refuses constraints and ``logit_bias``, so a backend that does
+        not override this never drops them silently.
         """
         if params.constraint is not None:
             raise UnsupportedParameter(
                 f"The model '{self.spec.name}' does not support constrained decoding.", param=params.constraint.param
             )
+        if params.logit_bias:
+            raise UnsupportedParameter(f"The model '{self.spec.name}' does not support logit_bias.", param="logit_bias")
 
     @abc.abstractmethod
     def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[TokenDelta]:

@@ -72,6 +72,8 @@ class FakeTextModel(TextGenerationModel):
         self.cancelled_sequences = 0
         self.tokens_emitted = 0
         self.params_log: list[SamplingParams] = []
+        #: the prompt ids of the latest ``generate`` call (code points: ``chr`` them to read the prompt)
+        self.last_prompt: list[int] = []
 
     def render_chat(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any]) -> list[int]:
         lines = [f"{m.get('role')}: {m.get('content')}" for m in messages]
@@ -88,6 +90,7 @@ class FakeTextModel(TextGenerationModel):
         assert prompt_ids and len(prompt_ids) + params.max_tokens <= self.limits.context_length
         self.generated_sequences += 1
         self.params_log.append(params)
+        self.last_prompt = list(prompt_ids)
         finished = False
         try:
             for i in range(params.max_tokens):

@@ -57,6 +57,8 @@ class TransformersTextModel(TextGenerationModel):
         self.tokenizer = tokenizer
         self.eos_token_ids = eos_token_ids(model, tokenizer)
         self.engine_name = engine
+        template = tokenizer.chat_template
+        self.chat_template = template if isinstance(template, str) else None
         self._token_texts: dict[int, str] = {}
         engine_model = EngineModel(
             model=model,

@@ -1,0 +1,263 @@
+"""Tools on ``/v1/chat/completions``: check the request, render tools and call
+history for the chat template, enforce ``required``/named calls, turn output into
+``tool_calls`` (whole, or as OpenAI's incremental deltas when streaming).
+
+Templates that know tools (they mention ``tools``) get them natively:
+``apply_chat_template(messages, tools=...)`` with assistant ``tool_calls`` and
+``tool`` messages (``tool_call_id``) kept. For a template without tool support
+the :data:`FALLBACK_PROMPT` describes the tools in a system message, past calls
+are written into assistant content in the parser's syntax and tool results become
+user messages (see docs/api.md, "Tool calling").
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from flexserv_core.api.text_schemas import (
+    ChatCompletionRequest,
+    ChatMessage,
+    NamedToolChoice,
+    ToolCall,
+    ToolCallDelta,
+    ToolCallDeltaFunction,
+    ToolCallFunction,
+)
+from flexserv_core.backends.base import Constraint, TextGenerationModel
+from flexserv_core.errors import InvalidRequest
+from flexserv_core.models.spec import ModelSpec
+from flexserv_core.tool_parsers import (
+    ParsedToolCall,
+    ParsedToolOutput,
+    ToolParser,
+    get_tool_parser,
+    guess_tool_parser,
+    tool_parser_names,
+)
+
+#: System text for templates without tool support; ``{tools}`` is the JSON list of
+#: function definitions, ``{example}`` one call in the model's tool-call syntax.
+FALLBACK_PROMPT = (
+    "You can call functions. Their JSON Schema definitions:\n{tools}\n"
+    "To call a function, reply with the call only, written exactly like this example:\n{example}\n"
+    "Results of calls come back in messages that start with 'Result of'."
+)
+#: Size of the argument fragments a streamed tool call is sent in.
+ARGUMENT_FRAGMENT = 16
+
+
+@dataclass(slots=True)
+class ToolPlan:
+    parser: ToolParser
+    tools: list[dict[str, Any]]
+    #: "none", "auto", "required" or the name of the one function to call
+    choice: str
+    parallel: bool
+    native: bool
+    constraint: Constraint | None = None
+
+    @property
+    def parses(self) -> bool:
+        return self.choice != "none"
+
+
+def _parser(spec: ModelSpec, model: TextGenerationModel) -> ToolParser:
+    name = spec.options.get("tool_parser") or guess_tool_parser(model.chat_template)
+    try:
+        return get_tool_parser(str(name))
+    except KeyError:
+        raise InvalidRequest(
+            f"The model '{spec.name}' names tool parser '{name}', which is not registered "
+            f"(known: {', '.join(tool_parser_names())}).",
+            param="tools",
+        ) from None
+
+
+def plan_tools(body: ChatCompletionRequest, model: TextGenerationModel, spec: ModelSpec) -> ToolPlan | None:
+    """Check ``tools``/``tool_choice``/``parallel_tool_calls``; ``None`` without tools."""
+    if not body.tools:
+        if body.tool_choice not in (None, "none"):
+            raise InvalidRequest("'tool_choice' needs 'tools'.", param="tool_choice")
+        return None
+    tools: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for i, tool in enumerate(body.tools):
+        fn = tool.function
+        if fn.name in seen:
+            raise InvalidRequest(f"Two tools are named '{fn.name}'.", param=f"tools[{i}].function.name")
+        seen.add(fn.name)
+        params = fn.parameters if fn.parameters is not None else {"type": "object", "properties": {}}
+        if params.get("type", "object") != "object":
+            raise InvalidRequest(
+                "A function's 'parameters' must be a JSON schema of type 'object'.",
+                param=f"tools[{i}].function.parameters",
+            )
+        entry: dict[str, Any] = {"name": fn.name, "parameters": params}
+        if fn.description is not None:
+            entry["description"] = fn.description
+        tools.append(entry)
+    choice: str
+    if isinstance(body.tool_choice, NamedToolChoice):
+        choice = body.tool_choice.function.name
+        if choice not in seen:
+            raise InvalidRequest(f"tool_choice names '{choice}', which is not in 'tools'.", param="tool_choice")
+    else:
+        choice = body.tool_choice or "auto"
+    parallel = body.parallel_tool_calls is not False
+    parser = _parser(spec, model)
+    plan = ToolPlan(parser=parser, tools=tools, choice=choice, parallel=parallel, native=_native(model))
+    if choice == "required":
+        plan.constraint = parser.constraint(tools, parallel=parallel)
+    elif choice not in ("none", "auto"):
+        plan.constraint = parser.constraint([t for t in tools if t["name"] == choice], parallel=False)
+    return plan
+
+
+def _native(model: TextGenerationModel) -> bool:
+    template = model.chat_template
+    return bool(template) and "tools" in str(template)
+
+
+def check_tool_history(messages: list[ChatMessage]) -> None:
+    """Every ``tool`` message answers a call an earlier assistant message made."""
+    calls: dict[str, str] = {}
+    for i, message in enumerate(messages):
+        if message.role == "assistant":
+            for call in message.tool_calls or ():
+                calls[call.id] = call.function.name
+        elif message.role == "tool":
+            if not message.tool_call_id:
+                raise InvalidRequest("A 'tool' message needs 'tool_call_id'.", param=f"messages[{i}].tool_call_id")
+            if message.tool_call_id not in calls:
+                raise InvalidRequest(
+                    f"tool_call_id '{message.tool_call_id}' does not match a tool call of an earlier assistant message.",
+                    param=f"messages[{i}].tool_call_id",
+                )
+        elif message.tool_calls or message.tool_call_id:
+            raise InvalidRequest(
+                "Only assistant messages carry 'tool_calls' and only tool messages 'tool_call_id'.",
+                param=f"messages[{i}]",
+            )
+
+
+def _arguments(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def template_messages(entries: list[dict[str, Any]], messages: list[ChatMessage], plan: ToolPlan | None) -> None:
+    """Add tool-call history to the template ``entries`` (one per message, in place)."""
+    names = {c.id: c.function.name for m in messages for c in (m.tool_calls or ())}
+    native = plan is None or plan.native
+    parser = plan.parser if plan is not None else get_tool_parser("hermes")
+    for entry, message in zip(entries, messages, strict=True):
+        if message.tool_calls:
+            if native:
+                entry["tool_calls"] = [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.function.name, "arguments": _arguments(c.function.arguments)},
+                    }
+                    for c in message.tool_calls
+                ]
+            else:
+                written = parser.format_calls(
+                    [ParsedToolCall(c.function.name, c.function.arguments) for c in message.tool_calls]
+                )
+                entry["content"] = f"{entry['content']}\n{written}".strip()
+        if message.role == "tool":
+            name = names.get(message.tool_call_id or "", "")
+            if native:
+                entry["tool_call_id"] = message.tool_call_id
+                entry["name"] = name
+            else:
+                entry["role"] = "user"
+                entry["content"] = f"Result of {name} (call {message.tool_call_id}):\n{entry['content']}"
+    if plan is not None and not plan.native and plan.choice != "none":
+        _add_fallback_prompt(entries, plan)
+
+
+def _add_fallback_prompt(entries: list[dict[str, Any]], plan: ToolPlan) -> None:
+    example = plan.parser.format_calls([ParsedToolCall("function_name", '{"argument": "value"}')])
+    text = FALLBACK_PROMPT.format(tools=json.dumps(plan.tools, ensure_ascii=False), example=example)
+    if entries and entries[0]["role"] == "system":
+        entries[0]["content"] = f"{entries[0]['content']}\n\n{text}"
+    else:
+        entries.insert(0, {"role": "system", "content": text})
+
+
+def template_tools(plan: ToolPlan | None) -> list[dict[str, Any]] | None:
+    """``tools`` for ``apply_chat_template`` (native templates only)."""
+    if plan is None or not plan.native or plan.choice == "none":
+        return None
+    return [{"type": "function", "function": t} for t in plan.tools]
+
+
+def new_call_id() -> str:
+    return f"call_{secrets.token_hex(12)}"
+
+
+def _limit(plan: ToolPlan, calls: list[ParsedToolCall]) -> list[ParsedToolCall]:
+    return calls if plan.parallel else calls[:1]
+
+
+def split_output(plan: ToolPlan, text: str) -> tuple[str | None, list[ToolCall]]:
+    """A whole completion -> ``(content, tool_calls)``."""
+    parsed = plan.parser.parse(text)
+    if not parsed.calls:
+        return text, []
+    calls = [
+        ToolCall(id=new_call_id(), function=ToolCallFunction(name=c.name, arguments=c.arguments))
+        for c in _limit(plan, parsed.calls)
+    ]
+    return parsed.content, calls
+
+
+@dataclass(slots=True)
+class ToolStreamer:
+    """Streams one choice's content and holds back what may be a call; at the end
+    turns the held text into tool-call deltas (id and name first, then arguments)."""
+
+    plan: ToolPlan
+    text: str = ""
+    sent: int = 0
+    calls: int = 0
+    _pending: list[str] = field(default_factory=list)
+
+    def feed(self, chunk: str) -> str:
+        """New output in; the content that can be sent now out."""
+        self.text += chunk
+        at = self.plan.parser.call_start(self.text[self.sent :])
+        end = len(self.text) if at is None else self.sent + at
+        out, self.sent = self.text[self.sent : end], max(self.sent, end)
+        return out
+
+    def finish(self) -> tuple[str, list[ToolCallDelta]]:
+        """The rest: ``(content, deltas)``; deltas are empty when no call was made."""
+        rest = self.text[self.sent :]
+        parsed: ParsedToolOutput = self.plan.parser.parse(rest) if rest else ParsedToolOutput(None)
+        if not parsed.calls:
+            return rest, []
+        deltas: list[ToolCallDelta] = []
+        for index, call in enumerate(_limit(self.plan, parsed.calls)):
+            deltas.extend(call_deltas(index, call))
+        self.calls = len(_limit(self.plan, parsed.calls))
+        return parsed.content or "", deltas
+
+
+def call_deltas(index: int, call: ParsedToolCall) -> Iterator[ToolCallDelta]:
+    yield ToolCallDelta(
+        index=index, id=new_call_id(), type="function", function=ToolCallDeltaFunction(name=call.name, arguments="")
+    )
+    args = call.arguments
+    for start in range(0, len(args), ARGUMENT_FRAGMENT):
+        yield ToolCallDelta(
+            index=index, function=ToolCallDeltaFunction(arguments=args[start : start + ARGUMENT_FRAGMENT])
+        )

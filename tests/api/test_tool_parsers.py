@@ -1,0 +1,139 @@
+"""Tool-call parsers on outputs recorded from each model family, the streaming
+splitter and the registry."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from flexserv_core.api.tool_calls import ToolPlan, ToolStreamer, split_output
+from flexserv_core.tool_parsers import (
+    ParsedToolCall,
+    ToolParser,
+    get_tool_parser,
+    guess_tool_parser,
+    register_tool_parser,
+    tool_parser_names,
+)
+
+# Qwen2.5-7B-Instruct, two parallel calls (recorded, whitespace as emitted).
+QWEN = (
+    "<tool_call>\n"
+    '{"name": "get_current_temperature", "arguments": {"location": "San Francisco, CA, USA", "unit": "celsius"}}\n'
+    "</tool_call>\n"
+    "<tool_call>\n"
+    '{"name": "get_temperature_date", "arguments": {"location": "San Francisco, CA, USA", "date": "2024-10-01", "unit": "celsius"}}\n'
+    "</tool_call>"
+)
+# Hermes-2-Pro-Llama-3-8B: a thought before the call.
+HERMES = (
+    "Let me look that up for you.\n<tool_call>\n"
+    "{'arguments': {'symbol': 'TSLA'}, 'name': 'get_stock_fundamentals'}\n</tool_call>\n"
+    '<tool_call>\n{"arguments": {"symbol": "TSLA"}, "name": "get_stock_price"}\n</tool_call>'
+)
+# Llama-3.1-8B-Instruct (JSON tool calling, with and without the python tag).
+LLAMA = '{"name": "get_weather", "parameters": {"city": "Paris", "unit": "celsius"}}'
+LLAMA_TAGGED = '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Oslo"}}; {"name": "get_time", "parameters": {"city": "Oslo"}}'
+# Mistral-7B-Instruct-v0.3.
+MISTRAL = (
+    '[TOOL_CALLS] [{"name": "get_current_weather", "arguments": {"location": "Paris, France", "format": "celsius"}}]'
+)
+
+
+def test_hermes_qwen_parallel_calls() -> None:
+    out = get_tool_parser("hermes").parse(QWEN)
+    assert out.content is None
+    assert [c.name for c in out.calls] == ["get_current_temperature", "get_temperature_date"]
+    assert json.loads(out.calls[1].arguments)["date"] == "2024-10-01"
+
+
+def test_hermes_keeps_content_and_leaves_malformed_calls_as_text() -> None:
+    out = get_tool_parser("hermes").parse(HERMES)
+    # the single-quoted (Python-repr) block is not JSON: it stays in the content, the valid call parses
+    assert [c.name for c in out.calls] == ["get_stock_price"]
+    assert out.content is not None and out.content.startswith("Let me look that up") and "'TSLA'" in out.content
+
+
+def test_llama3_json() -> None:
+    parser = get_tool_parser("llama3_json")
+    out = parser.parse(LLAMA)
+    assert out.content is None and out.calls == [ParsedToolCall("get_weather", '{"city": "Paris", "unit": "celsius"}')]
+    tagged = parser.parse(LLAMA_TAGGED)
+    assert [c.name for c in tagged.calls] == ["get_weather", "get_time"]
+    assert parser.parse("The weather is fine.").calls == []
+
+
+def test_mistral() -> None:
+    out = get_tool_parser("mistral").parse(MISTRAL)
+    assert out.content is None and [c.name for c in out.calls] == ["get_current_weather"]
+    assert json.loads(out.calls[0].arguments) == {"location": "Paris, France", "format": "celsius"}
+    assert get_tool_parser("mistral").parse("[TOOL_CALLS] not json").calls == []
+
+
+@pytest.mark.parametrize("name", ["hermes", "llama3_json", "mistral"])
+def test_format_then_parse_round_trips(name: str) -> None:
+    parser = get_tool_parser(name)
+    calls = [ParsedToolCall("a", '{"x": 1}'), ParsedToolCall("b", '{"y": [1, 2]}')]
+    assert parser.parse(parser.format_calls(calls)).calls == calls
+
+
+def test_guess_from_template() -> None:
+    assert guess_tool_parser("{{ '<tool_call>' }}") == "hermes"
+    assert guess_tool_parser("[TOOL_CALLS] {{ tools }}") == "mistral"
+    assert guess_tool_parser("<|python_tag|>{{ x }}") == "llama3_json"
+    assert guess_tool_parser(None) == "hermes"
+
+
+def test_a_plugin_can_register_a_parser() -> None:
+    class Bracket(ToolParser):
+        name = "test-bracket"
+        markers = ("<<",)
+
+        def parse(self, text: str):  # type: ignore[no-untyped-def]
+            from flexserv_core.tool_parsers import ParsedToolOutput
+
+            inner = text.split("<<", 1)[1].rstrip(">")
+            name, _, args = inner.partition(" ")
+            return ParsedToolOutput(content=None, calls=[ParsedToolCall(name, args)])
+
+    register_tool_parser(Bracket)
+    assert "test-bracket" in tool_parser_names()
+    assert get_tool_parser("test-bracket").parse('<<f {"a": 1}>>').calls == [ParsedToolCall("f", '{"a": 1}')]
+
+
+def _plan(name: str, parallel: bool = True) -> ToolPlan:
+    return ToolPlan(parser=get_tool_parser(name), tools=[], choice="auto", parallel=parallel, native=True)
+
+
+@pytest.mark.parametrize(("name", "text"), [("hermes", HERMES), ("hermes", QWEN), ("llama3_json", LLAMA_TAGGED)])
+def test_streaming_equals_whole_output(name: str, text: str) -> None:
+    plan = _plan(name)
+    _, calls = split_output(plan, text)
+    streamer = ToolStreamer(plan)
+    content = "".join(streamer.feed(text[i : i + 3]) for i in range(0, len(text), 3))
+    rest, deltas = streamer.finish()
+    streamed: dict[int, list[str]] = {}
+    for delta in deltas:
+        entry = streamed.setdefault(delta.index, ["", ""])
+        if delta.id is not None:
+            assert delta.function is not None and delta.function.name and delta.function.arguments == ""
+            entry[0] = delta.function.name
+        else:
+            assert delta.function is not None and delta.function.name is None
+            entry[1] += delta.function.arguments or ""
+    assert [tuple(v) for _, v in sorted(streamed.items())] == [(c.function.name, c.function.arguments) for c in calls]
+    if name == "hermes" and text is HERMES:
+        assert content == "Let me look that up for you.\n"  # sent live, before the first call marker
+
+
+def test_streamer_releases_text_that_only_looked_like_a_marker() -> None:
+    streamer = ToolStreamer(_plan("hermes"))
+    assert streamer.feed("a <tool") == "a "
+    assert streamer.feed("box> b") == "<toolbox> b"
+    assert streamer.finish() == ("", [])
+
+
+def test_parallel_false_keeps_the_first_call() -> None:
+    _, calls = split_output(_plan("hermes", parallel=False), QWEN)
+    assert [c.function.name for c in calls] == ["get_current_temperature"]
