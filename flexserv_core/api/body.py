@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import uuid
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import msgspec
+import msgspec.inspect
 from litestar import Request
 
 from flexserv_core import hooks
+from flexserv_core.api.openai_params import check_openai_parameters
 from flexserv_core.edge.request_id import current_request_id
 from flexserv_core.errors import FlexServError, InvalidRequest
 from flexserv_core.request_context import RequestContext
@@ -72,17 +76,76 @@ async def parse_body(request: Request[Any, Any, Any], schema: type[StructT], con
 def validate(
     body: dict[str, Any], schema: type[StructT], *, block_unknown: bool = False, endpoint: str = ""
 ) -> StructT:
-    known = set(schema.__struct_fields__)
-    for key in [k for k in body if k not in known]:
+    """Check ``body`` against ``schema``: OpenAI parameters FlexServ does not
+    implement are refused or (bookkeeping) dropped (:mod:`.openai_params`); fields
+    OpenAI does not define, at any depth, are dropped with one warning each or,
+    with ``block_unknown``, refused."""
+    check_openai_parameters(body, endpoint)
+    for path in unknown_fields(body, schema):
         if block_unknown:
-            raise InvalidRequest(f"Unrecognized request argument supplied: {key}", param=key, code="unexpected_field")
-        log.debug("dropping unknown field %r from %s request", key, endpoint)
+            raise InvalidRequest(f"Unrecognized request argument supplied: {path}", param=path, code="unexpected_field")
+        _warn_once(endpoint, path)
+    for key in [k for k in body if k not in schema.__struct_fields__]:
         del body[key]
     try:
         return msgspec.convert(body, schema, strict=True)
     except msgspec.ValidationError as exc:
         message, param = _explain(exc)
         raise InvalidRequest(message, param=param, code="invalid_value") from None
+
+
+_warned: set[tuple[str, str]] = set()
+_warned_lock = threading.Lock()
+
+
+def _warn_once(endpoint: str, path: str) -> None:
+    pattern = re.sub(r"\[\d+\]", "[]", path)
+    with _warned_lock:
+        if (endpoint, pattern) in _warned:
+            return
+        _warned.add((endpoint, pattern))
+    log.warning("ignoring field %r of %s requests: not a parameter this server knows (logged once)", pattern, endpoint)
+
+
+def unknown_fields(value: Any, schema: Any) -> list[str]:
+    """Paths (``messages[0].foo``) of the object keys in ``value`` that ``schema``
+    has no field for, nested structs included; parts that do not match the schema's
+    shape are left to validation."""
+    return list(_unknown(value, msgspec.inspect.type_info(schema), ""))
+
+
+def _unknown(value: Any, info: msgspec.inspect.Type, path: str) -> Iterator[str]:
+    if isinstance(info, msgspec.inspect.UnionType):
+        wanted: type[Any] = dict if isinstance(value, dict) else list if isinstance(value, list) else type(None)
+        matches = [t for t in info.types if _shape(t) is wanted]
+        if len(matches) == 1:
+            yield from _unknown(value, matches[0], path)
+        return
+    if isinstance(info, msgspec.inspect.StructType) and isinstance(value, dict):
+        fields = {f.encode_name: f.type for f in info.fields}
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            if key not in fields:
+                yield where
+            else:
+                yield from _unknown(item, fields[key], where)
+    elif isinstance(info, msgspec.inspect.ListType) and isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _unknown(item, info.item_type, f"{path}[{i}]")
+    elif isinstance(info, msgspec.inspect.Metadata):
+        yield from _unknown(value, info.type, path)
+
+
+def _shape(info: msgspec.inspect.Type) -> type[Any] | None:
+    if isinstance(info, msgspec.inspect.Metadata):
+        return _shape(info.type)
+    if isinstance(info, msgspec.inspect.StructType | msgspec.inspect.DictType):
+        return dict
+    if isinstance(info, msgspec.inspect.ListType):
+        return list
+    if isinstance(info, msgspec.inspect.NoneType):
+        return type(None)
+    return None
 
 
 def _explain(exc: msgspec.ValidationError) -> tuple[str, str | None]:

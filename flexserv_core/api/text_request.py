@@ -16,7 +16,7 @@ from flexserv_core.api.text_schemas import ChatCompletionRequest, ChatMessage, C
 from flexserv_core.api.text_validation import check_token_ids, is_token_id, max_tokens_for
 from flexserv_core.api.tool_calls import ToolPlan, check_tool_history, plan_tools, template_messages, template_tools
 from flexserv_core.backends.base import Constraint, SamplingParams, TextGenerationModel
-from flexserv_core.errors import InvalidRequest
+from flexserv_core.errors import InvalidRequest, UnsupportedParameter
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.request_context import RequestContext
 
@@ -207,7 +207,7 @@ def check_completion(body: CompletionRequest) -> None:
     if body.best_of is not None and body.best_of > (body.n or 1) and body.stream:
         raise InvalidRequest("'best_of' greater than 'n' cannot be streamed.", param="best_of")
     if body.suffix:
-        raise InvalidRequest("'suffix' (insertion) is not supported by this server.", param="suffix")
+        raise UnsupportedParameter("'suffix' (insertion) is not supported by this server.", param="suffix")
     if body.echo and body.logprobs is not None:
         raise InvalidRequest(
             "'echo' together with 'logprobs' is not supported (prompt logprobs are not computed).", param="echo"

@@ -126,7 +126,7 @@ async def create_transcription(request: Request[Any, Any, Any]) -> Response[Any]
     if "temperature" in fields:
         fields["temperature"] = _as_float(fields["temperature"], "temperature")
     for key in [k for k in fields if k.endswith("[]")]:
-        fields.pop(key)  # e.g. timestamp_granularities[]: segments are always returned
+        fields[key[:-2]] = fields.pop(key)  # form arrays, e.g. timestamp_granularities[]
     params = validate(
         fields, TranscriptionRequest, block_unknown=server.settings.core.block_on_unexpected_fields, endpoint=ENDPOINT
     )

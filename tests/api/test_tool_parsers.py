@@ -112,7 +112,7 @@ def test_streaming_equals_whole_output(name: str, text: str) -> None:
     _, calls = split_output(plan, text)
     streamer = ToolStreamer(plan)
     content = "".join(streamer.feed(text[i : i + 3]) for i in range(0, len(text), 3))
-    rest, deltas = streamer.finish()
+    _rest, deltas = streamer.finish()
     streamed: dict[int, list[str]] = {}
     for delta in deltas:
         entry = streamed.setdefault(delta.index, ["", ""])

@@ -1,0 +1,99 @@
+"""Request parameters OpenAI defines that FlexServ does not implement: none is dropped silently.
+
+Per endpoint:
+
+* :data:`UNSUPPORTED`: parameters that would change the output. Sent with a value
+  other than their neutral one, they are a 400 naming the parameter, code
+  ``unsupported_parameter``.
+* :data:`IGNORED`: bookkeeping (billing, storage, caching hints, end-user ids):
+  accepted and dropped, so common clients keep working; docs/api.md lists them.
+
+Anything else the request schema does not know is not an OpenAI parameter: it is
+dropped with one warning per field name and endpoint, or refused under
+``--block-on-unexpected-fields`` (nested fields included; see ``body.validate``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from flexserv_core.errors import UnsupportedParameter
+
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+EMBEDDINGS = "/v1/embeddings"
+TRANSCRIPTIONS = "/v1/audio/transcriptions"
+
+
+def _never(value: Any) -> bool:
+    """Neutral only when absent or null."""
+    return value is None
+
+
+def _text_only(value: Any) -> bool:
+    return value is None or value == ["text"]
+
+
+def _no_words(value: Any) -> bool:
+    return value is None or value in ("segment", ["segment"])
+
+
+def _false(value: Any) -> bool:
+    return value in (None, False, "false")
+
+
+#: endpoint -> parameter -> (is the value neutral?, why it is refused)
+UNSUPPORTED: dict[str, dict[str, tuple[Callable[[Any], bool], str]]] = {
+    CHAT: {
+        "audio": (_never, "audio output is not supported"),
+        "modalities": (_text_only, "only the 'text' output modality is supported"),
+        "prediction": (_never, "predicted outputs are not supported"),
+        "web_search_options": (_never, "web search is not supported"),
+        "functions": (_never, "the deprecated 'functions' parameter is not supported; send 'tools'"),
+        "function_call": (_never, "the deprecated 'function_call' parameter is not supported; send 'tool_choice'"),
+        "reasoning_effort": (
+            _never,
+            "'reasoning_effort' is not supported; use chat_template_kwargs where a model has it",
+        ),
+        "verbosity": (_never, "'verbosity' is not supported"),
+    },
+    COMPLETIONS: {},
+    EMBEDDINGS: {},
+    TRANSCRIPTIONS: {
+        "stream": (_false, "streamed transcription is not supported"),
+        "include": (_never, "'include' (token logprobs) is not supported"),
+        "chunking_strategy": (_never, "'chunking_strategy' is not supported"),
+        "known_speaker_names": (_never, "speaker diarization is not supported"),
+        "known_speaker_references": (_never, "speaker diarization is not supported"),
+        "timestamp_granularities": (_no_words, "word timestamps are not supported; segments are always returned"),
+    },
+}
+
+#: endpoint -> bookkeeping parameters accepted and ignored.
+IGNORED: dict[str, frozenset[str]] = {
+    CHAT: frozenset(
+        {
+            "user",
+            "metadata",
+            "store",
+            "service_tier",
+            "prompt_cache_key",
+            "prompt_cache_retention",
+            "safety_identifier",
+        }
+    ),
+    COMPLETIONS: frozenset({"user"}),
+    EMBEDDINGS: frozenset({"user"}),
+    TRANSCRIPTIONS: frozenset(),
+}
+
+
+def check_openai_parameters(body: dict[str, Any], endpoint: str) -> None:
+    """Refuse unsupported parameters; remove ignored ones from ``body`` (in place)."""
+    for key, (neutral, why) in UNSUPPORTED.get(endpoint, {}).items():
+        if key in body and not neutral(body[key]):
+            raise UnsupportedParameter(f"'{key}' is not supported: {why}.", param=key)
+        body.pop(key, None)
+    for key in IGNORED.get(endpoint, ()):
+        body.pop(key, None)

@@ -1,0 +1,132 @@
+"""No silent drops: OpenAI parameters that would change the output and are not
+implemented get a 400 naming them; bookkeeping parameters are accepted; fields
+OpenAI does not define are dropped with one warning, or refused (at any depth)
+under ``--block-on-unexpected-fields``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from flexserv_core.api.openai_params import IGNORED, UNSUPPORTED
+from flexserv_core.testing.app import app_client, make_app
+from flexserv_core.testing.fakes import FakeBackendPlugin
+
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+EMBEDDINGS = "/v1/embeddings"
+TRANSCRIPTIONS = "/v1/audio/transcriptions"
+USER = [{"role": "user", "content": "hi"}]
+
+#: A value of each unsupported chat parameter that a real client would send.
+CHAT_VALUES: dict[str, Any] = {
+    "audio": {"voice": "alloy", "format": "wav"},
+    "modalities": ["text", "audio"],
+    "prediction": {"type": "content", "content": "hello"},
+    "web_search_options": {},
+    "functions": [{"name": "f", "parameters": {"type": "object"}}],
+    "function_call": "auto",
+    "reasoning_effort": "low",
+    "verbosity": "low",
+}
+TRANSCRIPTION_VALUES: dict[str, str] = {
+    "stream": "true",
+    "include[]": "logprobs",
+    "chunking_strategy": "auto",
+    "known_speaker_names[]": "ada",
+    "known_speaker_references[]": "data:audio/wav;base64,AAAA",
+    "timestamp_granularities[]": "word",
+}
+
+
+def _error(r: Any, param: str, code: str) -> None:
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert (error["param"], error["code"], error["type"]) == (param, code, "invalid_request_error"), error
+
+
+def test_every_unsupported_parameter_has_a_test_value() -> None:
+    assert set(CHAT_VALUES) == set(UNSUPPORTED[CHAT])
+    assert {k.removesuffix("[]") for k in TRANSCRIPTION_VALUES} == set(UNSUPPORTED[TRANSCRIPTIONS])
+
+
+@pytest.mark.parametrize("param", sorted(CHAT_VALUES))
+@pytest.mark.parametrize("stream", [False, True])
+async def test_unsupported_chat_parameter_is_400(flexserv_client: Any, param: str, stream: bool) -> None:
+    body = {"messages": USER, "max_tokens": 2, "stream": stream, param: CHAT_VALUES[param]}
+    _error(await flexserv_client.post(CHAT, json=body), param, "unsupported_parameter")
+
+
+async def test_neutral_values_and_bookkeeping_are_accepted(flexserv_client: Any) -> None:
+    bookkeeping = {
+        "user": "u1",
+        "metadata": {"k": "v"},
+        "store": False,
+        "service_tier": "auto",
+        "prompt_cache_key": "abc",
+        "prompt_cache_retention": "24h",
+        "safety_identifier": "s1",
+    }
+    assert set(bookkeeping) == IGNORED[CHAT]
+    body = {"messages": USER, "max_tokens": 2, "modalities": ["text"], "audio": None, **bookkeeping}
+    r = await flexserv_client.post(CHAT, json=body)
+    assert r.status_code == 200, r.text
+    r = await flexserv_client.post(COMPLETIONS, json={"prompt": "x", "max_tokens": 2, "user": "u1"})
+    assert r.status_code == 200, r.text
+
+
+async def test_suffix_is_unsupported(flexserv_client: Any) -> None:
+    r = await flexserv_client.post(COMPLETIONS, json={"prompt": "x", "max_tokens": 2, "suffix": "y"})
+    _error(r, "suffix", "unsupported_parameter")
+
+
+@pytest.mark.parametrize("field", sorted(TRANSCRIPTION_VALUES))
+async def test_unsupported_transcription_parameter_is_400(flexserv_client: Any, field: str) -> None:
+    files = {"file": ("a.wav", b"RIFF0000WAVE", "audio/wav")}
+    data = {"model": "whisper-tiny.en", field: TRANSCRIPTION_VALUES[field]}
+    r = await flexserv_client.post(TRANSCRIPTIONS, files=files, data=data)
+    _error(r, field.removesuffix("[]"), "unsupported_parameter")
+
+
+async def test_unknown_fields_warn_once(flexserv_client: Any, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="flexserv_core.api.body")
+    body = {"messages": [{"role": "user", "content": "hi", "colour": "red"}], "max_tokens": 2, "frobnicate_x": 1}
+    for _ in range(3):
+        r = await flexserv_client.post(CHAT, json=body)
+        assert r.status_code == 200, r.text
+    warnings = [rec.getMessage() for rec in caplog.records if "not a parameter" in rec.getMessage()]
+    assert len([w for w in warnings if "frobnicate_x" in w]) == 1
+    assert len([w for w in warnings if "messages[].colour" in w]) == 1
+
+
+async def test_block_on_unexpected_fields_covers_nested_fields() -> None:
+    app = make_app([FakeBackendPlugin()], settings={"block_on_unexpected_fields": True})
+    async with app_client(app) as client:
+        cases = [
+            (CHAT, {"messages": [{"role": "user", "content": "hi", "colour": "red"}]}, "messages[0].colour"),
+            (
+                CHAT,
+                {"messages": USER, "tools": [{"type": "function", "function": {"name": "f", "strictness": 1}}]},
+                "tools[0].function.strictness",
+            ),
+            (CHAT, {"messages": USER, "response_format": {"type": "json_object", "x": 1}}, "response_format.x"),
+            (CHAT, {"messages": USER, "stream_options": {"include_usage": True, "y": 1}}, "stream_options.y"),
+            (
+                CHAT,
+                {"messages": [{"role": "user", "content": [{"type": "text", "text": "a", "z": 1}]}]},
+                "messages[0].content[0].z",
+            ),
+            (COMPLETIONS, {"prompt": "x", "frobnicate": 1}, "frobnicate"),
+            (EMBEDDINGS, {"input": "x", "frobnicate": 1}, "frobnicate"),
+        ]
+        for path, body, param in cases:
+            _error(
+                await client.post(path, json={**body, "max_tokens": 2} if path != EMBEDDINGS else body),
+                param,
+                "unexpected_field",
+            )
+        # OpenAI's own bookkeeping fields are not "unexpected"
+        r = await client.post(CHAT, json={"messages": USER, "max_tokens": 2, "user": "u", "metadata": {"a": "b"}})
+        assert r.status_code == 200, r.text
