@@ -11,6 +11,8 @@ from flexserv_core._version import VERSION as __version__
 from flexserv_core.backends.base import (
     RESERVED_TEMPLATE_KWARGS,
     Backend,
+    Constraint,
+    ConstraintKind,
     EmbeddingModel,
     EmbeddingResult,
     EngineStats,
@@ -44,6 +46,7 @@ from flexserv_core.errors import (
     PluginStartupError,
     ServiceUnavailable,
     TooManyRequests,
+    UnsupportedParameter,
     UsageError,
 )
 from flexserv_core.events import EvictionReason, ModelEvent, ModelEventType
@@ -73,6 +76,14 @@ from flexserv_core.settings import (
     resolve_settings,
 )
 from flexserv_core.stash import Stash, StashKey
+from flexserv_core.tool_parsers import (
+    ParsedToolCall,
+    ParsedToolOutput,
+    ToolParser,
+    get_tool_parser,
+    register_tool_parser,
+    tool_parser_names,
+)
 
 __all__ = [
     "PROJECT_NAME",
@@ -81,6 +92,8 @@ __all__ = [
     "BatchRunner",
     "Command",
     "CommandContext",
+    "Constraint",
+    "ConstraintKind",
     "ContextLengthExceeded",
     "CoreSettings",
     "CpuCoreInfo",
@@ -106,6 +119,8 @@ __all__ = [
     "ModelSpec",
     "ModelState",
     "NotFound",
+    "ParsedToolCall",
+    "ParsedToolOutput",
     "PayloadTooLarge",
     "Placement",
     "PluginCommandError",
@@ -128,11 +143,13 @@ __all__ = [
     "TextLimits",
     "TokenDelta",
     "TooManyRequests",
+    "ToolParser",
     "TopLogprob",
     "Transcription",
     "TranscriptionModel",
     "TranscriptionSegment",
     "UnloadResult",
+    "UnsupportedParameter",
     "UsageError",
     "__version__",
     "default_cache_dir",
@@ -142,11 +159,14 @@ __all__ = [
     "get_max_vram_used_pct",
     "get_ram_info",
     "get_system_resources",
+    "get_tool_parser",
     "hookimpl",
     "hookspec",
     "open_request_context",
     "parse_body",
+    "register_tool_parser",
     "resolve_settings",
+    "tool_parser_names",
 ]
 
 if typing.TYPE_CHECKING:

@@ -28,8 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from flexserv_core.backends.base import Constraint
-from flexserv_core.errors import InvalidRequest
+from flexserv_core import Constraint, InvalidRequest
 
 if TYPE_CHECKING:
     import llguidance

@@ -13,9 +13,7 @@ from typing import Any
 import pytest
 from flexserv_transformers.testing import build_tiny_llama
 
-from flexserv_core.backends.base import Constraint, SamplingParams
-from flexserv_core.errors import InvalidRequest
-from flexserv_core.models.spec import ModelKind, ModelSpec
+from flexserv_core import Constraint, InvalidRequest, ModelKind, ModelSpec, SamplingParams
 
 pytestmark = pytest.mark.slow  # loads a model per engine and decodes a few hundred tokens
 

@@ -19,9 +19,8 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
-from flexserv_core.models.spec import ModelKind
-from flexserv_core.testing.app import make_app
-from flexserv_core.testing.process import ServedApp
+from flexserv_core import ModelKind
+from flexserv_core.testing import ServedApp, make_app
 
 pytestmark = pytest.mark.slow
 
