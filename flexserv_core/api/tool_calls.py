@@ -96,9 +96,10 @@ def plan_tools(body: ChatCompletionRequest, model: TextGenerationModel, spec: Mo
                 "A function's 'parameters' must be a JSON schema of type 'object'.",
                 param=f"tools[{i}].function.parameters",
             )
-        entry: dict[str, Any] = {"name": fn.name, "parameters": params}
+        entry: dict[str, Any] = {"name": fn.name}
         if fn.description is not None:
             entry["description"] = fn.description
+        entry["parameters"] = params  # OpenAI's key order, which templates that dump tools show
         tools.append(entry)
     choice: str
     if isinstance(body.tool_choice, NamedToolChoice):

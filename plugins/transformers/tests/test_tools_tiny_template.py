@@ -1,0 +1,140 @@
+"""Tool calling through a tool-aware chat template, on a tiny random Llama over a
+real loopback server: tools and call history reach ``apply_chat_template``
+natively, and ``required``/named choices make even a random model's output a
+valid call (streamed and not, alike)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+from flexserv_transformers.testing import build_tiny_llama
+
+from flexserv_core.testing import ServedApp, make_app
+
+pytestmark = pytest.mark.slow
+
+TOOLS_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\nTools:\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}<|im_end|>\n{% endif %}"
+    "{% for m in messages %}"
+    "{% if m['role'] == 'assistant' and m.get('tool_calls') %}<|im_start|>assistant\n"
+    "{% for c in m['tool_calls'] %}<tool_call>\n{{ {'name': c['function']['name'], 'arguments': c['function']['arguments']} | tojson }}\n</tool_call>{% endfor %}<|im_end|>\n"
+    "{% elif m['role'] == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m['content'] }}\n</tool_response><|im_end|>\n"
+    "{% else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+LOOKUP = {
+    "type": "function",
+    "function": {
+        "name": "lookup",
+        "description": "Look a word up.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "word": {"type": "string", "pattern": "^[a-z]{1,6}$"},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 9},
+            },
+            "required": ["word", "limit"],
+            "additionalProperties": False,
+        },
+    },
+}
+OTHER = {"type": "function", "function": {"name": "other", "parameters": {"type": "object", "properties": {}}}}
+USER = [{"role": "user", "content": "look up fox"}]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
+    path = build_tiny_llama(
+        tmp_path_factory.mktemp("tiny-tools"), chat_template=TOOLS_TEMPLATE, max_position_embeddings=512
+    )
+    app = make_app(
+        ["transformers"],
+        settings={"model": [f"tiny={path}"], "dtype": "float32", "cache_dir": str(tmp_path_factory.mktemp("c"))},
+    )
+    with ServedApp(app, start_timeout=120) as url:
+        yield url, app
+
+
+@pytest.fixture
+def sdk(served: tuple[str, Any]) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{served[0]}/v1", api_key="x", max_retries=0, timeout=300)
+
+
+def _tokenizer(served: tuple[str, Any]) -> Any:
+    server = served[1].state.flexserv
+    return server.registry.model_if_loaded("tiny").tokenizer
+
+
+async def test_tools_and_history_reach_the_template(sdk: openai.AsyncOpenAI, served: tuple[str, Any]) -> None:
+    history: list[Any] = [
+        *USER,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_7",
+                    "type": "function",
+                    "function": {"name": "lookup", "arguments": '{"word": "fox", "limit": 2}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_7", "content": "a small wild dog"},
+    ]
+    r = await sdk.chat.completions.create(model="tiny", messages=history, tools=[LOOKUP], max_tokens=1)
+    expected = _tokenizer(served).apply_chat_template(
+        [
+            USER[0],
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "call_7",
+                        "type": "function",
+                        "function": {"name": "lookup", "arguments": {"word": "fox", "limit": 2}},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_7", "name": "lookup", "content": "a small wild dog"},
+        ],
+        tools=[LOOKUP],
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=False,
+    )
+    assert r.usage.prompt_tokens == len(expected)
+    rendered = _tokenizer(served).decode(expected)
+    assert '"name": "lookup"' in rendered and "<tool_response>\na small wild dog" in rendered
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "lookup"}}])
+async def test_random_model_makes_valid_calls(sdk: openai.AsyncOpenAI, choice: Any) -> None:
+    kwargs: dict[str, Any] = {
+        "model": "tiny",
+        "messages": USER,
+        "tools": [LOOKUP, OTHER],
+        "tool_choice": choice,
+        "parallel_tool_calls": False,
+        "max_tokens": 120,
+        "temperature": 0,
+    }
+    full = await sdk.chat.completions.create(**kwargs)
+    assert full.choices[0].finish_reason == "tool_calls"
+    [call] = full.choices[0].message.tool_calls
+    if call.function.name == "lookup":
+        args = json.loads(call.function.arguments)
+        assert set(args) == {"word", "limit"} and 1 <= args["limit"] <= 9 and args["word"].isalpha()
+    else:
+        assert choice == "required" and isinstance(json.loads(call.function.arguments), dict)
+    name, arguments = "", ""
+    async for chunk in await sdk.chat.completions.create(**kwargs, stream=True):
+        for piece in chunk.choices[0].delta.tool_calls or ():
+            name = piece.function.name or name
+            arguments += piece.function.arguments or ""
+    assert (name, arguments) == (call.function.name, call.function.arguments)
