@@ -280,7 +280,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=int, default=20)
     parser.add_argument("--only", default=",".join(LIBS))
+    parser.add_argument("--step", action="store_true", help="measure FlexServ's per-step constraint overhead instead")
     args = parser.parse_args()
+    if args.step:
+        step_overhead(args.batch)
+        return
     tokenizer = load_tokenizer()
     print(f"vocabulary: {len(tokenizer)} tokens, batch {args.batch}")
     for key in args.only.split(","):
@@ -315,6 +319,38 @@ def main() -> None:
             except Exception:
                 print(f"unsupported: {feature}")
         print(f"coverage: {len(ok)}/{len(FEATURES)} features compile")
+
+
+def step_overhead(batch: int = 20, steps: int = 40) -> None:
+    """FlexServ's own per-step cost of constraints: ``sample_next`` (mask fill,
+    unpack, masking, sampling) plus advancing every matcher, for ``batch``
+    sequences, against ``sample_next`` without constraints, on random logits."""
+    import torch
+
+    from flexserv_core import Constraint, SamplingParams
+    from flexserv_transformers.grammar import GrammarCompiler
+    from flexserv_transformers.sampling import SamplerState, sample_next
+
+    tokenizer = load_tokenizer()
+    vocab = len(tokenizer)
+    compiler = GrammarCompiler(tokenizer, [tokenizer.eos_token_id], vocab)
+    constraint = Constraint(kind="json_schema", spec=json.dumps(NESTED))
+    compiler.compile(constraint)
+    params = SamplingParams(max_tokens=steps, temperature=1.0)
+    logits = torch.randn(batch, vocab)
+    for label, constrained in (("free", False), ("json_schema", True)):
+        states = [
+            SamplerState(params, vocab_size=vocab, grammar=compiler.state(constraint) if constrained else None)
+            for _ in range(batch)
+        ]
+        times = []
+        for _ in range(steps):
+            start = time.perf_counter()
+            picks = sample_next(logits, states)
+            for state, pick in zip(states, picks, strict=True):
+                state.observe(pick.token_id)
+            times.append(time.perf_counter() - start)
+        print(f"sample+advance batch {batch} {label:12s} mean {statistics.mean(times) * 1000:6.2f} ms/step")
 
 
 if __name__ == "__main__":
