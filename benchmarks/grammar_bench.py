@@ -326,10 +326,10 @@ def step_overhead(batch: int = 20, steps: int = 40) -> None:
     unpack, masking, sampling) plus advancing every matcher, for ``batch``
     sequences, against ``sample_next`` without constraints, on random logits."""
     import torch
-
-    from flexserv_core import Constraint, SamplingParams
     from flexserv_transformers.grammar import GrammarCompiler
     from flexserv_transformers.sampling import SamplerState, sample_next
+
+    from flexserv_core import Constraint, SamplingParams
 
     tokenizer = load_tokenizer()
     vocab = len(tokenizer)
