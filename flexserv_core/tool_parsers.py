@@ -82,7 +82,8 @@ def call_schema(tools: list[dict[str, Any]], arguments_key: str = "arguments") -
 def _decode_json_values(text: str) -> list[Any] | None:
     """All JSON values in ``text`` separated by whitespace or ``;``; ``None`` if any part is not JSON."""
     decoder = json.JSONDecoder()
-    values, pos = [], 0
+    values: list[Any] = []
+    pos = 0
     while True:
         while pos < len(text) and text[pos] in " \t\r\n;":
             pos += 1
