@@ -50,7 +50,7 @@ USER = [{"role": "user", "content": "look up fox"}]
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
     path = build_tiny_llama(
-        tmp_path_factory.mktemp("tiny-tools"), chat_template=TOOLS_TEMPLATE, max_position_embeddings=512
+        tmp_path_factory.mktemp("tiny-tools"), chat_template=TOOLS_TEMPLATE, max_position_embeddings=2048
     )
     app = make_app(
         ["transformers"],
