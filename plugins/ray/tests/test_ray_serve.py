@@ -20,14 +20,15 @@ import httpx
 import openai
 import pytest
 
+# A plain import: `make setup` installs this plugin and so Ray; a missing Ray fails, never skips.
+import ray
+from flexserv_ray.app import application
+from flexserv_ray.app_args import app_args_from
+from flexserv_ray.options import RayOptions, deployment_options
+from ray import serve
+
 from flexserv_core.testing.app import make_plugin_manager, make_settings
 from flexserv_core.testing.process import free_port
-
-ray = pytest.importorskip("ray")  # the plugin's own dependency: present wherever the plugin is installed
-from flexserv_ray.app import application  # noqa: E402
-from flexserv_ray.app_args import app_args_from  # noqa: E402
-from flexserv_ray.options import RayOptions, deployment_options  # noqa: E402
-from ray import serve  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
