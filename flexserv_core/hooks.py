@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
@@ -34,7 +35,7 @@ from flexserv_core.errors import (
 from flexserv_core.hookspecs import ASYNC_HOOKS
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.resources import ResourceProbe
-from flexserv_core.settings import describe_fields
+from flexserv_core.settings import describe_fields, resolve_settings
 
 if TYPE_CHECKING:
     import numpy as np
@@ -201,6 +202,23 @@ def settings_structs(pm: FlexServPluginManager) -> list[type[msgspec.Struct]]:
             raise PluginLoadError(plugin, info.distribution if info else None, f"invalid settings: {exc}") from exc
         structs.extend(declared)
     return structs
+
+
+def resolve_plugin_settings(
+    pm: FlexServPluginManager,
+    *,
+    cli: Mapping[str, Any],
+    env: Mapping[str, str] | None = None,
+    config_file: str | os.PathLike[str] | None = None,
+) -> Settings:
+    """The settings every plugin of ``pm`` declares, resolved as ``flexserv run``
+    resolves them: ``cli`` > ``env`` (default: the process environment) >
+    ``config_file`` > defaults. Keys of ``cli`` that name no setting are ignored.
+
+    It does not run ``flexserv_configure`` (:func:`configure`; ``create_app`` does).
+    Raises :class:`UsageError` naming the setting when a value is invalid.
+    """
+    return resolve_settings(settings_structs(pm), cli=cli, env=env, config_file=config_file)
 
 
 def commands(pm: FlexServPluginManager) -> dict[str, PluginCommand]:
