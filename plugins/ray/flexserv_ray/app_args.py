@@ -17,9 +17,7 @@ from typing import Any
 
 import msgspec
 
-from flexserv_core import hooks
-from flexserv_core.plugin_manager import FlexServPluginManager, create_plugin_manager
-from flexserv_core.settings import Settings, resolve_settings
+from flexserv_core import FlexServPluginManager, Settings, create_plugin_manager, resolve_plugin_settings
 
 #: Settings of the listening socket: Ray's proxy listens, a replica never does.
 PROXY_SETTINGS = frozenset({"host", "port"})
@@ -76,11 +74,20 @@ def app_args_from(
 
 
 def rebuild(
-    args: AppArgs, *, extra_plugins: Sequence[object] = (), env: Mapping[str, str] | None = None
+    args: AppArgs, *, extra_plugins: Mapping[str, object] | None = None, env: Mapping[str, str] | None = None
 ) -> tuple[FlexServPluginManager, Settings]:
-    """The plugin manager and settings of the command, rebuilt in a replica."""
+    """The plugin manager and settings of the command, rebuilt in a replica.
+
+    ``extra_plugins`` (name -> plugin object) are registered next to the selected
+    ones, before the settings are resolved.
+    """
     env = os.environ if env is None else env
     plugin_env = {k: v for k, v in env.items() if k not in PLUGIN_ENV_VARS} | args.plugin_env
-    pm = create_plugin_manager(args.plugins, env=plugin_env, extra_plugins=extra_plugins)
-    settings = resolve_settings(hooks.settings_structs(pm), cli=args.settings, env=env, config_file=None)
+    pm = create_plugin_manager(args.plugins, env=plugin_env)
+    for name, plugin in (extra_plugins or {}).items():
+        pm.register_plugin(plugin, name)
+    # The command's values win; the replica's own environment fills in beneath them
+    # (secrets left out of a config file), as for `flexserv run`. No config file:
+    # its values are already among the command's.
+    settings = resolve_plugin_settings(pm, cli=args.settings, env=env)
     return pm, settings

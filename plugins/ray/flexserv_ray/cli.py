@@ -1,67 +1,26 @@
 """``flexserv ray-serve``: the FlexServ app, unchanged, as Ray Serve replicas.
 
-Settings are resolved exactly as ``flexserv run`` resolves them (``-p`` plugins,
-``--config`` file, ``FLEXSERV_*`` environment, every setting's flag); the
-``--ray-*`` flags say how to deploy (see :mod:`flexserv_ray.options`).
+The core's CLI resolves the settings exactly as for ``flexserv run`` (``-p``
+plugins, ``--config`` file, ``FLEXSERV_*`` environment, every setting's flag) and
+checks them before :func:`run` is called; the ``--ray-*`` flags say how to deploy
+(see :mod:`flexserv_ray.options`).
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
-import os
 import signal
 import socket
 import sys
 import threading
-from collections.abc import Sequence
 from typing import Any
 
-from flexserv_core import hooks
-from flexserv_core.errors import PluginLoadError, UsageError
-from flexserv_core.plugin_manager import create_plugin_manager
-from flexserv_core.settings import Settings, add_arguments, resolve_settings
+from flexserv_core import CommandContext, Settings, UsageError
 from flexserv_ray.app_args import app_args_from, setting_value
-from flexserv_ray.options import RayOptions, add_ray_arguments, deployment_options, ray_options_from
+from flexserv_ray.options import RayOptions, deployment_options, ray_options_from
 from flexserv_ray.serve_config import render, serve_config
 
-EXIT_USAGE = 2
-EXIT_PLUGIN = 3
-PROG = "flexserv ray-serve"
-
 log = logging.getLogger("flexserv_ray")
-
-
-def _selection_parser() -> argparse.ArgumentParser:
-    # The same two first-pass options as `flexserv run`: they decide which plugins
-    # (and so which settings) exist before the full parser is built.
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("-p", dest="plugins", action="append", default=[], metavar="NAME",
-                        help="Load plugin NAME (entry-point name or dotted module); -p no:NAME blocks it.")  # fmt: skip
-    parser.add_argument("--config", metavar="FILE", default=os.environ.get("FLEXSERV_CONFIG"),
-                        help="TOML settings file (keys are setting names) [env FLEXSERV_CONFIG].")  # fmt: skip
-    return parser
-
-
-def _parse(argv: Sequence[str]) -> tuple[list[str], Settings, RayOptions]:
-    selection, _ = _selection_parser().parse_known_args(argv)
-    pm = create_plugin_manager(selection.plugins)
-    parser = argparse.ArgumentParser(
-        prog=PROG,
-        parents=[_selection_parser()],
-        description="Serve the FlexServ app on Ray Serve: replicas or autoscaling, multiplexed models, "
-        "back-pressure, a config file for 'serve deploy'.",
-    )
-    structs = hooks.settings_structs(pm)
-    add_arguments(parser, structs)
-    add_ray_arguments(parser)
-    args = parser.parse_args(argv)
-    options = ray_options_from(args)
-    ray_keys = set(RayOptions.__struct_fields__)
-    cli = {k: v for k, v in vars(args).items() if k not in ray_keys | {"plugins", "config"}}
-    settings = resolve_settings(structs, cli=cli, config_file=args.config)
-    hooks.configure(pm, settings)  # plugins reject bad values here, before anything is deployed
-    return list(selection.plugins), settings, options
 
 
 def _deployment(options: RayOptions, settings: Settings) -> dict[str, Any]:
@@ -131,25 +90,13 @@ def serve_forever(plugins: list[str], settings: Settings, options: RayOptions) -
     return 0
 
 
-def ray_serve_main(argv: Sequence[str]) -> int:
-    """``flexserv ray-serve ARGS``; returns the exit status."""
-    try:
-        plugins, settings, options = _parse(list(argv))
-        logging.basicConfig(
-            level=settings.core.log_level.upper(), format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
-        )
-        if options.emit_config:
-            emit_config(plugins, settings, options, options.emit_config)
-            return 0
-        return serve_forever(plugins, settings, options)
-    except UsageError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except PluginLoadError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return EXIT_PLUGIN
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """The ``flexserv-ray`` console script (``flexserv-ray --help``)."""
-    return ray_serve_main(sys.argv[1:] if argv is None else argv)
+def run(context: CommandContext) -> int:
+    """``flexserv ray-serve``: ``context.settings`` were resolved and checked by the CLI."""
+    settings = context.settings
+    assert settings is not None, "the command is registered with settings=True"
+    options = ray_options_from(context.args)
+    plugins = list(context.plugin_args)
+    if options.emit_config:
+        emit_config(plugins, settings, options, options.emit_config)
+        return 0
+    return serve_forever(plugins, settings, options)

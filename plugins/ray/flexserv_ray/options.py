@@ -23,6 +23,9 @@ IMPORT_PATH = "flexserv_ray.app:build_app"
 #: backend, embedding-only servers).
 DEFAULT_MAX_ONGOING = 32
 DEFAULT_MAX_QUEUED = 256
+#: Prefix of the flags' ``dest``: the command's parser also holds every FlexServ
+#: setting, and a value named like a setting (``max_queued_requests``) is taken as it.
+DEST_PREFIX = "ray_"
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
@@ -91,7 +94,10 @@ def _non_negative_float(value: str) -> float:
 def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
     """The command's own flags (not FlexServ settings: the app never reads them)."""
     g = parser.add_argument_group("Ray Serve (flexserv-ray)")
-    add = g.add_argument
+
+    def add(*flags: str, dest: str, **kwargs: Any) -> None:
+        g.add_argument(*flags, dest=DEST_PREFIX + dest, **kwargs)
+
     add("--ray-address", dest="address", metavar="ADDR", default=None,
         help="Ray cluster to join (ray://host:10001, host:6379 or 'auto'); default: $RAY_ADDRESS, "
         "else start a local cluster on 127.0.0.1 and stop it on exit.")  # fmt: skip
@@ -136,8 +142,10 @@ def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def ray_options_from(args: argparse.Namespace) -> RayOptions:
+    """The ``--ray-*`` flags of a parsed command line (other values are ignored)."""
     names = set(RayOptions.__struct_fields__)
-    return RayOptions(**{k: v for k, v in vars(args).items() if k in names})
+    values = {k.removeprefix(DEST_PREFIX): v for k, v in vars(args).items() if k.startswith(DEST_PREFIX)}
+    return RayOptions(**{k: v for k, v in values.items() if k in names})
 
 
 def deployment_options(

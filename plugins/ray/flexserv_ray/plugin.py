@@ -1,26 +1,45 @@
-"""The ``ray`` plugin: adds the ``ray-serve`` command to ``flexserv``.
+"""The ``ray`` plugin: adds ``flexserv ray-serve`` through ``flexserv_register_commands``.
 
 It registers no routes, settings or backends, so having it installed changes
-nothing for ``flexserv run``; Ray itself is imported only when the command runs.
+nothing for ``flexserv run``. Building the command is cheap: Ray and the rest of
+this package are imported when the command is used.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import argparse
 
-from flexserv_core.hookspecs import hookimpl
+from flexserv_core import Command, CommandContext, hookimpl
+
+HELP = "serve the FlexServ app as Ray Serve replicas (autoscaling, multiplexing, back-pressure)"
+DESCRIPTION = (
+    "Serve the FlexServ app, with the same plugins, settings and config file as 'flexserv run', "
+    "as Ray Serve replicas: a fixed count or autoscaling, multiplexed models, back-pressure, "
+    "or a config file for 'serve deploy' (--emit-config)."
+)
 
 
-def _ray_serve(argv: Sequence[str]) -> int:
-    from flexserv_ray.cli import ray_serve_main
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    from flexserv_ray.options import add_ray_arguments
 
-    return ray_serve_main(argv)
+    add_ray_arguments(parser)
 
 
-# `specname` keeps this module registrable while the core has no such hookspec yet
-# (an unknown `flexserv_*` attribute fails the plugin's validation); the command
-# hook's final signature will be adopted when it lands.
-@hookimpl(specname="flexserv_register_commands")
-def register_commands() -> dict[str, Callable[[Sequence[str]], int]]:
-    """Commands this plugin adds: name -> ``main(argv) -> exit status``."""
-    return {"ray-serve": _ray_serve}
+def _run(context: CommandContext) -> int:
+    from flexserv_ray.cli import run
+
+    return run(context)
+
+
+@hookimpl
+def flexserv_register_commands() -> list[Command]:
+    return [
+        Command(
+            name="ray-serve",
+            help=HELP,
+            description=DESCRIPTION,
+            settings=True,
+            add_arguments=_add_arguments,
+            run=_run,
+        )
+    ]

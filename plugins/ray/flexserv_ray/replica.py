@@ -24,10 +24,18 @@ import httpx
 import msgspec
 from ray import serve
 
-from flexserv_core.app import create_app
-from flexserv_core.errors import FlexServError
-from flexserv_core.hookspecs import hookimpl
-from flexserv_core.server import FlexServer
+from flexserv_core import (
+    EmbeddingModel,
+    FlexServer,
+    FlexServError,
+    LoadedModel,
+    ModelKind,
+    ModelSpec,
+    TextGenerationModel,
+    TranscriptionModel,
+    create_app,
+    hookimpl,
+)
 from flexserv_ray.app_args import AppArgs, rebuild
 from flexserv_ray.options import DEPLOYMENT_NAME
 
@@ -35,6 +43,16 @@ log = logging.getLogger(__name__)
 
 REPLICA_HEADER = "x-flexserv-replica"
 HEALTH_PATH = "/v1/flexserv/health"
+
+#: The model class the registry is asked for, by kind. A plugin's own kind has no
+#: class known here, so its models are not multiplexed: they load on demand.
+MODEL_TYPES: dict[str, type[LoadedModel]] = {
+    ModelKind.TEXT: TextGenerationModel,
+    ModelKind.EMBEDDING: EmbeddingModel,
+    ModelKind.TRANSCRIPTION: TranscriptionModel,
+}
+#: Name of the per-replica plugin in the replica's plugin manager.
+REPLICA_PLUGIN_NAME = "ray-replica"
 
 ASGIApp = Callable[[dict[str, Any], Callable[..., Awaitable[Any]], Callable[..., Awaitable[Any]]], Awaitable[None]]
 
@@ -86,8 +104,8 @@ class ReplicaPlugin:
         async def load(model_id: str) -> ResidentModel:
             server = self._server()
             spec = _configured_spec(server, model_id)
-            assert spec is not None, model_id
-            async with server.registry.acquire(spec.name, spec.kind):
+            assert spec is not None and spec.kind in MODEL_TYPES, model_id
+            async with server.registry.acquire(spec.name, MODEL_TYPES[spec.kind]):
                 pass
             return ResidentModel(server, spec.name)
 
@@ -111,7 +129,8 @@ class ReplicaPlugin:
         server = self._server()
         # Only models the catalog names are multiplexed: for anything else the
         # route answers (404 for an unknown model) exactly as `flexserv run` would.
-        if _configured_spec(server, model) is None:
+        spec = _configured_spec(server, model)
+        if spec is None or spec.kind not in MODEL_TYPES:
             return
         try:
             await self.load_model(model)
@@ -123,7 +142,7 @@ class ReplicaPlugin:
         return {"ray_replica": self.replica_id}
 
 
-def _configured_spec(server: FlexServer, model_id: str) -> Any:
+def _configured_spec(server: FlexServer, model_id: str) -> ModelSpec | None:
     return next((s for s in server.catalog.specs() if s.name == model_id), None)
 
 
@@ -141,7 +160,7 @@ class FlexServDeployment:
         self.asgi_app: Any = None
 
     def __serve_build_asgi_app__(self) -> ASGIApp:
-        pm, settings = rebuild(self.args, extra_plugins=[self.plugin])
+        pm, settings = rebuild(self.args, extra_plugins={REPLICA_PLUGIN_NAME: self.plugin})
         logging.getLogger("flexserv_core").setLevel(settings.core.log_level.upper())
         self.asgi_app = create_app(settings, pm)
         log.info("replica %s built the FlexServ app (plugins %s)", self.replica_id, ", ".join(pm.loaded_names()))

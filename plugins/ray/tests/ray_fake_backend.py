@@ -7,12 +7,12 @@ directory on the ``PYTHONPATH`` of the Ray cluster they start.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import msgspec
 
-from flexserv_core.hookspecs import hookimpl
-from flexserv_core.testing.fakes import FakeTextBackend
+from flexserv_core import Settings, hookimpl
+from flexserv_core.testing import FakeTextBackend
 
 
 class FakeRaySettings(msgspec.Struct, kw_only=True):
@@ -25,5 +25,5 @@ def flexserv_add_settings() -> type[msgspec.Struct]:
 
 
 @hookimpl
-def flexserv_register_backends(server: Any) -> list[FakeTextBackend]:
-    return [FakeTextBackend(token_delay=server.settings.get(FakeRaySettings).fake_token_delay)]
+def flexserv_register_backends(settings: Settings) -> list[FakeTextBackend]:
+    return [FakeTextBackend(token_delay=settings.get(FakeRaySettings).fake_token_delay)]

@@ -27,8 +27,7 @@ from flexserv_ray.app_args import app_args_from
 from flexserv_ray.options import RayOptions, deployment_options
 from ray import serve
 
-from flexserv_core.testing.app import make_plugin_manager, make_settings
-from flexserv_core.testing.process import free_port
+from flexserv_core.testing import free_port, make_plugin_manager, make_settings
 
 pytestmark = pytest.mark.slow
 

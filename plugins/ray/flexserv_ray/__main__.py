@@ -1,5 +1,0 @@
-import sys
-
-from flexserv_ray.cli import main
-
-sys.exit(main())
