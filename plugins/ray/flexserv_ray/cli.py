@@ -13,12 +13,15 @@ import signal
 import socket
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flexserv_core import CommandContext, Settings, UsageError
 from flexserv_ray.app_args import app_args_from, setting_value
 from flexserv_ray.options import RayOptions, deployment_options, ray_options_from
 from flexserv_ray.serve_config import render, serve_config
+
+if TYPE_CHECKING:
+    from flexserv_ray.cluster import RayCluster
 
 log = logging.getLogger("flexserv_ray")
 
@@ -59,35 +62,89 @@ def emit_config(plugins: list[str], settings: Settings, options: RayOptions, pat
         print(f"wrote a Ray Serve config to {path}: deploy it with `serve deploy {path}`")
 
 
+class _Interrupted(Exception):
+    """SIGINT/SIGTERM while the application was being deployed."""
+
+
+class StopSignals:
+    """SIGINT and SIGTERM ask the command to stop, never kill it mid-way.
+
+    While Ray starts (``ray.init``) a signal is only recorded: a half-started local
+    cluster would be left behind. While the application deploys (replicas loading
+    models can take minutes) it interrupts the deployment. Once serving, it ends the
+    wait. Each time, the caller then deletes the application (replicas drain) and
+    stops the cluster it started.
+    """
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.interruptible = False
+
+    def install(self) -> None:
+        # Again after ray.init, which installs its own SIGTERM handler (an abrupt exit).
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.stop.set()
+        if self.interruptible:
+            self.interruptible = False
+            raise _Interrupted
+
+
 def serve_forever(plugins: list[str], settings: Settings, options: RayOptions) -> int:
     from ray import serve
 
     from flexserv_ray.app import application
-    from flexserv_ray.cluster import RayCluster
+    from flexserv_ray.cluster import RayCluster, StartInterrupted
 
     host = settings.core.host
     port = settings.core.port or _free_port(host)
     deployment = _deployment(options, settings)
     app_args = app_args_from(plugins, settings, models_per_replica=options.models_per_replica, include_secrets=True)
-    stop = threading.Event()
-    with RayCluster(options.address, local_cpus=options.local_cpus) as cluster:
-        serve.start(http_options={"host": host, "port": port})
-        serve.run(application(app_args, deployment), name=options.app_name, route_prefix="/")
-        # After ray.init, which installs its own SIGTERM handler (an abrupt exit).
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, lambda *_: stop.set())
-        where = "a local Ray cluster (stopped on exit)" if cluster.started_here else f"Ray cluster {cluster.address}"
-        scale = (
-            f"{deployment['autoscaling_config']['min_replicas']}-{deployment['autoscaling_config']['max_replicas']} replicas (autoscaling)"
-            if "autoscaling_config" in deployment
-            else f"{deployment['num_replicas']} replica(s)"
-        )
-        print(f"FlexServ on Ray Serve listening on http://{host}:{port} ({scale}, app {options.app_name!r}, {where})")
-        print(f"  OpenAI API: http://{host}:{port}/v1   health: http://{host}:{port}/v1/flexserv/health", flush=True)
-        stop.wait()
-        print("stopping: draining replicas", flush=True)
-        serve.delete(options.app_name)  # replicas finish their requests within graceful_shutdown_timeout_s
+    signals = StopSignals()
+    signals.install()
+    cluster = RayCluster(options.address, local_cpus=options.local_cpus)
+    try:
+        cluster.start()
+    except StartInterrupted:
+        print("stopping: asked to stop while Ray started", flush=True)
+        return 0
+    try:
+        signals.install()
+        if signals.stop.is_set():
+            print("stopping: asked to stop while Ray started", flush=True)
+            return 0
+        deployed = False
+        try:
+            signals.interruptible = True
+            serve.start(http_options={"host": host, "port": port})
+            deployed = True
+            serve.run(application(app_args, deployment), name=options.app_name, route_prefix="/")
+            signals.interruptible = False
+            _print_address(host, port, deployment, options.app_name, cluster)
+            signals.stop.wait()
+        except _Interrupted:
+            print("stopping: asked to stop while the application deployed", flush=True)
+        finally:
+            signals.interruptible = False
+            if deployed:
+                print("stopping: draining replicas", flush=True)
+                serve.delete(options.app_name)  # replicas finish their requests within graceful_shutdown_timeout_s
+    finally:
+        cluster.stop()  # the cluster started here, or only this driver's connection
     return 0
+
+
+def _print_address(host: str, port: int, deployment: dict[str, Any], app_name: str, cluster: RayCluster) -> None:
+    where = "a local Ray cluster (stopped on exit)" if cluster.started_here else f"Ray cluster {cluster.address}"
+    if "autoscaling_config" in deployment:
+        auto = deployment["autoscaling_config"]
+        scale = f"{auto['min_replicas']}-{auto['max_replicas']} replicas (autoscaling)"
+    else:
+        scale = f"{deployment['num_replicas']} replica(s)"
+    print(f"FlexServ on Ray Serve listening on http://{host}:{port} ({scale}, app {app_name!r}, {where})")
+    print(f"  OpenAI API: http://{host}:{port}/v1   health: http://{host}:{port}/v1/flexserv/health", flush=True)
 
 
 def run(context: CommandContext) -> int:

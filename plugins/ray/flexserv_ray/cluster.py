@@ -9,6 +9,10 @@ from types import TracebackType
 log = logging.getLogger(__name__)
 
 
+class StartInterrupted(Exception):
+    """SIGINT/SIGTERM while ``ray.init`` ran (Ray's own handler exits the process)."""
+
+
 class RayCluster:
     """``with RayCluster(address, local_cpus):`` connects to ``address`` (or
     ``$RAY_ADDRESS``); without either it starts a private local cluster on
@@ -21,6 +25,21 @@ class RayCluster:
         self.started_here = False
 
     def __enter__(self) -> RayCluster:
+        self.start()
+        return self
+
+    def start(self) -> None:
+        """Join or start the cluster; :class:`StartInterrupted` if a signal stopped it."""
+        import ray
+
+        try:
+            self._init()
+        except (SystemExit, KeyboardInterrupt) as exc:
+            # ray.init answers SIGTERM with sys.exit: stop what it had started, and only that.
+            ray.shutdown()
+            raise StartInterrupted from exc
+
+    def _init(self) -> None:
         import ray
 
         if self.address:
@@ -35,11 +54,14 @@ class RayCluster:
                 logging_level=logging.WARNING,
             )
             self.started_here = True
-        return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop the cluster started here (Serve first), or only disconnect from a joined one."""
         import ray
 
         if self.started_here:

@@ -208,3 +208,25 @@ def test_engine_limits_reach_the_deployment_and_ray_flags_override_them() -> Non
     app = yaml.safe_load(overridden.stdout)["applications"][0]
     assert app["args"]["settings"]["max_queued_requests"] == 7  # the engine's setting is untouched
     assert app["deployments"][0]["max_queued_requests"] == 3
+
+
+def test_stop_signals_record_then_interrupt_only_while_deploying() -> None:
+    import os
+    import signal
+
+    from flexserv_ray.cli import StopSignals, _Interrupted
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    signals = StopSignals()
+    try:
+        signals.install()
+        os.kill(os.getpid(), signal.SIGTERM)  # while Ray starts: recorded, nothing raised
+        assert signals.stop.is_set()
+        signals.stop.clear()
+        signals.interruptible = True
+        with pytest.raises(_Interrupted):
+            os.kill(os.getpid(), signal.SIGINT)  # while deploying: interrupts, once
+        assert signals.stop.is_set() and not signals.interruptible
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
