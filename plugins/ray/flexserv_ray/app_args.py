@@ -20,7 +20,7 @@ import msgspec
 from flexserv_core import FlexServPluginManager, Settings, create_plugin_manager, resolve_plugin_settings
 
 #: Settings of the listening socket: Ray's proxy listens, a replica never does.
-PROXY_SETTINGS = frozenset({"host", "port"})
+PROXY_SETTINGS = frozenset({"host", "port", "ssl_keyfile", "ssl_certfile"})
 #: Environment variables that change which plugins load; forwarded to replicas.
 PLUGIN_ENV_VARS = ("FLEXSERV_PLUGINS", "FLEXSERV_DISABLE_PLUGIN_AUTOLOAD")
 

@@ -26,6 +26,16 @@ if TYPE_CHECKING:
 log = logging.getLogger("flexserv_ray")
 
 
+def _check_unsupported(settings: Settings) -> None:
+    """Settings of ``flexserv run``'s own listener that Ray's proxy cannot honour."""
+    core = settings.core
+    if core.ssl_keyfile or core.ssl_certfile:
+        raise UsageError(
+            "--ssl-keyfile/--ssl-certfile: Ray's proxy serves plain HTTP; terminate TLS in front of it "
+            "(a load balancer or ingress)"
+        )
+
+
 def _deployment(options: RayOptions, settings: Settings) -> dict[str, Any]:
     engine_limits = {name: setting_value(settings, name) for name in ("max_batch_size", "max_queued_requests")}
     try:
@@ -153,6 +163,7 @@ def run(context: CommandContext) -> int:
     assert settings is not None, "the command is registered with settings=True"
     options = ray_options_from(context.args)
     plugins = list(context.plugin_args)
+    _check_unsupported(settings)
     if options.emit_config:
         emit_config(plugins, settings, options, options.emit_config)
         return 0

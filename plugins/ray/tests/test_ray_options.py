@@ -88,11 +88,11 @@ def test_settings_travel_by_name_and_secrets_stay_out_of_files() -> None:
     assert args.settings == {"model_timeout": 5.0, "model": ["a=fake://a"]}
     assert args.plugins == ["no:resources"]
     with_secret = app_args_from([], settings, models_per_replica=2, include_secrets=True, env={})
-    assert with_secret.settings["api_key"] == "s3cret"
+    assert with_secret.settings["api_key"] == ["s3cret"]
     # A replica rebuilds the same values; the secret comes from its own environment.
     _, rebuilt = rebuild(args, env={"FLEXSERV_DISABLE_PLUGIN_AUTOLOAD": "1", "FLEXSERV_API_KEY": "from-env"})
     assert rebuilt.core.model_timeout == 5.0 and rebuilt.core.model == ["a=fake://a"]
-    assert rebuilt.core.api_key == "from-env"
+    assert rebuilt.core.api_key == ["from-env"]
     assert setting_value(rebuilt, "model_timeout") == 5.0 and setting_value(rebuilt, "nope", 1) == 1
 
 
@@ -145,6 +145,12 @@ def test_run_emits_a_valid_ray_serve_config(tmp_path: Path, capsys: pytest.Captu
 def test_run_rejects_inconsistent_replica_bounds() -> None:
     context = _context(["--ray-min-replicas", "3", "--ray-max-replicas", "1", "--emit-config", "-"], {})
     with pytest.raises(UsageError, match="below"):
+        run(context)
+
+
+def test_tls_settings_are_refused_ray_s_proxy_serves_plain_http(tmp_path: Path) -> None:
+    context = _context(["--emit-config", "-"], {"ssl_keyfile": "k.pem", "ssl_certfile": "c.pem"})
+    with pytest.raises(UsageError, match="plain HTTP"):
         run(context)
 
 
