@@ -40,6 +40,7 @@ class RegisteredBackend(NamedTuple):
 
 
 def _conflict(spec: ModelSpec, claimants: Sequence[RegisteredBackend]) -> str:
+    claimants = sorted(claimants, key=lambda c: c.backend.name)
     names = " and ".join(c.describe() for c in claimants)
     return (
         f"model '{spec.name}' ({spec.kind}, source {spec.source!r}) is claimed by {names}; "
