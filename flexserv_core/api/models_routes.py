@@ -34,9 +34,11 @@ async def list_models(request: Request[Any, Any, Any]) -> dict[str, Any]:
 
 
 @get("/v1/models/{model_id:path}", summary="Retrieve a model", opt={"response": ModelObject, "scope": "inference"})
-async def retrieve_model(request: Request[Any, Any, Any], model_id: str) -> dict[str, Any]:
+async def retrieve_model(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    # read from the request rather than declared as an argument: Litestar deprecates
+    # inferred path arguments, and its replacement (FromPath) is newer than our minimum
     server: FlexServer = request.app.state.flexserv
-    model_id = model_id.lstrip("/")
+    model_id = str(request.path_params["model_id"]).lstrip("/")
     spec = server.catalog.get(model_id)
     if spec is not None:
         return _model_object(server, spec, model_id)
