@@ -34,7 +34,9 @@ FIRST_PARTY_DISTRIBUTIONS: frozenset[str] = frozenset(
     {
         "flexserv-core",
         "flexserv-audio",
+        "flexserv-classification",
         "flexserv-oom-monitor",
+        "flexserv-playground",
         "flexserv-resources",
         "flexserv-sentence-transformers",
         "flexserv-template-kwargs",
