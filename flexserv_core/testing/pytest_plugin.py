@@ -21,10 +21,13 @@ import pluggy
 import pytest
 from litestar import Litestar
 
+_async_fixture: Any
 try:
     import pytest_asyncio
+
+    _async_fixture = pytest_asyncio.fixture(loop_scope="function")
 except ImportError:  # pragma: no cover - flexserv-core[testing] installs it
-    pytest_asyncio = None
+    _async_fixture = pytest.fixture
 
 from flexserv_core.server import FlexServer
 from flexserv_core.testing.app import make_app, openai_client, running_app_client
@@ -60,8 +63,6 @@ def flexserv_server(flexserv_app: Litestar) -> FlexServer:
     server: FlexServer = flexserv_app.state.flexserv
     return server
 
-
-_async_fixture: Any = pytest_asyncio.fixture(loop_scope="function") if pytest_asyncio else pytest.fixture
 
 #: Prefix of the kit's fixtures; an async test using one is run by pytest-asyncio.
 FIXTURE_PREFIX = "flexserv_"
