@@ -21,6 +21,9 @@ import pluggy
 import pytest
 from litestar import Litestar
 
+from flexserv_core.server import FlexServer
+from flexserv_core.testing.app import make_app, openai_client, running_app_client
+
 _async_fixture: Any
 try:
     import pytest_asyncio
@@ -28,9 +31,6 @@ try:
     _async_fixture = pytest_asyncio.fixture(loop_scope="function")
 except ImportError:  # pragma: no cover - flexserv-core[testing] installs it
     _async_fixture = pytest.fixture
-
-from flexserv_core.server import FlexServer
-from flexserv_core.testing.app import make_app, openai_client, running_app_client
 
 
 @pytest.fixture
