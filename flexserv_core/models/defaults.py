@@ -34,6 +34,7 @@ FIRST_PARTY_DISTRIBUTIONS: frozenset[str] = frozenset(
     {
         "flexserv-core",
         "flexserv-audio",
+        "flexserv-bench",
         "flexserv-classification",
         "flexserv-oom-monitor",
         "flexserv-playground",

@@ -214,8 +214,18 @@ class FakeBackendPlugin:
     the default text model only when no first-party plugin offers one.
     """
 
-    def __init__(self, model_name: str = "fake-model", **backend_options: Any) -> None:
-        self.backend = FakeTextBackend(**backend_options)
+    def __init__(self, model_name: str = "fake-model", *, backend_name: str = "fake", **backend_options: Any) -> None:
+        """``backend_name`` renames this instance's backend: several fake plugins in
+        one app need distinct names (two backends with one name stop start-up)."""
+        cls = FakeTextBackend
+        if backend_name != cls.name:  # ``name`` is a class attribute: a subclass carries the new one
+
+            class NamedFakeTextBackend(FakeTextBackend):
+                pass
+
+            NamedFakeTextBackend.name = backend_name
+            cls = NamedFakeTextBackend
+        self.backend = cls(**backend_options)
         self.model_name = model_name
 
     @property
@@ -233,7 +243,13 @@ class FakeBackendPlugin:
     @hookimpl
     def flexserv_default_models(self, settings: Any) -> list[ModelSpec]:
         return [
-            ModelSpec(name=self.model_name, kind=ModelKind.TEXT, source="fake://", backend="fake", origin="embedded")
+            ModelSpec(
+                name=self.model_name,
+                kind=ModelKind.TEXT,
+                source="fake://",
+                backend=self.backend.name,
+                origin="embedded",
+            )
         ]
 
 
