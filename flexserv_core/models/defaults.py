@@ -38,6 +38,7 @@ FIRST_PARTY_DISTRIBUTIONS: frozenset[str] = frozenset(
         "flexserv-classification",
         "flexserv-oom-monitor",
         "flexserv-playground",
+        "flexserv-ray",
         "flexserv-resources",
         "flexserv-sentence-transformers",
         "flexserv-template-kwargs",
