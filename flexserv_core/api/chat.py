@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any
 
@@ -12,7 +13,7 @@ from litestar import MediaType, Request, Response, post
 from flexserv_core.api.body import new_id, parse_body, request_context
 from flexserv_core.api.disconnect import until_disconnect
 from flexserv_core.api.streaming import DONE, READY, SSEGenerator, error_event, sse_event, sse_response
-from flexserv_core.api.text_generation import ChoiceJob, ChoiceResult, collect, merge
+from flexserv_core.api.text_generation import ChoiceJob, ChoiceResult, admitted, collect, merge
 from flexserv_core.api.text_logprobs import chat_logprobs
 from flexserv_core.api.text_request import chat_jobs
 from flexserv_core.api.text_schemas import (
@@ -96,42 +97,51 @@ async def _stream(server: FlexServer, body: ChatCompletionRequest, context: Requ
         model = lease.model
         prompt_ids, jobs = chat_jobs(model, lease.spec, body, context)
         metrics.start(len(prompt_ids), jobs)
-        yield READY
-        ident, created, name = new_id("chatcmpl"), int(time.time()), lease.spec.name
-        log.info("chat completion %s (stream): model %s", ident, name)
+        async with admitted(jobs):  # a refusal (429) must come before the response starts
+            yield READY
+            async with aclosing(_chunks(body, lease.spec.name, prompt_ids, jobs)) as chunks:
+                async for data in chunks:
+                    yield data
 
-        def chunk(choices: list[ChatChunkChoice], usage: Usage | None = None) -> bytes:
-            return sse_event(
-                encode(ChatCompletionChunk(id=ident, created=created, model=name, choices=choices, usage=usage))
-            )
 
-        for job in jobs:
-            yield chunk([ChatChunkChoice(index=job.index, delta=ChatDelta(role="assistant", content=""))])
-        completion_tokens = 0
-        try:
-            async with aclosing(merge(jobs)) as events:
-                async for event in events:
-                    if event.text or event.tokens:
-                        logprobs = chat_logprobs(event.tokens) if _wants_logprobs(jobs) else None
-                        yield chunk(
-                            [ChatChunkChoice(index=event.index, delta=ChatDelta(content=event.text), logprobs=logprobs)]
-                        )
-                    if event.finish_reason is not None:
-                        completion_tokens += event.completion_tokens
-                        yield chunk(
-                            [ChatChunkChoice(index=event.index, delta=ChatDelta(), finish_reason=event.finish_reason)]
-                        )
-        except Exception as exc:
-            yield error_event(exc)
-            return
-        if body.stream_options is not None and body.stream_options.include_usage:
-            usage = Usage(
-                prompt_tokens=len(prompt_ids),
-                completion_tokens=completion_tokens,
-                total_tokens=len(prompt_ids) + completion_tokens,
-            )
-            yield chunk([], usage)
-        yield DONE
+async def _chunks(
+    body: ChatCompletionRequest, name: str, prompt_ids: list[int], jobs: list[ChoiceJob]
+) -> AsyncGenerator[bytes, None]:
+    ident, created = new_id("chatcmpl"), int(time.time())
+    log.info("chat completion %s (stream): model %s", ident, name)
+
+    def chunk(choices: list[ChatChunkChoice], usage: Usage | None = None) -> bytes:
+        return sse_event(
+            encode(ChatCompletionChunk(id=ident, created=created, model=name, choices=choices, usage=usage))
+        )
+
+    for job in jobs:
+        yield chunk([ChatChunkChoice(index=job.index, delta=ChatDelta(role="assistant", content=""))])
+    completion_tokens = 0
+    try:
+        async with aclosing(merge(jobs)) as events:
+            async for event in events:
+                if event.text or event.tokens:
+                    logprobs = chat_logprobs(event.tokens) if _wants_logprobs(jobs) else None
+                    yield chunk(
+                        [ChatChunkChoice(index=event.index, delta=ChatDelta(content=event.text), logprobs=logprobs)]
+                    )
+                if event.finish_reason is not None:
+                    completion_tokens += event.completion_tokens
+                    yield chunk(
+                        [ChatChunkChoice(index=event.index, delta=ChatDelta(), finish_reason=event.finish_reason)]
+                    )
+    except Exception as exc:
+        yield error_event(exc)
+        return
+    if body.stream_options is not None and body.stream_options.include_usage:
+        usage = Usage(
+            prompt_tokens=len(prompt_ids),
+            completion_tokens=completion_tokens,
+            total_tokens=len(prompt_ids) + completion_tokens,
+        )
+        yield chunk([], usage)
+    yield DONE
 
 
 def _wants_logprobs(jobs: list[ChoiceJob]) -> bool:

@@ -1,7 +1,8 @@
 """Server-sent events for the OpenAI streaming routes.
 
 A route builds an async generator that acquires the model, plans the request,
-then yields :data:`READY` before producing any event. :func:`sse_response`
+admits its sequences (each choice runs to its first token, so a full queue's 429
+is still a 429), then yields :data:`READY` before producing any event. :func:`sse_response`
 runs it up to that point *before* the response starts, so an unknown model, a
 too-long prompt or a bad parameter is still a JSON error with its 4xx status;
 afterwards the generator (and the model lease it holds) lives exactly as long as
