@@ -126,5 +126,6 @@ def create_app(settings: Settings, plugin_manager: FlexServPluginManager) -> Lit
             openapi_router=schema_router(),
         ),
         logging_config=None,
+        request_max_body_size=settings.core.max_request_bytes,
         debug=False,
     )

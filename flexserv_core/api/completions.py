@@ -13,6 +13,7 @@ from litestar import MediaType, Request, Response, post
 from flexserv_core.api.body import new_id, parse_body, request_context
 from flexserv_core.api.disconnect import until_disconnect
 from flexserv_core.api.streaming import DONE, READY, SSEGenerator, error_event, sse_event, sse_response
+from flexserv_core.api.text_bounds import check_completion_bounds
 from flexserv_core.api.text_generation import ChoiceJob, ChoiceResult, admitted, collect, merge
 from flexserv_core.api.text_logprobs import completion_logprobs
 from flexserv_core.api.text_request import completion_jobs
@@ -38,6 +39,7 @@ async def create_completion(request: Request[Any, Any, Any]) -> Response[Any]:
     context = request_context(request, ENDPOINT)
     body = await parse_body(request, CompletionRequest, context)
     server: FlexServer = request.app.state.flexserv
+    check_completion_bounds(body, server.settings.core)
     if body.stream:
         return await sse_response(_stream(server, body, context), server)
     async with (
@@ -46,7 +48,7 @@ async def create_completion(request: Request[Any, Any, Any]) -> Response[Any]:
     ):
         metrics.admitted(lease.spec.name)
         model = lease.model
-        prompts, jobs = completion_jobs(model, body)
+        prompts, jobs = completion_jobs(model, body, server.settings.core)
         metrics.start(sum(len(ids) for ids, _ in prompts), jobs)
         results = await until_disconnect(request, collect(jobs))
         echoes = _echoes(model, prompts, body)
@@ -96,7 +98,7 @@ async def _stream(server: FlexServer, body: CompletionRequest, context: RequestC
     ):
         metrics.admitted(lease.spec.name)
         model = lease.model
-        prompts, jobs = completion_jobs(model, body)
+        prompts, jobs = completion_jobs(model, body, server.settings.core)
         metrics.start(sum(len(ids) for ids, _ in prompts), jobs)
         echoes = _echoes(model, prompts, body)
         async with admitted(jobs):  # a refusal (429) must come before the response starts

@@ -7,7 +7,7 @@ from typing import Any
 from litestar import Request, get
 
 from flexserv_core.api.wire_schemas import ModelList, ModelObject
-from flexserv_core.errors import ModelNotFound
+from flexserv_core.errors import ModelNotFound, quote
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.server import FlexServer
 
@@ -42,7 +42,7 @@ async def retrieve_model(request: Request[Any, Any, Any]) -> dict[str, Any]:
     spec = server.catalog.get(model_id)
     if spec is not None:
         return _model_object(server, spec, model_id)
-    raise ModelNotFound(f"The model '{model_id}' does not exist or is not served here.", param="model")
+    raise ModelNotFound(f"The model '{quote(model_id)}' does not exist or is not served here.", param="model")
 
 
 ROUTES = [list_models, retrieve_model]

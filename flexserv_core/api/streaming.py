@@ -49,10 +49,14 @@ def sse_event(payload: bytes) -> bytes:
     return b"data: " + payload + b"\n\n"
 
 
+#: Bound of an error event's message (streams carry no request to read settings from).
+MAX_EVENT_ERROR_CHARS: Final = 1024
+
+
 def error_event(exc: BaseException) -> bytes:
     """An OpenAI-shaped error as an event (the official SDK raises it as ``APIError``)."""
     if isinstance(exc, FlexServError):
-        body = exc.to_dict()
+        body = exc.to_dict(MAX_EVENT_ERROR_CHARS)
     else:
         log.error("streaming generation failed: %s: %s", type(exc).__name__, exc, exc_info=exc)
         body = {

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from flexserv_core import hooks
+from flexserv_core.api.text_bounds import default_budget
 from flexserv_core.api.text_generation import ChoiceJob
 from flexserv_core.api.text_schemas import ChatCompletionRequest, ChatMessage, CompletionRequest
 from flexserv_core.api.text_validation import check_token_ids, is_token_id, max_tokens_for
@@ -17,6 +18,7 @@ from flexserv_core.backends.base import SamplingParams, TextGenerationModel
 from flexserv_core.errors import InvalidRequest
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.request_context import RequestContext
+from flexserv_core.settings import CoreSettings
 
 _SEED_SPACE = 2**63
 #: Most sequences (prompts x n) one completions request may start.
@@ -115,6 +117,8 @@ def chat_jobs(
     max_tokens = max_tokens_for(
         model.limits, len(prompt_ids), requested, prompt_param="messages", max_tokens_param=max_tokens_param
     )
+    if requested is None:
+        max_tokens = default_budget(max_tokens, body.n or 1, context.server.settings.core)
     logprobs = bool(body.logprobs)
     top = (body.top_logprobs or 0) if logprobs else 0
     stops = stop_strings(body.stop)
@@ -161,7 +165,7 @@ def check_completion(body: CompletionRequest) -> None:
 
 
 def completion_jobs(
-    model: TextGenerationModel, body: CompletionRequest
+    model: TextGenerationModel, body: CompletionRequest, core: CoreSettings
 ) -> tuple[list[tuple[list[int], str | None]], list[ChoiceJob]]:
     """Plan ``len(prompts) * n`` choices; choice index ``p * n + i`` as OpenAI numbers them."""
     check_completion(body)
@@ -180,6 +184,8 @@ def completion_jobs(
         max_tokens = max_tokens_for(
             model.limits, len(ids), body.max_tokens, prompt_param=param, max_tokens_param="max_tokens"
         )
+        if body.max_tokens is None:
+            max_tokens = default_budget(max_tokens, len(prompts) * n, core)
         for i in range(n):
             params = sampling_params(
                 body, max_tokens=max_tokens, choice=i, logprobs=logprobs, top_logprobs=body.logprobs or 0

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import msgspec
 
-from flexserv_core.errors import InvalidRequest, ModelNotFound, UsageError
+from flexserv_core.errors import InvalidRequest, ModelNotFound, UsageError, quote
 from flexserv_core.models.defaults import ModelOffer, pick_defaults
 from flexserv_core.models.spec import KIND_ALIASES, ModelKind, ModelSpec, canonical_kind
 from flexserv_core.settings import CoreSettings
@@ -182,14 +182,15 @@ class ModelCatalog:
             spec = self._resolver(model_id, kind)
             if spec is None:
                 raise ModelNotFound(
-                    f"The model '{model_id}' does not exist or is not served here. See GET /v1/models.", param="model"
+                    f"The model '{quote(model_id)}' does not exist or is not served here. See GET /v1/models.",
+                    param="model",
                 )
             with self._lock:
                 spec = self._specs.setdefault(spec.name, spec)
                 self._by_name.setdefault(spec.name, spec)
         if spec.kind != kind:
             raise InvalidRequest(
-                f"The model '{model_id}' is a {spec.kind} model and cannot serve this endpoint.",
+                f"The model '{quote(model_id)}' is a {spec.kind} model and cannot serve this endpoint.",
                 param="model",
                 code="model_kind_mismatch",
             )
