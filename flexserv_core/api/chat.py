@@ -12,6 +12,7 @@ from litestar import MediaType, Request, Response, post
 
 from flexserv_core.api.body import new_id, parse_body, request_context
 from flexserv_core.api.disconnect import until_disconnect
+from flexserv_core.api.message_rules import check_messages
 from flexserv_core.api.streaming import DONE, READY, SSEGenerator, error_event, sse_event, sse_response
 from flexserv_core.api.text_bounds import check_chat_bounds
 from flexserv_core.api.text_generation import ChoiceJob, ChoiceResult, admitted, collect, merge
@@ -53,6 +54,7 @@ async def create_chat_completion(request: Request[Any, Any, Any]) -> Response[An
     body = await parse_body(request, ChatCompletionRequest, context)
     server: FlexServer = request.app.state.flexserv
     check_chat_bounds(body, server.settings.core)
+    check_messages(body.messages)
     if body.stream:
         return await sse_response(_stream(server, body, context), server)
     async with (
