@@ -50,9 +50,11 @@ from flexserv_core.errors import (
     UsageError,
 )
 from flexserv_core.events import EvictionReason, ModelEvent, ModelEventType
+from flexserv_core.hooks import resolve_plugin_settings
 from flexserv_core.hookspecs import PROJECT_NAME, hookimpl, hookspec
 from flexserv_core.models.registry import Lease, ModelInfo, ModelRegistry, ModelState, UnloadResult
 from flexserv_core.models.spec import ModelKind, ModelSpec
+from flexserv_core.plugin_manager import FlexServPluginManager, create_plugin_manager
 from flexserv_core.request_context import RequestContext
 from flexserv_core.resources import (
     CpuCoreInfo,
@@ -103,6 +105,7 @@ __all__ = [
     "EvictionReason",
     "FinishReason",
     "FlexServError",
+    "FlexServPluginManager",
     "FlexServer",
     "GpuInfo",
     "InvalidRequest",
@@ -152,6 +155,8 @@ __all__ = [
     "UnsupportedParameter",
     "UsageError",
     "__version__",
+    "create_app",
+    "create_plugin_manager",
     "default_cache_dir",
     "describe_fields",
     "get_cpu_info",
@@ -165,6 +170,7 @@ __all__ = [
     "open_request_context",
     "parse_body",
     "register_tool_parser",
+    "resolve_plugin_settings",
     "resolve_settings",
     "tool_parser_names",
 ]
@@ -172,10 +178,13 @@ __all__ = [
 if typing.TYPE_CHECKING:
     from flexserv_core.api.body import parse_body
     from flexserv_core.api.body import request_context as open_request_context
+    from flexserv_core.app import create_app
 
-#: Route helpers for plugins that add JSON routes. They need Litestar, so they are
-#: imported on first use: ``import flexserv_core`` stays cheap for plugins that add none.
+#: Route helpers for plugins that add JSON routes, and the app factory (for plugins
+#: that serve the app another way, like ``flexserv ray-serve``). They need Litestar,
+#: so they are imported on first use: ``import flexserv_core`` stays cheap.
 _LAZY = {
+    "create_app": ("flexserv_core.app", "create_app"),
     "parse_body": ("flexserv_core.api.body", "parse_body"),
     "open_request_context": ("flexserv_core.api.body", "request_context"),
 }

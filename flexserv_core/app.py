@@ -57,7 +57,7 @@ def build_server(settings: Settings, pm: FlexServPluginManager) -> FlexServer:
         hooks.default_models(pm, settings),
         lambda model_id, kind: hooks.resolve_model(server, model_id, kind),
         configured=settings.models,
-        kinds=[b.kind for b in backends],
+        kinds=[b.backend.kind for b in backends],
     )
     metrics = ServerMetrics()
 
@@ -66,12 +66,13 @@ def build_server(settings: Settings, pm: FlexServPluginManager) -> FlexServer:
         hooks.model_event(server, event)
 
     registry = ModelRegistry(catalog, backends, model_timeout=settings.core.model_timeout, on_event=on_event)
+    registry.choice.check(catalog.specs())
     metrics.register([RegistryCollector(registry)])
     hooks.metrics_collectors(pm, settings, metrics.registry.register)
     server = FlexServer(
         settings,
         pm,
-        backends=backends,
+        backends=registry.backends,
         catalog=catalog,
         registry=registry,
         probes=hooks.resource_probes(pm, settings),
@@ -125,5 +126,6 @@ def create_app(settings: Settings, plugin_manager: FlexServPluginManager) -> Lit
             openapi_router=schema_router(),
         ),
         logging_config=None,
+        request_max_body_size=settings.core.max_request_bytes,
         debug=False,
     )

@@ -4,6 +4,26 @@ from __future__ import annotations
 
 from typing import Any
 
+#: Most characters of a request value (a model id, a field's value) an error message quotes.
+QUOTE_CHARS = 100
+
+
+def quote(value: object, limit: int = QUOTE_CHARS) -> str:
+    """``value`` for an error message: its ``repr`` for non-strings, cut to ``limit``
+    characters with the full length said, so hostile input never comes back whole."""
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
+
+
+def cut(message: str, limit: int) -> str:
+    """``message`` cut to at most ``limit`` characters."""
+    if len(message) <= limit:
+        return message
+    marker = " [...]"
+    return message[: max(0, limit - len(marker))] + marker
+
 
 class FlexServError(Exception):
     """An error a client sees as ``{"error": {"message", "type", "param", "code"}}``."""
@@ -26,8 +46,13 @@ class FlexServError(Exception):
         self.code = code if code is not None else self.default_code
         self.headers = headers or {}
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.error_type, "param": self.param, "code": self.code}}
+    def to_dict(self, max_chars: int | None = None) -> dict[str, Any]:
+        """The OpenAI error body; with ``max_chars``, message and param cut to that length."""
+        message, param = self.message, self.param
+        if max_chars is not None:
+            message = cut(message, max_chars)
+            param = None if param is None else cut(param, max_chars)
+        return {"error": {"message": message, "type": self.error_type, "param": param, "code": self.code}}
 
 
 class InvalidRequest(FlexServError):

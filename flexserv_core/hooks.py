@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
@@ -32,9 +33,11 @@ from flexserv_core.errors import (
     UsageError,
 )
 from flexserv_core.hookspecs import ASYNC_HOOKS
+from flexserv_core.models.backend_choice import RegisteredBackend
+from flexserv_core.models.defaults import ModelOffer, is_first_party
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.resources import ResourceProbe
-from flexserv_core.settings import describe_fields
+from flexserv_core.settings import describe_fields, resolve_settings
 
 if TYPE_CHECKING:
     import numpy as np
@@ -164,16 +167,28 @@ async def acall_hook(
     return results
 
 
-def _items(pm: pluggy.PluginManager, hook: str, results: Iterable[HookResult], cls: type[T]) -> list[T]:
-    """Flatten list results in call order, checking every item is a ``cls``."""
-    out: list[T] = []
+def _attributed(
+    pm: pluggy.PluginManager, hook: str, results: Iterable[HookResult], cls: type[T]
+) -> list[tuple[str, T]]:
+    """Flatten list results in call order as ``(plugin, item)``, checking every item is a ``cls``."""
+    out: list[tuple[str, T]] = []
     for plugin, value in results:
         items = value if isinstance(value, list | tuple) else [value]
         for item in items:
             if not isinstance(item, cls):
                 raise hook_error(pm, hook, plugin, f"returned {item!r}, expected {cls.__name__} items")
-            out.append(item)
+            out.append((plugin, item))
     return out
+
+
+def _items(pm: pluggy.PluginManager, hook: str, results: Iterable[HookResult], cls: type[T]) -> list[T]:
+    """Flatten list results in call order, checking every item is a ``cls``."""
+    return [item for _, item in _attributed(pm, hook, results, cls)]
+
+
+def _origin(pm: FlexServPluginManager, plugin: str) -> tuple[str | None, bool]:
+    info = pm.infos.get(plugin)
+    return (info.distribution, info.builtin) if info else (None, False)
 
 
 def _merge_earlier_wins(pm: pluggy.PluginManager, hook: str, results: list[HookResult]) -> dict[str, Any]:
@@ -201,6 +216,23 @@ def settings_structs(pm: FlexServPluginManager) -> list[type[msgspec.Struct]]:
             raise PluginLoadError(plugin, info.distribution if info else None, f"invalid settings: {exc}") from exc
         structs.extend(declared)
     return structs
+
+
+def resolve_plugin_settings(
+    pm: FlexServPluginManager,
+    *,
+    cli: Mapping[str, Any],
+    env: Mapping[str, str] | None = None,
+    config_file: str | os.PathLike[str] | None = None,
+) -> Settings:
+    """The settings every plugin of ``pm`` declares, resolved as ``flexserv run``
+    resolves them: ``cli`` > ``env`` (default: the process environment) >
+    ``config_file`` > defaults. Keys of ``cli`` that name no setting are ignored.
+
+    It does not run ``flexserv_configure`` (:func:`configure`; ``create_app`` does).
+    Raises :class:`UsageError` naming the setting when a value is invalid.
+    """
+    return resolve_settings(settings_structs(pm), cli=cli, env=env, config_file=config_file)
 
 
 def commands(pm: FlexServPluginManager) -> dict[str, PluginCommand]:
@@ -236,14 +268,22 @@ def routes_by_plugin(pm: FlexServPluginManager, settings: Settings) -> dict[str,
     return out
 
 
-def backends(pm: FlexServPluginManager, settings: Settings) -> list[Backend]:
+def backends(pm: FlexServPluginManager, settings: Settings) -> list[RegisteredBackend]:
+    """Every backend with the plugin that registered it, in call order."""
     hook = "flexserv_register_backends"
-    return _items(pm, hook, call_hook(pm, hook, {"settings": settings}), Backend)
+    return [
+        RegisteredBackend(backend, plugin, _origin(pm, plugin)[0])
+        for plugin, backend in _attributed(pm, hook, call_hook(pm, hook, {"settings": settings}), Backend)
+    ]
 
 
-def default_models(pm: FlexServPluginManager, settings: Settings) -> list[ModelSpec]:
+def default_models(pm: FlexServPluginManager, settings: Settings) -> list[ModelOffer]:
+    """Every offered model with its plugin and whether that plugin is first-party."""
     hook = "flexserv_default_models"
-    return _items(pm, hook, call_hook(pm, hook, {"settings": settings}), ModelSpec)
+    return [
+        ModelOffer(spec, plugin, is_first_party(*_origin(pm, plugin)))
+        for plugin, spec in _attributed(pm, hook, call_hook(pm, hook, {"settings": settings}), ModelSpec)
+    ]
 
 
 def resource_probes(pm: FlexServPluginManager, settings: Settings) -> list[ResourceProbe]:

@@ -18,10 +18,12 @@ Hook policy (one rule for every hook; :mod:`flexserv_core.hooks` enforces it):
   so that on a shared key the earlier implementation's value is kept; lists from
   ``flexserv_register_backends``, ``flexserv_default_models`` and
   ``flexserv_resource_probes`` are concatenated in call order (so are the
-  collectors of ``flexserv_metrics_collectors``), and the core
-  prefers earlier items (the first accepting backend, the first default of a kind,
-  the first probe that can read). Use ``tryfirst``/``trylast`` to take or yield
-  precedence.
+  collectors of ``flexserv_metrics_collectors``), and the core prefers earlier
+  probes (the first that can read). Use ``tryfirst``/``trylast`` to take or yield
+  precedence. Two exceptions, because entry points are found in an order that
+  depends on how packages were installed: default models follow a fixed rule
+  (first-party, then configured, then third-party by plugin name) and backends are
+  chosen by what specs name or ``accepts`` recognises, never by order.
 * **first result** hooks stop at the first implementation returning something
   other than ``None``; **collect all** hooks run every implementation and drop
   ``None`` results.
@@ -238,10 +240,11 @@ def flexserv_chat_template_kwargs(model: ModelSpec, context: RequestContext) -> 
 def flexserv_register_backends(settings: Settings) -> list[Backend] | None:
     """Provide model backends (text generation, embedding, transcription).
 
-    Called once while the app is built, before the server exists. Results are
-    concatenated in call order; for each model, the registry uses the backend the
-    model's spec names, else the first backend of its kind whose ``accepts(spec)``
-    is true.
+    Called once while the app is built, before the server exists. For each model,
+    the registry uses the backend its spec names; a spec naming none goes to the
+    backend of its kind whose ``accepts(spec)`` recognises it (the default
+    recognises nothing). Two backends recognising one spec, or two backends with
+    one name, is an error naming both: call order plays no part.
 
     :param settings: all resolved settings (read yours with ``settings.get(...)``).
 
@@ -251,12 +254,15 @@ def flexserv_register_backends(settings: Settings) -> list[Backend] | None:
 
 @hookspec
 def flexserv_default_models(settings: Settings) -> list[ModelSpec] | None:
-    """Offer embedded default models (weights shipped in an installed package).
+    """Offer models shipped with the plugin (weights in an installed package).
 
-    Called once while the app is built, before the server exists. For each kind
-    the user configured no default model for, the first offered spec of that kind
-    (in call order) becomes the default, and all offered specs become selectable
-    by name. Return only models whose files are present.
+    Called once while the app is built, before the server exists. Every offered
+    spec is selectable by name. For each kind the user chose no default for, the
+    default is a first-party plugin's offer, else the user's first configured model
+    of that kind, else a third-party offer (by plugin name, with a warning on a tie):
+    call order plays no part (see "Default models" in docs/plugins.md). Set
+    ``may_be_default=False`` on a spec to serve it by name only. Return only models
+    whose files are present.
 
     :param settings: all resolved settings.
 

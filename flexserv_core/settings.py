@@ -96,6 +96,45 @@ class CoreSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     shutdown_timeout: Annotated[
         float, msgspec.Meta(ge=0, description="Seconds in-flight requests get to finish on shutdown.")
     ] = 10.0
+    max_request_bytes: Annotated[
+        int, msgspec.Meta(ge=1024, description="Largest JSON request body in bytes; a larger one gets 413.")
+    ] = 10 * 2**20
+    max_json_depth: Annotated[
+        int,
+        msgspec.Meta(ge=4, description="Deepest nesting of arrays and objects a JSON request body may have (400)."),
+    ] = 32
+    max_messages: Annotated[int, msgspec.Meta(ge=1, description="Most messages one chat request may carry (400).")] = (
+        2048
+    )
+    max_content_parts: Annotated[
+        int, msgspec.Meta(ge=1, description="Most content parts one chat message may have (400).")
+    ] = 256
+    max_stop_strings: Annotated[
+        int, msgspec.Meta(ge=1, description="Most stop strings one request may set (400); OpenAI allows 4.")
+    ] = 4
+    max_stop_chars: Annotated[int, msgspec.Meta(ge=1, description="Longest stop string, in characters (400).")] = 1000
+    max_prompt_chars: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1,
+            description="Most prompt characters one text request may send (messages or prompts together), checked"
+            " before tokenising (400).",
+        ),
+    ] = 1_000_000
+    max_request_tokens: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1,
+            description="Most completion tokens one text request may ask for: max_tokens x n (x prompts). A request"
+            " that sets max_tokens beyond it gets 400; one that does not has its default budget cut to fit.",
+        ),
+    ] = 65_536
+    max_error_chars: Annotated[
+        int,
+        msgspec.Meta(
+            ge=80, description="Longest error message a response carries; longer ones (quoting request input) are cut."
+        ),
+    ] = 1024
 
 
 class ModelTable(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

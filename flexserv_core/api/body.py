@@ -17,11 +17,12 @@ from typing import Any, TypeVar
 import msgspec
 import msgspec.inspect
 from litestar import Request
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 
 from flexserv_core import hooks
 from flexserv_core.api.openai_params import check_openai_parameters
 from flexserv_core.edge.request_id import current_request_id
-from flexserv_core.errors import FlexServError, InvalidRequest
+from flexserv_core.errors import FlexServError, InvalidRequest, PayloadTooLarge, quote
 from flexserv_core.request_context import RequestContext
 
 log = logging.getLogger(__name__)
@@ -49,19 +50,52 @@ def new_id(prefix: str) -> str:
 
 
 async def read_json_object(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    """The body as a JSON object, within ``--max-request-bytes`` (413) and
+    ``--max-json-depth`` (400): hostile bodies end here, before any hook sees them."""
     content_type = request.headers.get("content-type", "")
     if content_type and "json" not in content_type.split(";")[0].lower():
-        raise UnsupportedMediaType(f"Expected 'Content-Type: application/json', got '{content_type}'.")
-    raw = await request.body()
+        raise UnsupportedMediaType(f"Expected 'Content-Type: application/json', got '{quote(content_type)}'.")
+    core = request.app.state.flexserv.settings.core
+    try:
+        raw = await request.body()  # Litestar stops at the route's limit (--max-request-bytes)
+    except RequestEntityTooLarge:
+        raise PayloadTooLarge(
+            f"The request body is larger than this server's limit of {core.max_request_bytes} bytes"
+            " (--max-request-bytes)."
+        ) from None
     if not raw.strip():
         raise InvalidRequest("The request body is empty; send a JSON object.", code="invalid_json")
     try:
         body = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"The request body is not valid JSON: {exc}", code="invalid_json") from None
+    except RecursionError:  # deeper than the interpreter allows: deeper than any limit too
+        raise _too_deep(core.max_json_depth) from None
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
+    if nesting_exceeds(body, core.max_json_depth):
+        raise _too_deep(core.max_json_depth)
     return body
+
+
+def nesting_exceeds(value: Any, limit: int) -> bool:
+    """Whether arrays/objects in ``value`` nest deeper than ``limit`` (the top level is 1)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, dict | list):
+                stack.append((child, depth + 1))
+    return False
+
+
+def _too_deep(limit: int) -> InvalidRequest:
+    return InvalidRequest(
+        f"The request body nests arrays and objects deeper than {limit} levels (--max-json-depth).",
+        code="json_too_deep",
+    )
 
 
 async def parse_body(request: Request[Any, Any, Any], schema: type[StructT], context: RequestContext) -> StructT:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any
 
@@ -11,8 +12,10 @@ from litestar import MediaType, Request, Response, post
 
 from flexserv_core.api.body import new_id, parse_body, request_context
 from flexserv_core.api.disconnect import until_disconnect
+from flexserv_core.api.message_rules import check_messages
 from flexserv_core.api.streaming import DONE, READY, SSEGenerator, error_event, sse_event, sse_response
-from flexserv_core.api.text_generation import ChoiceJob, ChoiceResult, collect, merge
+from flexserv_core.api.text_bounds import check_chat_bounds
+from flexserv_core.api.text_generation import ChoiceJob, ChoiceResult, admitted, collect, merge
 from flexserv_core.api.text_logprobs import chat_logprobs
 from flexserv_core.api.text_request import chat_plan, prepare_jobs
 from flexserv_core.api.text_schemas import (
@@ -26,7 +29,7 @@ from flexserv_core.api.text_schemas import (
     Usage,
     encode,
 )
-from flexserv_core.api.tool_calls import ToolPlan, ToolStreamer, split_output
+from flexserv_core.api.tool_calls import ToolPlan, ToolStreamer, check_tool_history, split_output
 from flexserv_core.backends.base import TextGenerationModel
 from flexserv_core.metrics.text import TextRequestMetrics
 from flexserv_core.request_context import RequestContext
@@ -51,6 +54,9 @@ async def create_chat_completion(request: Request[Any, Any, Any]) -> Response[An
     context = request_context(request, ENDPOINT)
     body = await parse_body(request, ChatCompletionRequest, context)
     server: FlexServer = request.app.state.flexserv
+    check_chat_bounds(body, server.settings.core)
+    check_messages(body.messages)
+    check_tool_history(body.messages)
     if body.stream:
         return await sse_response(_stream(server, body, context), server)
     async with (
@@ -106,52 +112,59 @@ async def _stream(server: FlexServer, body: ChatCompletionRequest, context: Requ
         prompt_ids, jobs, plan = chat_plan(model, lease.spec, body, context)
         await prepare_jobs(jobs)
         metrics.start(len(prompt_ids), jobs)
-        yield READY
-        ident, created, name = new_id("chatcmpl"), int(time.time()), lease.spec.name
-        log.info("chat completion %s (stream): model %s", ident, name)
+        async with admitted(jobs):  # a refusal (429) must come before the response starts
+            yield READY
+            async with aclosing(_chunks(body, lease.spec.name, prompt_ids, jobs, plan)) as chunks:
+                async for data in chunks:
+                    yield data
 
-        def chunk(choices: list[ChatChunkChoice], usage: Usage | None = None) -> bytes:
-            return sse_event(
-                encode(ChatCompletionChunk(id=ident, created=created, model=name, choices=choices, usage=usage))
-            )
 
-        for job in jobs:
-            yield chunk([ChatChunkChoice(index=job.index, delta=ChatDelta(role="assistant", content=""))])
-        completion_tokens = 0
-        streamers = {job.index: ToolStreamer(plan) for job in jobs} if plan is not None and plan.parses else {}
-        try:
-            async with aclosing(merge(jobs)) as events:
-                async for event in events:
-                    streamer = streamers.get(event.index)
-                    text = streamer.feed(event.text) if streamer is not None else event.text
-                    if text or event.tokens:
-                        logprobs = chat_logprobs(event.tokens) if _wants_logprobs(jobs) else None
-                        yield chunk(
-                            [ChatChunkChoice(index=event.index, delta=ChatDelta(content=text), logprobs=logprobs)]
-                        )
-                    if event.finish_reason is not None:
-                        completion_tokens += event.completion_tokens
-                        finish: str = event.finish_reason
-                        if streamer is not None:
-                            rest, deltas = streamer.finish()
-                            if rest:
-                                yield chunk([ChatChunkChoice(index=event.index, delta=ChatDelta(content=rest))])
-                            for delta in deltas:
-                                yield chunk([ChatChunkChoice(index=event.index, delta=ChatDelta(tool_calls=[delta]))])
-                            if deltas:
-                                finish = "tool_calls"
-                        yield chunk([ChatChunkChoice(index=event.index, delta=ChatDelta(), finish_reason=finish)])
-        except Exception as exc:
-            yield error_event(exc)
-            return
-        if body.stream_options is not None and body.stream_options.include_usage:
-            usage = Usage(
-                prompt_tokens=len(prompt_ids),
-                completion_tokens=completion_tokens,
-                total_tokens=len(prompt_ids) + completion_tokens,
-            )
-            yield chunk([], usage)
-        yield DONE
+async def _chunks(
+    body: ChatCompletionRequest, name: str, prompt_ids: list[int], jobs: list[ChoiceJob], plan: ToolPlan | None
+) -> AsyncGenerator[bytes, None]:
+    ident, created = new_id("chatcmpl"), int(time.time())
+    log.info("chat completion %s (stream): model %s", ident, name)
+
+    def chunk(choices: list[ChatChunkChoice], usage: Usage | None = None) -> bytes:
+        return sse_event(
+            encode(ChatCompletionChunk(id=ident, created=created, model=name, choices=choices, usage=usage))
+        )
+
+    for job in jobs:
+        yield chunk([ChatChunkChoice(index=job.index, delta=ChatDelta(role="assistant", content=""))])
+    completion_tokens = 0
+    streamers = {job.index: ToolStreamer(plan) for job in jobs} if plan is not None and plan.parses else {}
+    try:
+        async with aclosing(merge(jobs)) as events:
+            async for event in events:
+                streamer = streamers.get(event.index)
+                text = streamer.feed(event.text) if streamer is not None else event.text
+                if text or event.tokens:
+                    logprobs = chat_logprobs(event.tokens) if _wants_logprobs(jobs) else None
+                    yield chunk([ChatChunkChoice(index=event.index, delta=ChatDelta(content=text), logprobs=logprobs)])
+                if event.finish_reason is not None:
+                    completion_tokens += event.completion_tokens
+                    finish: str = event.finish_reason
+                    if streamer is not None:
+                        rest, deltas = streamer.finish()
+                        if rest:
+                            yield chunk([ChatChunkChoice(index=event.index, delta=ChatDelta(content=rest))])
+                        for delta in deltas:
+                            yield chunk([ChatChunkChoice(index=event.index, delta=ChatDelta(tool_calls=[delta]))])
+                        if deltas:
+                            finish = "tool_calls"
+                    yield chunk([ChatChunkChoice(index=event.index, delta=ChatDelta(), finish_reason=finish)])
+    except Exception as exc:
+        yield error_event(exc)
+        return
+    if body.stream_options is not None and body.stream_options.include_usage:
+        usage = Usage(
+            prompt_tokens=len(prompt_ids),
+            completion_tokens=completion_tokens,
+            total_tokens=len(prompt_ids) + completion_tokens,
+        )
+        yield chunk([], usage)
+    yield DONE
 
 
 def _wants_logprobs(jobs: list[ChoiceJob]) -> bool:

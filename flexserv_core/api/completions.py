@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any
 
@@ -12,7 +13,8 @@ from litestar import MediaType, Request, Response, post
 from flexserv_core.api.body import new_id, parse_body, request_context
 from flexserv_core.api.disconnect import until_disconnect
 from flexserv_core.api.streaming import DONE, READY, SSEGenerator, error_event, sse_event, sse_response
-from flexserv_core.api.text_generation import ChoiceResult, collect, merge
+from flexserv_core.api.text_bounds import check_completion_bounds
+from flexserv_core.api.text_generation import ChoiceJob, ChoiceResult, admitted, collect, merge
 from flexserv_core.api.text_logprobs import completion_logprobs
 from flexserv_core.api.text_request import completion_jobs, pick_best_of, prepare_jobs
 from flexserv_core.api.text_schemas import Completion, CompletionChoice, CompletionRequest, Usage, encode
@@ -37,6 +39,7 @@ async def create_completion(request: Request[Any, Any, Any]) -> Response[Any]:
     context = request_context(request, ENDPOINT)
     body = await parse_body(request, CompletionRequest, context)
     server: FlexServer = request.app.state.flexserv
+    check_completion_bounds(body, server.settings.core)
     if body.stream:
         return await sse_response(_stream(server, body, context), server)
     async with (
@@ -45,7 +48,7 @@ async def create_completion(request: Request[Any, Any, Any]) -> Response[Any]:
     ):
         metrics.admitted(lease.spec.name)
         model = lease.model
-        prompts, jobs = completion_jobs(model, body)
+        prompts, jobs = completion_jobs(model, body, server.settings.core)
         metrics.start(sum(len(ids) for ids, _ in prompts), jobs)
         await prepare_jobs(jobs)
         results = await until_disconnect(request, collect(jobs))
@@ -98,41 +101,48 @@ async def _stream(server: FlexServer, body: CompletionRequest, context: RequestC
     ):
         metrics.admitted(lease.spec.name)
         model = lease.model
-        prompts, jobs = completion_jobs(model, body)
+        prompts, jobs = completion_jobs(model, body, server.settings.core)
         metrics.start(sum(len(ids) for ids, _ in prompts), jobs)
         await prepare_jobs(jobs)
         echoes = _echoes(model, prompts, body)
-        yield READY
-        ident, created, name = new_id("cmpl"), int(time.time()), lease.spec.name
-        log.info("completion %s (stream): model %s", ident, name)
-        n = body.n or 1
-        top = body.logprobs
+        async with admitted(jobs):  # a refusal (429) must come before the response starts
+            yield READY
+            async with aclosing(_chunks(body, lease.spec.name, prompts, echoes, jobs)) as chunks:
+                async for data in chunks:
+                    yield data
 
-        def chunk(choices: list[CompletionChoice], usage: Usage | None = None) -> bytes:
-            return sse_event(encode(Completion(id=ident, created=created, model=name, choices=choices, usage=usage)))
 
-        for job in jobs:
-            if echoes[job.index // n]:
-                yield chunk([CompletionChoice(index=job.index, text=echoes[job.index // n])])
-        completion_tokens = 0
-        try:
-            async with aclosing(merge(jobs)) as events:
-                async for event in events:
-                    if event.text or event.tokens:
-                        echoed = len(echoes[event.index // n])
-                        logprobs = (
-                            completion_logprobs(event.tokens, offset=echoed, top=top) if top is not None else None
-                        )
-                        yield chunk([CompletionChoice(index=event.index, text=event.text, logprobs=logprobs)])
-                    if event.finish_reason is not None:
-                        completion_tokens += event.completion_tokens
-                        yield chunk([CompletionChoice(index=event.index, text="", finish_reason=event.finish_reason)])
-        except Exception as exc:
-            yield error_event(exc)
-            return
-        if body.stream_options is not None and body.stream_options.include_usage:
-            yield chunk([], _usage(prompts, [ChoiceResult(0, completion_tokens=completion_tokens)]))
-        yield DONE
+async def _chunks(
+    body: CompletionRequest, name: str, prompts: Prompts, echoes: list[str], jobs: list[ChoiceJob]
+) -> AsyncGenerator[bytes, None]:
+    ident, created = new_id("cmpl"), int(time.time())
+    log.info("completion %s (stream): model %s", ident, name)
+    n = body.n or 1
+    top = body.logprobs
+
+    def chunk(choices: list[CompletionChoice], usage: Usage | None = None) -> bytes:
+        return sse_event(encode(Completion(id=ident, created=created, model=name, choices=choices, usage=usage)))
+
+    for job in jobs:
+        if echoes[job.index // n]:
+            yield chunk([CompletionChoice(index=job.index, text=echoes[job.index // n])])
+    completion_tokens = 0
+    try:
+        async with aclosing(merge(jobs)) as events:
+            async for event in events:
+                if event.text or event.tokens:
+                    echoed = len(echoes[event.index // n])
+                    logprobs = completion_logprobs(event.tokens, offset=echoed, top=top) if top is not None else None
+                    yield chunk([CompletionChoice(index=event.index, text=event.text, logprobs=logprobs)])
+                if event.finish_reason is not None:
+                    completion_tokens += event.completion_tokens
+                    yield chunk([CompletionChoice(index=event.index, text="", finish_reason=event.finish_reason)])
+    except Exception as exc:
+        yield error_event(exc)
+        return
+    if body.stream_options is not None and body.stream_options.include_usage:
+        yield chunk([], _usage(prompts, [ChoiceResult(0, completion_tokens=completion_tokens)]))
+    yield DONE
 
 
 ROUTES = [create_completion]

@@ -10,7 +10,7 @@ from litestar.exceptions import HTTPException, ValidationException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from litestar.types import ExceptionHandlersMap
 
-from flexserv_core.errors import FlexServError, PluginHookError
+from flexserv_core.errors import FlexServError, PluginHookError, cut
 
 log = logging.getLogger(__name__)
 
@@ -30,14 +30,25 @@ def error_body(message: str, *, error_type: str, param: str | None = None, code:
     return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
 
 
+#: Bound of error messages when the app carries no FlexServ settings.
+DEFAULT_MAX_ERROR_CHARS = 1024
+
+
+def max_error_chars(request: Request[Any, Any, Any]) -> int:
+    """``--max-error-chars``: no error message is longer, whatever input it quotes."""
+    server = getattr(request.app.state, "flexserv", None)
+    return server.settings.core.max_error_chars if server is not None else DEFAULT_MAX_ERROR_CHARS
+
+
 def _respond(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response[dict[str, Any]]:
     return Response(content=body, status_code=status, media_type=MediaType.JSON, headers=headers)
 
 
 def handle_flexserv_error(request: Request[Any, Any, Any], exc: FlexServError) -> Response[dict[str, Any]]:
+    limit = max_error_chars(request)
     if exc.status_code >= 500:
-        log.error("%s %s -> %d: %s", request.method, request.url.path, exc.status_code, exc.message)
-    return _respond(exc.status_code, exc.to_dict(), exc.headers)
+        log.error("%s %s -> %d: %s", request.method, request.url.path, exc.status_code, cut(exc.message, limit))
+    return _respond(exc.status_code, exc.to_dict(limit), exc.headers)
 
 
 def handle_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, Any]]:
@@ -55,6 +66,9 @@ def handle_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -
             param = first.get("key")
             message = f"{message}: {first.get('message', '')}".strip(": ")
     headers = dict(exc.headers or {})
+    limit = max_error_chars(request)
+    message = cut(message, limit)
+    param = None if param is None else cut(str(param), limit)
     return _respond(status, error_body(message, error_type=error_type, param=param, code=code), headers)
 
 

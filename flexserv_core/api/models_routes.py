@@ -7,7 +7,7 @@ from typing import Any
 from litestar import Request, get
 
 from flexserv_core.api.wire_schemas import ModelList, ModelObject
-from flexserv_core.errors import ModelNotFound
+from flexserv_core.errors import ModelNotFound, quote
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.server import FlexServer
 
@@ -34,13 +34,15 @@ async def list_models(request: Request[Any, Any, Any]) -> dict[str, Any]:
 
 
 @get("/v1/models/{model_id:path}", summary="Retrieve a model", opt={"response": ModelObject, "scope": "inference"})
-async def retrieve_model(request: Request[Any, Any, Any], model_id: str) -> dict[str, Any]:
+async def retrieve_model(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    # read from the request rather than declared as an argument: Litestar deprecates
+    # inferred path arguments, and its replacement (FromPath) is newer than our minimum
     server: FlexServer = request.app.state.flexserv
-    model_id = model_id.lstrip("/")
+    model_id = str(request.path_params["model_id"]).lstrip("/")
     spec = server.catalog.get(model_id)
     if spec is not None:
         return _model_object(server, spec, model_id)
-    raise ModelNotFound(f"The model '{model_id}' does not exist or is not served here.", param="model")
+    raise ModelNotFound(f"The model '{quote(model_id)}' does not exist or is not served here.", param="model")
 
 
 ROUTES = [list_models, retrieve_model]

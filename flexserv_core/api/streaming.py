@@ -1,7 +1,8 @@
 """Server-sent events for the OpenAI streaming routes.
 
 A route builds an async generator that acquires the model, plans the request,
-then yields :data:`READY` before producing any event. :func:`sse_response`
+admits its sequences (each choice runs to its first token, so a full queue's 429
+is still a 429), then yields :data:`READY` before producing any event. :func:`sse_response`
 runs it up to that point *before* the response starts, so an unknown model, a
 too-long prompt or a bad parameter is still a JSON error with its 4xx status;
 afterwards the generator (and the model lease it holds) lives exactly as long as
@@ -48,10 +49,14 @@ def sse_event(payload: bytes) -> bytes:
     return b"data: " + payload + b"\n\n"
 
 
+#: Bound of an error event's message (streams carry no request to read settings from).
+MAX_EVENT_ERROR_CHARS: Final = 1024
+
+
 def error_event(exc: BaseException) -> bytes:
     """An OpenAI-shaped error as an event (the official SDK raises it as ``APIError``)."""
     if isinstance(exc, FlexServError):
-        body = exc.to_dict()
+        body = exc.to_dict(MAX_EVENT_ERROR_CHARS)
     else:
         log.error("streaming generation failed: %s: %s", type(exc).__name__, exc, exc_info=exc)
         body = {

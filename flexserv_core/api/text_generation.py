@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from contextlib import aclosing
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from flexserv_core.api.stop import StopMatcher
-from flexserv_core.backends.base import FinishReason, SamplingParams, TextGenerationModel, TopLogprob
+from flexserv_core.backends.base import FinishReason, SamplingParams, TextGenerationModel, TokenDelta, TopLogprob
 
 
 @dataclass(slots=True)
@@ -35,6 +35,9 @@ class ChoiceJob:
     on_token: Callable[[int, bool], None] | None = None
     #: Called with ``(index, finish_reason)`` when the choice ends normally (metrics).
     on_finish: Callable[[int, str], None] | None = None
+    #: Set by :func:`admit`: the model's token iterator, already past its first delta.
+    tokens: AsyncIterator[TokenDelta] | None = None
+    first: TokenDelta | None = None
 
 
 @dataclass(slots=True)
@@ -95,9 +98,9 @@ async def run_choice(job: ChoiceJob) -> AsyncGenerator[ChoiceEvent, None]:
     count = 0
     finish: FinishReason | None = None
     stop_event: ChoiceEvent | None = None
-    tokens = job.model.generate(job.prompt_ids, job.params)
+    tokens = job.tokens if job.tokens is not None else job.model.generate(job.prompt_ids, job.params)
     try:
-        async for delta in tokens:
+        async for delta in _with_first(job.first, tokens):
             # finish_reason "stop" marks the end-of-sequence token: not output, not
             # counted; its text is whatever the backend's detokenizer still held.
             sampled: SampledToken | None = None
@@ -136,10 +139,63 @@ async def run_choice(job: ChoiceJob) -> AsyncGenerator[ChoiceEvent, None]:
     yield ChoiceEvent(job.index, tail, aligner.release(matcher.released), finish_reason=finish, completion_tokens=count)
 
 
+async def _with_first(first: TokenDelta | None, tokens: AsyncIterator[TokenDelta]) -> AsyncIterator[TokenDelta]:
+    if first is not None:
+        yield first
+        if first.finish_reason is not None:
+            return
+    async for delta in tokens:
+        yield delta
+
+
 async def _close(iterator: AsyncIterator[Any]) -> None:
     aclose = getattr(iterator, "aclose", None)
     if aclose is not None:
         await aclose()
+
+
+async def admit(jobs: Sequence[ChoiceJob]) -> None:
+    """Start every choice and wait for its first token, before a stream's response starts.
+
+    A backend admits a sequence when its iterator first runs (a full queue raises
+    :class:`~flexserv_core.errors.TooManyRequests` there), so a stream must get this
+    far before it sends its headers: a refusal is then still a 429 with
+    ``Retry-After``, not an error event in a 200 stream. If any choice fails, all
+    are closed and the first failure is raised; afterwards :func:`close_jobs` (or
+    running the jobs) closes them.
+    """
+    for job in jobs:
+        job.tokens = job.model.generate(job.prompt_ids, job.params)
+    results = await asyncio.gather(*(_first(job) for job in jobs), return_exceptions=True)
+    failures = [r for r in results if isinstance(r, BaseException)]
+    if failures:
+        await close_jobs(jobs)
+        raise failures[0]
+
+
+async def _first(job: ChoiceJob) -> None:
+    assert job.tokens is not None
+    try:
+        job.first = await anext(job.tokens)
+    except StopAsyncIteration:  # no tokens at all: run_choice finishes it as an empty choice
+        job.first = None
+
+
+@asynccontextmanager
+async def admitted(jobs: Sequence[ChoiceJob]) -> AsyncIterator[None]:
+    """:func:`admit` the jobs; on leaving, close whatever of them is still open."""
+    await admit(jobs)
+    try:
+        yield
+    finally:
+        await close_jobs(jobs)
+
+
+async def close_jobs(jobs: Sequence[ChoiceJob]) -> None:
+    """Close the token iterators :func:`admit` started (idempotent)."""
+    for job in jobs:
+        if job.tokens is not None:
+            await _close(job.tokens)
 
 
 class _Done:

@@ -11,14 +11,16 @@ from typing import Any
 
 from flexserv_core import hooks
 from flexserv_core.api.structured import check_logit_bias, request_constraint
+from flexserv_core.api.text_bounds import default_budget
 from flexserv_core.api.text_generation import ChoiceJob, ChoiceResult
 from flexserv_core.api.text_schemas import ChatCompletionRequest, ChatMessage, CompletionRequest
 from flexserv_core.api.text_validation import check_token_ids, is_token_id, max_tokens_for
-from flexserv_core.api.tool_calls import ToolPlan, check_tool_history, plan_tools, template_messages, template_tools
+from flexserv_core.api.tool_calls import ToolPlan, plan_tools, template_messages, template_tools
 from flexserv_core.backends.base import Constraint, SamplingParams, TextGenerationModel
 from flexserv_core.errors import InvalidRequest, UnsupportedParameter
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.request_context import RequestContext
+from flexserv_core.settings import CoreSettings
 
 _SEED_SPACE = 2**63
 #: Most sequences (prompts x n) one completions request may start.
@@ -134,7 +136,6 @@ def chat_plan(
 ) -> tuple[list[int], list[ChoiceJob], ToolPlan | None]:
     """:func:`chat_jobs` and the request's tool plan (``None`` without tools)."""
     check_chat(body)
-    check_tool_history(body.messages)
     plan = plan_tools(body, model, spec)
     constraint = request_constraint(body.response_format, body.structured_outputs)
     if plan is not None and plan.constraint is not None:
@@ -157,6 +158,8 @@ def chat_plan(
     max_tokens = max_tokens_for(
         model.limits, len(prompt_ids), requested, prompt_param="messages", max_tokens_param=max_tokens_param
     )
+    if requested is None:
+        max_tokens = default_budget(max_tokens, body.n or 1, context.server.settings.core)
     logprobs = bool(body.logprobs)
     top = (body.top_logprobs or 0) if logprobs else 0
     stops = stop_strings(body.stop)
@@ -215,7 +218,7 @@ def check_completion(body: CompletionRequest) -> None:
 
 
 def completion_jobs(
-    model: TextGenerationModel, body: CompletionRequest
+    model: TextGenerationModel, body: CompletionRequest, core: CoreSettings
 ) -> tuple[list[tuple[list[int], str | None]], list[ChoiceJob]]:
     """Plan ``len(prompts) * max(n, best_of)`` choices; choice index ``p * n + i`` as
     OpenAI numbers them (with ``best_of``, :func:`best_of` picks ``n`` per prompt)."""
@@ -238,6 +241,8 @@ def completion_jobs(
         max_tokens = max_tokens_for(
             model.limits, len(ids), body.max_tokens, prompt_param=param, max_tokens_param="max_tokens"
         )
+        if body.max_tokens is None:
+            max_tokens = default_budget(max_tokens, len(prompts) * n, core)
         for i in range(n):
             params = sampling_params(
                 body,

@@ -17,8 +17,6 @@ from msgspec import Meta, Struct
 MAX_N = 16
 #: Most alternatives per token in ``top_logprobs`` (chat) or ``logprobs`` (completions).
 MAX_TOP_LOGPROBS = 20
-#: Most stop strings, as in OpenAI's API.
-MAX_STOP = 4
 
 PositiveInt = Annotated[int, Meta(ge=1)]
 Temperature = Annotated[float, Meta(ge=0.0, le=2.0)]
@@ -28,7 +26,8 @@ Seed = Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)]
 TopLogprobs = Annotated[int, Meta(ge=0, le=MAX_TOP_LOGPROBS)]
 NumChoices = Annotated[int, Meta(ge=1, le=MAX_N)]
 StopString = Annotated[str, Meta(min_length=1)]
-Stop = StopString | Annotated[list[StopString], Meta(max_length=MAX_STOP)]
+#: How many stop strings, and how long, is bounded by settings (text_bounds), not here.
+Stop = StopString | list[StopString]
 TopK = Annotated[int, Meta(ge=-1, description="Sample from the k most likely tokens (0 or -1: no limit). Extension.")]
 
 

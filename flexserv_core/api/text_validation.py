@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from flexserv_core.backends.base import TextLimits
-from flexserv_core.errors import ContextLengthExceeded, InvalidRequest
+from flexserv_core.errors import ContextLengthExceeded, InvalidRequest, quote
 
 
 def is_token_id(value: Any) -> bool:
@@ -30,7 +30,9 @@ def check_token_ids(limits: TextLimits, ids: list[Any], param: str) -> list[int]
         if not is_token_id(token) or token < 0 or (vocab is not None and token >= vocab):
             bound = f" in [0, {vocab})" if vocab is not None else " (non-negative integers)"
             raise InvalidRequest(
-                f"Invalid token id {token!r}: token ids must be{bound}.", param=f"{param}[{j}]", code="invalid_value"
+                f"Invalid token id {quote(token)}: token ids must be{bound}.",
+                param=f"{param}[{j}]",
+                code="invalid_value",
             )
     return list(ids)
 

@@ -28,7 +28,7 @@ from flexserv_core.api.text_schemas import (
     ToolCallFunction,
 )
 from flexserv_core.backends.base import Constraint, TextGenerationModel
-from flexserv_core.errors import InvalidRequest
+from flexserv_core.errors import InvalidRequest, quote
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.tool_parsers import (
     ParsedToolCall,
@@ -124,18 +124,18 @@ def _native(model: TextGenerationModel) -> bool:
 
 
 def check_tool_history(messages: list[ChatMessage]) -> None:
-    """Every ``tool`` message answers a call an earlier assistant message made."""
+    """Every ``tool`` message answers a call an earlier assistant message made (runs after
+    :func:`~flexserv_core.api.message_rules.check_messages`)."""
     calls: dict[str, str] = {}
     for i, message in enumerate(messages):
         if message.role == "assistant":
             for call in message.tool_calls or ():
                 calls[call.id] = call.function.name
         elif message.role == "tool":
-            if not message.tool_call_id:
-                raise InvalidRequest("A 'tool' message needs 'tool_call_id'.", param=f"messages[{i}].tool_call_id")
+            # a missing tool_call_id is message_rules' 400, checked before this
             if message.tool_call_id not in calls:
                 raise InvalidRequest(
-                    f"tool_call_id '{message.tool_call_id}' does not match a tool call of an earlier assistant message.",
+                    f"tool_call_id '{quote(message.tool_call_id)}' does not match a tool call of an earlier assistant message.",
                     param=f"messages[{i}].tool_call_id",
                 )
         elif message.tool_calls or message.tool_call_id:

@@ -104,8 +104,17 @@ class Backend(abc.ABC):
     kind: ClassVar[str]
 
     def accepts(self, spec: ModelSpec) -> bool:
-        """Whether this backend can load ``spec``; the default accepts all of its kind."""
-        return spec.kind == self.kind and spec.backend in (None, self.name)
+        """Whether this backend recognises ``spec``'s source as one it loads.
+
+        Asked only for specs of this backend's ``kind`` that name no backend (a spec
+        naming this backend is always loaded by it, without asking). The default
+        recognises nothing: such a backend loads only the models whose spec names it
+        (``backend = "NAME"``), so installing it cannot take over other models.
+        Override it to claim sources by their shape (a ``.gguf`` file, a directory
+        holding a given file, a URL scheme); two backends recognising the same spec
+        is an error naming both.
+        """
+        return False
 
     def placement(self, spec: ModelSpec) -> Placement | None:
         """The device and dtype a load of ``spec`` would use, from the settings alone.

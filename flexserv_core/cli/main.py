@@ -17,15 +17,13 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import msgspec
-
 from flexserv_core import __version__, hooks
 from flexserv_core.commands import CORE_COMMANDS, CommandContext
 from flexserv_core.edge.logs import configure_logging
 from flexserv_core.errors import PluginCommandError, PluginError, UsageError
 from flexserv_core.plugin_manager import FlexServPluginManager, PluginStatus, create_plugin_manager
 from flexserv_core.plugin_report import plugin_report
-from flexserv_core.settings import Settings, add_arguments, resolve_settings
+from flexserv_core.settings import Settings, add_arguments
 
 EXIT_USAGE = 2
 EXIT_PLUGIN = 3
@@ -50,12 +48,6 @@ def _selection_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _settings_from(args: argparse.Namespace, pm: FlexServPluginManager) -> Settings:
-    structs = hooks.settings_structs(pm)
-    cli = {k: v for k, v in vars(args).items() if k not in {"plugins", "config", "command", "json", "func"}}
-    return resolve_settings(structs, cli=cli, config_file=args.config)
-
-
 def cmd_run(argv: Sequence[str]) -> int:
     selection, _ = _selection_parser().parse_known_args(argv)
     pm = create_plugin_manager(selection.plugins)
@@ -64,7 +56,7 @@ def cmd_run(argv: Sequence[str]) -> int:
     )
     add_arguments(parser, hooks.settings_structs(pm))
     args = parser.parse_args(argv)
-    settings = _settings_from(args, pm)
+    settings = hooks.resolve_plugin_settings(pm, cli=vars(args), config_file=args.config)
     core = settings.core
     configure_logging(core.log_level, core.log_format)
     if bool(core.ssl_keyfile) != bool(core.ssl_certfile):
@@ -124,7 +116,7 @@ def cmd_plugins(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
     pm = create_plugin_manager(args.plugins, strict=False)
     try:
-        settings = resolve_settings(hooks.settings_structs(pm), cli={}, config_file=args.config)
+        settings = hooks.resolve_plugin_settings(pm, cli={}, config_file=args.config)
     except UsageError:
         settings = None
     report = plugin_listing(pm, settings)
@@ -220,11 +212,9 @@ def run_plugin_command(name: str, argv: Sequence[str]) -> int:
         parents=[_selection_parser()] if command.settings else [],
         epilog=f"Added by plugin {plugin!r} ({dist or 'not from a distribution'}).",
     )
-    structs: list[type[msgspec.Struct]] = []
     if command.settings:
         pm = create_plugin_manager(plugin_args)  # as strict as `flexserv run`: a broken plugin stops it
-        structs = hooks.settings_structs(pm)
-        add_arguments(parser, structs)
+        add_arguments(parser, hooks.settings_structs(pm))
     else:
         parser.add_argument("-p", dest="plugins", action="append", default=[], metavar="NAME", help="Load plugin NAME.")
     try:
@@ -235,7 +225,7 @@ def run_plugin_command(name: str, argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
     settings = None
     if command.settings:
-        settings = resolve_settings(structs, cli=vars(args), config_file=args.config)
+        settings = hooks.resolve_plugin_settings(pm, cli=vars(args), config_file=args.config)
         hooks.configure(pm, settings)
         configure_logging(settings.core.log_level, settings.core.log_format)
     context = CommandContext(args=args, settings=settings, plugin_args=tuple(plugin_args))

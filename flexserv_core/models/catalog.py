@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 import msgspec
 
-from flexserv_core.errors import InvalidRequest, ModelNotFound, UsageError
+from flexserv_core.errors import InvalidRequest, ModelNotFound, UsageError, quote
+from flexserv_core.models.defaults import ModelOffer, pick_defaults
 from flexserv_core.models.spec import KIND_ALIASES, ModelKind, ModelSpec, canonical_kind
 from flexserv_core.settings import CoreSettings
 
@@ -85,14 +86,16 @@ class ModelCatalog:
     def from_settings(
         cls,
         core: CoreSettings,
-        embedded: list[ModelSpec],
+        offered: Sequence[ModelOffer | ModelSpec],
         resolver: Resolver,
         *,
         configured: Sequence[ModelSpec] = (),
         kinds: Iterable[str] = (),
     ) -> ModelCatalog:
         """Build the catalog from ``--model`` values, ``[[models]]`` tables (``configured``),
-        the default-model settings and the plugins' embedded models.
+        the default-model settings and the models plugins offer (``offered``; a bare
+        spec counts as a first-party offer). Defaults follow
+        :func:`~flexserv_core.models.defaults.pick_defaults`.
 
         ``kinds`` are the kinds the registered backends declare, on top of :class:`ModelKind`.
         A name or alias declared twice by configuration is a :class:`UsageError` naming both.
@@ -112,7 +115,7 @@ class ModelCatalog:
                 where_declared[name], names[name] = where, spec
         configured_specs = [spec for spec, _ in declared]
         specs = list(configured_specs)
-        defaults: dict[str, str] = {}
+        user_defaults: dict[str, str] = {}
         for kind, value in (
             (ModelKind.TEXT, core.default_model),
             (ModelKind.EMBEDDING, core.default_embedding_model),
@@ -124,14 +127,27 @@ class ModelCatalog:
                 spec = ModelSpec(name=value, kind=kind, source=value, origin="config")
                 specs.append(spec)
                 names[value] = spec
-            defaults[kind] = names[value].name
-        for spec in embedded:
-            if spec.name not in names:
-                specs.append(spec)
-                names[spec.name] = spec
-            defaults.setdefault(spec.kind, spec.name)
-        for spec in configured_specs:
-            defaults.setdefault(spec.kind, spec.name)
+            user_defaults[kind] = names[value].name
+        offers = [o if isinstance(o, ModelOffer) else ModelOffer(o, "", True) for o in offered]
+        # first-party first, then by plugin name: a name two plugins offer goes to the
+        # same one whatever order their packages were installed in
+        offers.sort(key=lambda o: (not o.first_party, o.plugin))
+        offered_by: dict[str, str] = {}
+        for offer in offers:
+            name = offer.spec.name
+            if name in offered_by and offered_by[name] != offer.plugin:
+                log.warning(
+                    "plugins %s and %s both offer a model named '%s': serving the one from %s",
+                    offered_by[name],
+                    offer.plugin,
+                    name,
+                    offered_by[name],
+                )
+            offered_by.setdefault(name, offer.plugin)
+            if name not in names:
+                specs.append(offer.spec)
+                names[name] = offer.spec
+        defaults = pick_defaults(user_defaults, offers, configured_specs)
         force = core.force_model
         if force is not None:
             if force not in names:
@@ -166,14 +182,15 @@ class ModelCatalog:
             spec = self._resolver(model_id, kind)
             if spec is None:
                 raise ModelNotFound(
-                    f"The model '{model_id}' does not exist or is not served here. See GET /v1/models.", param="model"
+                    f"The model '{quote(model_id)}' does not exist or is not served here. See GET /v1/models.",
+                    param="model",
                 )
             with self._lock:
                 spec = self._specs.setdefault(spec.name, spec)
                 self._by_name.setdefault(spec.name, spec)
         if spec.kind != kind:
             raise InvalidRequest(
-                f"The model '{model_id}' is a {spec.kind} model and cannot serve this endpoint.",
+                f"The model '{quote(model_id)}' is a {spec.kind} model and cannot serve this endpoint.",
                 param="model",
                 code="model_kind_mismatch",
             )

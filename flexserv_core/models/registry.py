@@ -29,6 +29,7 @@ import msgspec
 from flexserv_core.backends.base import Backend, LoadedModel
 from flexserv_core.errors import ModelLoadError, ServiceUnavailable
 from flexserv_core.events import EvictionReason, ModelEvent, ModelEventType
+from flexserv_core.models.backend_choice import BackendChoice, RegisteredBackend
 from flexserv_core.models.catalog import ModelCatalog
 from flexserv_core.models.spec import ModelSpec
 
@@ -107,13 +108,14 @@ class ModelRegistry:
     def __init__(
         self,
         catalog: ModelCatalog,
-        backends: Sequence[Backend],
+        backends: Sequence[Backend | RegisteredBackend],
         *,
         model_timeout: float = 0.0,
         on_event: EventSink | None = None,
     ) -> None:
         self.catalog = catalog
-        self.backends = list(backends)
+        self.choice = BackendChoice(backends)
+        self.backends = self.choice.backends
         self.model_timeout = model_timeout
         self._on_event = on_event or (lambda event: None)
         self._entries: dict[str, _Entry] = {}
@@ -167,14 +169,8 @@ class ModelRegistry:
         )
 
     def backend_for(self, spec: ModelSpec) -> Backend:
-        for backend in self.backends:
-            if backend.accepts(spec):
-                return backend
-        wanted = f"backend {spec.backend!r}" if spec.backend else f"a {spec.kind} backend"
-        raise ModelLoadError(
-            f"No plugin provides {wanted} for model '{spec.name}'. Is the plugin installed and not blocked (flexserv plugins)?",
-            param="model",
-        )
+        """The backend that loads ``spec`` (see :mod:`flexserv_core.models.backend_choice`)."""
+        return self.choice.choose(spec)
 
     # -- using models ---------------------------------------------------------------
 

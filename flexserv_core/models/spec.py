@@ -65,6 +65,9 @@ class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
         aliases: extra names that select this model in requests.
         origin: who declared it: ``"config"``, ``"embedded"`` (a plugin's default
             shipped in a package) or ``"hub"`` (allowed by ``--allow-hub-models``).
+        may_be_default: for a model a plugin offers through ``flexserv_default_models``:
+            whether it may become the default of its kind (see :mod:`flexserv_core.models.defaults`).
+            ``False`` serves it by name only.
     """
 
     name: str
@@ -75,3 +78,4 @@ class ModelSpec(msgspec.Struct, frozen=True, kw_only=True):
     revision: str | None = None
     aliases: tuple[str, ...] = ()
     origin: str = "config"
+    may_be_default: bool = True

@@ -19,6 +19,7 @@ from flexserv_core.testing.fakes import (
     FakeBackendPlugin,
     FakeProbe,
     FakeProbePlugin,
+    FakeRequest,
     FakeTextBackend,
     FakeTextModel,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "FakeBackendPlugin",
     "FakeProbe",
     "FakeProbePlugin",
+    "FakeRequest",
     "FakeTextBackend",
     "FakeTextModel",
     "ServedApp",

@@ -13,7 +13,7 @@ from litestar import Litestar
 from flexserv_core import hooks
 from flexserv_core.app import create_app
 from flexserv_core.plugin_manager import FlexServPluginManager, PluginSelection
-from flexserv_core.settings import Settings, resolve_settings
+from flexserv_core.settings import Settings
 
 BASE_URL = "http://flexserv.test"
 
@@ -32,7 +32,7 @@ def make_plugin_manager(plugins: Iterable[object | str] = (), *, block: Iterable
 
 def make_settings(pm: FlexServPluginManager, overrides: Mapping[str, Any] | None = None) -> Settings:
     """Settings from defaults plus ``overrides`` (by setting name); no env, no file."""
-    return resolve_settings(hooks.settings_structs(pm), cli=dict(overrides or {}), env={}, config_file=None)
+    return hooks.resolve_plugin_settings(pm, cli=dict(overrides or {}), env={}, config_file=None)
 
 
 def make_app(

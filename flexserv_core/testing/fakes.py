@@ -2,6 +2,19 @@
 
 They are real plugins (hookimpls on plain objects), so tests exercise the same
 hook calls as production plugins do.
+
+In short (``docs/plugins.md`` has the full table):
+
+* ``FakeBackendPlugin()`` registers the backend ``"fake"`` and offers the text model
+  ``"fake-model"`` (source ``"fake://"``; ``FakeBackendPlugin("other")`` renames it).
+  It also loads any configured text model whose source starts with ``fake://``.
+* The model is one character per token (token id = code point). A chat prompt
+  renders as ``role: content`` lines, then ``key=value`` lines for the template
+  variables, then ``assistant: ``. The completion is :data:`FAKE_SCRIPT` repeated
+  up to ``max_tokens``.
+* What the model received: ``fake.last_prompt`` (the prompt text of the latest
+  generation) and ``fake.requests`` (every :class:`FakeRequest`: prompt text, token
+  ids, sampling params), on the plugin, the backend or one model.
 """
 
 from __future__ import annotations
@@ -11,6 +24,8 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from typing import Any
+
+import msgspec
 
 from flexserv_core.backends.base import (
     Backend,
@@ -31,6 +46,14 @@ FAKE_SCRIPT = "The quick brown fox jumps over the lazy dog. "
 FAKE_ALTERNATIVES = "abcdefghijklmnopqrstuvwxyz"
 
 
+class FakeRequest(msgspec.Struct, frozen=True):
+    """One generation as the fake model received it."""
+
+    prompt: str
+    prompt_ids: list[int]
+    params: SamplingParams
+
+
 class FakeTextModel(TextGenerationModel):
     """One character per token. Chat prompts render as ``role: content`` lines;
     the completion is ``script`` (default :data:`FAKE_SCRIPT`) repeated, up to
@@ -40,8 +63,9 @@ class FakeTextModel(TextGenerationModel):
 
     With ``params.logprobs`` each token has logprob -0.5 and, for
     ``params.top_logprobs=k``, ``k`` alternatives: the sampled character, then
-    letters of :data:`FAKE_ALTERNATIVES` at -1.0, -2.0, ... Every call's params are
-    kept in ``params_log``; ``tokens_emitted`` counts deltas over all sequences.
+    letters of :data:`FAKE_ALTERNATIVES` at -1.0, -2.0, ... Every generation is
+    recorded in ``requests`` (``last_prompt`` is the latest prompt's text) and its
+    params in ``params_log``; ``tokens_emitted`` counts deltas over all sequences.
     """
 
     def __init__(
@@ -72,8 +96,12 @@ class FakeTextModel(TextGenerationModel):
         self.cancelled_sequences = 0
         self.tokens_emitted = 0
         self.params_log: list[SamplingParams] = []
-        #: the prompt ids of the latest ``generate`` call (code points: ``chr`` them to read the prompt)
-        self.last_prompt: list[int] = []
+        self.requests: list[FakeRequest] = []
+
+    @property
+    def last_prompt(self) -> str | None:
+        """The prompt text of the latest generation (``None`` before the first)."""
+        return self.requests[-1].prompt if self.requests else None
 
     def render_chat(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any]) -> list[int]:
         lines = [f"{m.get('role')}: {m.get('content')}" for m in messages]
@@ -90,7 +118,7 @@ class FakeTextModel(TextGenerationModel):
         assert prompt_ids and len(prompt_ids) + params.max_tokens <= self.limits.context_length
         self.generated_sequences += 1
         self.params_log.append(params)
-        self.last_prompt = list(prompt_ids)
+        self.requests.append(FakeRequest(prompt=self.decode(prompt_ids), prompt_ids=list(prompt_ids), params=params))
         finished = False
         try:
             for i in range(params.max_tokens):
@@ -130,6 +158,10 @@ class FakeTextModel(TextGenerationModel):
 
 
 class FakeTextBackend(Backend):
+    """Loads :class:`FakeTextModel`: models whose spec names ``"fake"`` and any
+    text model with a ``fake://`` source. ``loads`` counts loads, ``models`` keeps
+    every model it made; ``fail="message"`` makes every load raise."""
+
     name = "fake"
     kind = ModelKind.TEXT
 
@@ -146,6 +178,20 @@ class FakeTextBackend(Backend):
         self.models: list[FakeTextModel] = []
         self._lock = threading.Lock()
 
+    def accepts(self, spec: ModelSpec) -> bool:
+        return spec.source.startswith("fake://")
+
+    @property
+    def requests(self) -> list[FakeRequest]:
+        """Every generation of every model this backend loaded, model by model."""
+        return [r for model in list(self.models) for r in model.requests]
+
+    @property
+    def last_prompt(self) -> str | None:
+        """The prompt text of the latest generation of the latest model loaded."""
+        prompts = [m.last_prompt for m in list(self.models) if m.last_prompt is not None]
+        return prompts[-1] if prompts else None
+
     def load(self, spec: ModelSpec, progress: ProgressCallback) -> LoadedModel:
         with self._lock:
             self.loads += 1
@@ -160,11 +206,35 @@ class FakeTextBackend(Backend):
 
 
 class FakeBackendPlugin:
-    """Registers :class:`FakeTextBackend` and offers ``fake-model`` as the default."""
+    """Registers :class:`FakeTextBackend` and offers ``fake-model`` (or ``model_name``).
 
-    def __init__(self, model_name: str = "fake-model", **backend_options: Any) -> None:
-        self.backend = FakeTextBackend(**backend_options)
+    ``backend_options`` go to :class:`FakeTextBackend` (``load_delay``,
+    ``token_delay``, ``fail``) and on to each model (``script``, ``eos_after``,
+    ``fail_after``, ``context_length``). Being a third-party plugin, its model is
+    the default text model only when no first-party plugin offers one.
+    """
+
+    def __init__(self, model_name: str = "fake-model", *, backend_name: str = "fake", **backend_options: Any) -> None:
+        """``backend_name`` renames this instance's backend: several fake plugins in
+        one app need distinct names (two backends with one name stop start-up)."""
+        cls = FakeTextBackend
+        if backend_name != cls.name:  # ``name`` is a class attribute: a subclass carries the new one
+
+            class NamedFakeTextBackend(FakeTextBackend):
+                pass
+
+            NamedFakeTextBackend.name = backend_name
+            cls = NamedFakeTextBackend
+        self.backend = cls(**backend_options)
         self.model_name = model_name
+
+    @property
+    def requests(self) -> list[FakeRequest]:
+        return self.backend.requests
+
+    @property
+    def last_prompt(self) -> str | None:
+        return self.backend.last_prompt
 
     @hookimpl
     def flexserv_register_backends(self, settings: Any) -> list[Backend]:
@@ -173,7 +243,13 @@ class FakeBackendPlugin:
     @hookimpl
     def flexserv_default_models(self, settings: Any) -> list[ModelSpec]:
         return [
-            ModelSpec(name=self.model_name, kind=ModelKind.TEXT, source="fake://", backend="fake", origin="embedded")
+            ModelSpec(
+                name=self.model_name,
+                kind=ModelKind.TEXT,
+                source="fake://",
+                backend=self.backend.name,
+                origin="embedded",
+            )
         ]
 
 

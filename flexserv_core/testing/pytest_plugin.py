@@ -3,18 +3,34 @@
 Override ``flexserv_plugins`` and ``flexserv_settings`` in a test module or
 conftest to choose what the app has; then use ``flexserv_client`` (httpx over
 ASGI, lifespan running) or ``flexserv_openai`` (the official async client).
+
+No configuration is needed in the project that uses them: the async fixture is
+a pytest-asyncio fixture, and an ``async def`` test that uses any ``flexserv_``
+fixture (directly or through other fixtures) is marked ``asyncio`` here, so it
+runs in pytest-asyncio's default *strict* mode as in *auto* mode. The project's
+other async tests are left to its own configuration.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+import inspect
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from typing import Any
 
+import pluggy
 import pytest
 from litestar import Litestar
 
 from flexserv_core.server import FlexServer
 from flexserv_core.testing.app import make_app, openai_client, running_app_client
+
+_async_fixture: Any
+try:
+    import pytest_asyncio
+
+    _async_fixture = pytest_asyncio.fixture(loop_scope="function")
+except ImportError:  # pragma: no cover - flexserv-core[testing] installs it
+    _async_fixture = pytest.fixture
 
 
 @pytest.fixture
@@ -48,7 +64,33 @@ def flexserv_server(flexserv_app: Litestar) -> FlexServer:
     return server
 
 
-@pytest.fixture
+#: Prefix of the kit's fixtures; an async test using one is run by pytest-asyncio.
+FIXTURE_PREFIX = "flexserv_"
+
+
+@pytest.hookimpl(specname="pytest_pycollect_makeitem", hookwrapper=True, trylast=True)
+def pytest_pycollect_makeitem_flexserv_asyncio(  # pytest registers only "pytest_" names
+    collector: pytest.Collector, name: str, obj: object
+) -> Generator[None, pluggy.Result[Any], None]:
+    """Mark ``async def`` tests that use the kit with ``asyncio``.
+
+    ``trylast`` makes this wrapper run inside pytest-asyncio's, which turns
+    marked coroutine functions into its own test items afterwards.
+    """
+    outcome = yield
+    if not inspect.iscoroutinefunction(obj):
+        return
+    result = outcome.get_result()
+    for item in result if isinstance(result, list) else [result]:
+        if (
+            isinstance(item, pytest.Function)
+            and item.get_closest_marker("asyncio") is None
+            and any(f.startswith(FIXTURE_PREFIX) for f in item.fixturenames)
+        ):
+            item.add_marker("asyncio")
+
+
+@_async_fixture
 async def flexserv_client(flexserv_app: Litestar) -> AsyncIterator[Any]:
     """httpx client over ASGI, lifespan running (in a task of its own, see
     :func:`running_app_client`: fixture setup and teardown run in different tasks)."""

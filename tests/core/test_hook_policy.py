@@ -92,16 +92,19 @@ def test_register_backends_order() -> None:
     assert [b.name for b in server.backends] == [f"fake-{label}" for label in CALL_ORDER]
 
 
-def test_default_models_order_and_the_earliest_offer_is_the_default() -> None:
+def test_default_models_order_and_call_order_does_not_pick_the_default(caplog: pytest.LogCaptureFixture) -> None:
     log: list[str] = []
 
     def offer(label: str) -> list[ModelSpec]:
         return [ModelSpec(name=f"m-{label}", kind=ModelKind.TEXT, source="fake://", backend="fake")]
 
-    pm = manager(FakeBackendPlugin(), *recorders("flexserv_default_models", log, offer))
+    pm = manager(FakeBackendPlugin(model_name="unused", **{}), *recorders("flexserv_default_models", log, offer))
     server = build_server(make_settings(pm), pm)
     assert log == CALL_ORDER
-    assert server.catalog.default(ModelKind.TEXT).name == "m-first"  # type: ignore[union-attr]
+    # not "m-first" (the tryfirst one): third-party defaults go by plugin name
+    # ("FakeBackendPlugin-..." sorts before the lowercase names)
+    assert server.catalog.default(ModelKind.TEXT).name == "unused"  # type: ignore[union-attr]
+    assert "several plugins offer a default text model" in caplog.text
 
 
 def test_resource_probes_order() -> None:

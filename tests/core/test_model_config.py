@@ -199,6 +199,9 @@ class ToyRerankBackend(Backend):
     name = "toy-rerank"
     kind = "rerank"
 
+    def accepts(self, spec: ModelSpec) -> bool:
+        return spec.source.startswith("/m/")  # so ``--model rerank:NAME=/m/...`` needs no backend name
+
     def load(self, spec: ModelSpec, progress: ProgressCallback) -> LoadedModel:
         return ToyRerankModel(spec)
 

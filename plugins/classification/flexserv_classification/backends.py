@@ -17,6 +17,10 @@ class _Configured(Backend):
     def __init__(self, settings: ClassificationSettings) -> None:
         self.settings = settings
 
+    def accepts(self, spec: ModelSpec) -> bool:
+        """The default backend of its kind: any Hub id or local directory."""
+        return "://" not in spec.source
+
     def _batching(self) -> dict[str, Any]:
         s = self.settings
         return {
@@ -63,7 +67,7 @@ class BiEncoderBackend(_Configured):
     kind = RERANK
 
     def accepts(self, spec: ModelSpec) -> bool:
-        return spec.kind == self.kind and spec.backend == self.name
+        return False  # cross-encoder recognises rerank sources; this one loads specs naming it
 
     def load(self, spec: ModelSpec, progress: ProgressCallback) -> LoadedModel:
         from sentence_transformers import SentenceTransformer

@@ -11,7 +11,7 @@ as they do there.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import numpy as np
@@ -44,7 +44,10 @@ class _Encoded(msgspec.Struct):
     special: list[int] | None = None
 
 
-class _TransformersClassifier(BatchedRunner[TextJob, _Encoded, Any]):
+ResultT = TypeVar("ResultT")
+
+
+class _TransformersClassifier(BatchedRunner[TextJob, _Encoded, ResultT]):
     """Tokenize-check-forward shared by both heads."""
 
     _model: Any
@@ -108,10 +111,11 @@ class _TransformersClassifier(BatchedRunner[TextJob, _Encoded, Any]):
 
 def _softmax(x: np.ndarray) -> np.ndarray:
     shifted = np.exp(x - x.max(axis=-1, keepdims=True))
-    return shifted / shifted.sum(axis=-1, keepdims=True)
+    probs: np.ndarray = shifted / shifted.sum(axis=-1, keepdims=True)
+    return probs
 
 
-class SequenceClassifier(_TransformersClassifier, ClassificationModel):
+class SequenceClassifier(_TransformersClassifier[ClassificationResult], ClassificationModel):
     def __init__(
         self,
         spec: ModelSpec,
@@ -142,7 +146,7 @@ class SequenceClassifier(_TransformersClassifier, ClassificationModel):
         return ClassificationResult(probs=[p.tolist() for p in outputs], prompt_tokens=prepared.tokens)
 
 
-class TokenClassifier(_TransformersClassifier, TokenClassificationModel):
+class TokenClassifier(_TransformersClassifier[TokenClassificationResult], TokenClassificationModel):
     _with_offsets = True
 
     def __init__(

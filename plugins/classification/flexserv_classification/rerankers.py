@@ -52,7 +52,8 @@ class CrossEncoderRerankModel(RerankModel, BatchedRunner[PairJob, tuple[str, str
 
     def _compute(self, items: list[tuple[str, str]]) -> Sequence[float]:
         scores = self._ce.predict(items, batch_size=self.forward_batch, show_progress_bar=False, convert_to_numpy=True)
-        return np.asarray(scores, dtype=np.float64).reshape(len(items), -1)[:, 0].tolist()
+        first_column: list[float] = np.asarray(scores, dtype=np.float64).reshape(len(items), -1)[:, 0].tolist()
+        return first_column
 
     def _finish(self, job: PairJob, prepared: Prepared[tuple[str, str]], outputs: Sequence[Any]) -> ScoreResult:
         return ScoreResult(scores=[float(s) for s in outputs], prompt_tokens=prepared.tokens)

@@ -38,7 +38,10 @@ _CORPUS = [
 def train_wordpiece_tokenizer(vocab_size: int = 400):  # type: ignore[no-untyped-def]
     """A BERT-style ``BertTokenizerFast`` ([CLS] a [SEP] b [SEP], lower-cased) trained on a few sentences."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-    from transformers import BertTokenizerFast
+
+    # transformers 5 keeps BertTokenizerFast only as a runtime alias of BertTokenizer,
+    # missing from the names it declares for type checkers.
+    from transformers import BertTokenizerFast  # type: ignore[attr-defined]
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
@@ -88,6 +91,7 @@ def build_tiny_bert(
         labels = labels or list(TOKEN_LABELS)
     if labels is not None:
         num_labels = len(labels)
+    # num_labels follows from id2label (transformers 5 takes it from there only)
     names = labels or [f"LABEL_{i}" for i in range(num_labels)]
     config = BertConfig(
         vocab_size=len(tokenizer),
@@ -96,7 +100,6 @@ def build_tiny_bert(
         num_attention_heads=2,
         intermediate_size=64,
         max_position_embeddings=max_position_embeddings,
-        num_labels=num_labels,
         id2label=dict(enumerate(names)),
         label2id={n: i for i, n in enumerate(names)},
         pad_token_id=tokenizer.pad_token_id,

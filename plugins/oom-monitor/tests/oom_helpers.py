@@ -50,9 +50,8 @@ class EventRecorder:
 
 
 def model_plugins(names: list[str], **backend_options: Any) -> list[FakeBackendPlugin]:
-    """One fake plugin per model name. All backends share the name ``fake``, so the
-    registry may load any model through any of them: look at all backends."""
-    return [FakeBackendPlugin(model_name=name, **backend_options) for name in names]
+    """One fake plugin per model name, each with its own backend (``fake-NAME``)."""
+    return [FakeBackendPlugin(model_name=name, backend_name=f"fake-{name}", **backend_options) for name in names]
 
 
 def live_models(backends: list[FakeTextBackend]) -> list[str]:

@@ -29,6 +29,11 @@ class SentenceTransformersBackend(Backend):
     def __init__(self, settings: SentenceTransformersSettings) -> None:
         self.settings = settings
 
+    def accepts(self, spec: ModelSpec) -> bool:
+        """Any Hub id or local directory (sentence-transformers wraps plain
+        transformers encoders too); not URLs of other schemes."""
+        return "://" not in spec.source
+
     def load(self, spec: ModelSpec, progress: ProgressCallback) -> LoadedModel:
         from sentence_transformers import SentenceTransformer
 

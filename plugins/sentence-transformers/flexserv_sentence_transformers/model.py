@@ -48,7 +48,10 @@ class SentenceTransformerEmbeddingModel(EmbeddingModel):
         self._tokenizer: Any = st.tokenizer
         dimension = getattr(st, "get_embedding_dimension", None) or st.get_sentence_embedding_dimension
         self.dimensions = int(dimension() or 0)
-        self.max_input_tokens = int(st.max_seq_length)
+        max_seq_length = st.max_seq_length
+        if max_seq_length is None:
+            raise ValueError(f"model '{spec.name}' does not tell its maximum sequence length")
+        self.max_input_tokens = int(max_seq_length)
         self.vocab_size = len(self._tokenizer)
         self.forward_batch = forward_batch
         self._prefix, self._suffix = _special_token_frame(self._tokenizer)

@@ -87,6 +87,12 @@ class TransformersBackend(Backend):
             self._placement = Placement(device=str(device), dtype=str(dtype).removeprefix("torch."))
         return self._placement
 
+    def accepts(self, spec: ModelSpec) -> bool:
+        """Hub ids, checkpoint directories and ``.gguf`` files: any source that is
+        not a URL of another scheme. A plugin that also loads ``.gguf`` files makes
+        such models ambiguous until their spec names a backend."""
+        return "://" not in spec.source
+
     def load(self, spec: ModelSpec, progress: ProgressCallback) -> TransformersTextModel:
         from flexserv_transformers.loading import LoadOptions, load_model_and_tokenizer
         from flexserv_transformers.model import TransformersTextModel

@@ -118,8 +118,10 @@ def file_sha256(path: Path, memo_dir: Path | None = None) -> str:
         except (OSError, ValueError):
             memo = {}
         hit = memo.get(str(path))
-        if isinstance(hit, dict) and hit.get("identity") == identity and isinstance(hit.get("sha256"), str):
-            return hit["sha256"]
+        if isinstance(hit, dict) and hit.get("identity") == identity:
+            recorded = hit.get("sha256")
+            if isinstance(recorded, str):
+                return recorded
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         while chunk := fh.read(1 << 22):
@@ -332,6 +334,16 @@ def context_length(model: PreTrainedModel) -> int:
         if isinstance(value, int) and value > 0:
             return value
     return 2048
+
+
+def embedding_rows(embeddings: torch.nn.Module) -> int:
+    """Rows of an embedding module's weight (its vocabulary size)."""
+    import torch
+
+    weight = embeddings.weight
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(f"{type(embeddings).__name__}.weight is not a tensor")
+    return int(weight.shape[0])
 
 
 def parameter_dtype(model: PreTrainedModel) -> torch.dtype:

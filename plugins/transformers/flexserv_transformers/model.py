@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from flexserv_core import (
     RESERVED_TEMPLATE_KWARGS,
@@ -21,7 +21,7 @@ from flexserv_core import (
 from flexserv_transformers.detokenize import IncrementalDetokenizer
 from flexserv_transformers.engine_api import Engine, EngineModel, load_engine_factory
 from flexserv_transformers.grammar import GrammarCompiler
-from flexserv_transformers.loading import context_length, eos_token_ids, parameter_dtype
+from flexserv_transformers.loading import context_length, embedding_rows, eos_token_ids, parameter_dtype
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -73,7 +73,7 @@ class TransformersTextModel(TextGenerationModel):
         self.engine: Engine = load_engine_factory(engine)(engine_model, settings)
         self.limits = TextLimits(
             context_length=self.engine.max_sequence_tokens,
-            vocab_size=int(model.get_input_embeddings().weight.shape[0]),
+            vocab_size=embedding_rows(model.get_input_embeddings()),
             default_max_tokens=default_max_tokens,
         )
         self.grammars = GrammarCompiler(tokenizer, self.eos_token_ids, engine_model.vocab_size)
@@ -100,7 +100,9 @@ class TransformersTextModel(TextGenerationModel):
             raise InvalidRequest(
                 f"The chat template of '{self.spec.name}' rejected the messages: {exc}", param="messages"
             ) from exc
-        return [int(i) for i in ids]
+        # tokenize=True with return_dict=False gives the ids of one conversation; the
+        # return annotation is the union over every combination of those flags.
+        return [int(i) for i in cast("list[int]", ids)]
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=True)["input_ids"])

@@ -44,6 +44,12 @@ def is_ctranslate2_dir(source: str) -> bool:
     return path.is_dir() and (path / "model.bin").is_file()
 
 
+def is_faster_whisper_source(source: str) -> bool:
+    """A CTranslate2 directory, a size name faster-whisper downloads, or a Hub id
+    of a faster-whisper conversion."""
+    return is_ctranslate2_dir(source) or source in SIZE_NAMES or "faster-whisper" in source.lower()
+
+
 class FasterWhisperModel(SerialWhisperModel):
     backend_name = "faster-whisper"
 
@@ -102,11 +108,7 @@ class FasterWhisperBackend(Backend):
         self.settings = settings
 
     def accepts(self, spec: ModelSpec) -> bool:
-        if spec.kind != self.kind or spec.backend not in (None, self.name):
-            return False
-        if spec.backend == self.name:
-            return True
-        return is_ctranslate2_dir(spec.source) or spec.source in SIZE_NAMES or "faster-whisper" in spec.source.lower()
+        return is_faster_whisper_source(spec.source)
 
     def load(self, spec: ModelSpec, progress: ProgressCallback) -> LoadedModel:
         from faster_whisper import WhisperModel

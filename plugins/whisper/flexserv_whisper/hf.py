@@ -17,6 +17,7 @@ from flexserv_core import (
     TranscriptionSegment,
 )
 from flexserv_whisper.common import SerialWhisperModel, load_error, pick_device
+from flexserv_whisper.faster import is_faster_whisper_source
 from flexserv_whisper.settings import WhisperSettings
 
 #: Whisper attends to 30 s windows; longer audio is decoded window by window.
@@ -81,6 +82,10 @@ class TransformersWhisperBackend(Backend):
 
     def __init__(self, settings: WhisperSettings) -> None:
         self.settings = settings
+
+    def accepts(self, spec: ModelSpec) -> bool:
+        """Hub ids and local directories, except what faster-whisper recognises."""
+        return "://" not in spec.source and not is_faster_whisper_source(spec.source)
 
     def load(self, spec: ModelSpec, progress: ProgressCallback) -> LoadedModel:
         import torch

@@ -38,9 +38,13 @@ def test_backend_choice(tmp_path: Path) -> None:
     assert faster.accepts(spec("Systran/faster-whisper-small"))
     assert faster.accepts(spec("tiny.en"))
     assert not faster.accepts(spec("openai/whisper-tiny"))
-    assert not faster.accepts(spec(str(ct2), backend="transformers-whisper"))
     assert hf.accepts(spec("openai/whisper-tiny"))
-    assert not hf.accepts(ModelSpec(name="e", kind=ModelKind.EMBEDDING, source="x"))
+    # the two recognise disjoint sources, so neither install order nor list order matters
+    for source in (str(ct2), "Systran/faster-whisper-small", "tiny.en"):
+        assert not hf.accepts(spec(source))
+    registry = make_app(["whisper"]).state.flexserv.registry
+    assert registry.backend_for(spec(str(ct2), backend="transformers-whisper")).name == "transformers-whisper"
+    assert registry.backend_for(spec(str(ct2))).name == "faster-whisper"
 
 
 def test_language_checks() -> None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from types import ModuleType
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol, cast
 
 from flexserv_core import GpuInfo, ResourceProbe
 
@@ -21,12 +21,35 @@ log = logging.getLogger(__name__)
 GIB = 1024**3
 
 
-def _load_pynvml() -> ModuleType | None:
+class _MemoryInfo(Protocol):
+    total: int
+    used: int
+    free: int
+
+
+class _Utilization(Protocol):
+    gpu: int
+
+
+class NvmlApi(Protocol):
+    """The part of ``pynvml`` this probe calls (device handles are opaque)."""
+
+    def nvmlInit(self) -> None: ...
+    def nvmlShutdown(self) -> None: ...
+    def nvmlDeviceGetCount(self) -> int: ...
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> Any: ...
+    def nvmlDeviceGetMemoryInfo(self, handle: Any) -> _MemoryInfo: ...
+    def nvmlDeviceGetUtilizationRates(self, handle: Any) -> _Utilization: ...
+    def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int: ...
+    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int: ...
+
+
+def _load_pynvml() -> NvmlApi | None:
     try:
         import pynvml
     except ImportError:
         return None
-    return pynvml
+    return cast(NvmlApi, pynvml)  # pynvml ships no type information
 
 
 class NvmlProbe(ResourceProbe):
@@ -39,7 +62,7 @@ class NvmlProbe(ResourceProbe):
 
     name = "nvml"
 
-    def __init__(self, nvml: Any | None = None) -> None:
+    def __init__(self, nvml: NvmlApi | None = None) -> None:
         self._nvml = nvml if nvml is not None else _load_pynvml()
         self._lock = threading.Lock()
         self._initialised = False
@@ -56,7 +79,7 @@ class NvmlProbe(ResourceProbe):
         with self._lock:
             if self._initialised:
                 return True
-            if self.unavailable_reason is not None:
+            if self.unavailable_reason is not None or self._nvml is None:
                 return False
             try:
                 self._nvml.nvmlInit()
@@ -69,7 +92,7 @@ class NvmlProbe(ResourceProbe):
 
     def close(self) -> None:
         with self._lock:
-            if self._initialised:
+            if self._initialised and self._nvml is not None:
                 self._initialised = False
                 try:
                     self._nvml.nvmlShutdown()
@@ -77,18 +100,17 @@ class NvmlProbe(ResourceProbe):
                     log.debug("nvmlShutdown failed: %s", exc)
 
     def gpus(self) -> list[GpuInfo] | None:
-        if not self._ensure_init():
-            return None
         nvml = self._nvml
+        if nvml is None or not self._ensure_init():
+            return None
         try:
             count = int(nvml.nvmlDeviceGetCount())
         except Exception as exc:
             log.warning("NVML could not count devices: %s", exc)
             return None
-        return [self._device(index) for index in range(count)]
+        return [self._device(nvml, index) for index in range(count)]
 
-    def _device(self, index: int) -> GpuInfo:
-        nvml = self._nvml
+    def _device(self, nvml: NvmlApi, index: int) -> GpuInfo:
         try:
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
             memory = nvml.nvmlDeviceGetMemoryInfo(handle)
@@ -113,7 +135,7 @@ class NvmlProbe(ResourceProbe):
         return info
 
     @staticmethod
-    def _optional(read: Any) -> float | None:
+    def _optional(read: Callable[[], float]) -> float | None:
         try:
             return read()
         except Exception as exc:

@@ -16,7 +16,9 @@ class PsutilProbe(ResourceProbe):
 
     def __init__(self, psutil_module: Any | None = None) -> None:
         if psutil_module is None:
-            import psutil as psutil_module
+            import psutil
+
+            psutil_module = psutil
         self._psutil = psutil_module
 
     def cpu(self, interval: float) -> list[CpuCoreInfo]:

@@ -21,7 +21,7 @@ falls back to transformers' SDPA attention.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -82,15 +82,22 @@ class PrefillChunk:
 
 
 @dataclass(slots=True)
+class DecodeBatch:
+    """The single-token sequences of a step, attended to in one batched SDPA call."""
+
+    rows: torch.Tensor  # [B] offsets of single-token sequences in the row
+    blocks: torch.Tensor  # [B, max_blocks] padded block tables
+    mask: torch.Tensor  # [B, 1, 1, max_blocks * block_size], True = attend
+    is_whole_row: bool  # every token of the row is a decode: skip the index ops
+
+
+@dataclass(slots=True)
 class StepLayout:
     """Where each new token goes and what each sequence attends to, for one step."""
 
     cache: PagedKVCache
     slots: torch.Tensor  # [T] cache slot of each new token
-    decode_rows: torch.Tensor | None  # [B] offsets of single-token sequences in the row
-    decode_blocks: torch.Tensor | None  # [B, max_blocks] padded block tables
-    decode_mask: torch.Tensor | None  # [B, 1, 1, max_blocks * block_size], True = attend
-    decode_is_whole_row: bool  # every token of the row is a decode: skip the index ops
+    decode: DecodeBatch | None  # None when no sequence decodes a single token
     prefills: list[PrefillChunk]
 
 
@@ -109,7 +116,9 @@ def paged_attention_forward(
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
         )
-    layer = module.layer_idx
+    # transformers' attention modules keep layer_idx as a plain int attribute, which
+    # nn.Module.__getattr__ types as Tensor | Module.
+    layer = cast(int, module.layer_idx)
     cache = step.cache
     k_blocks, v_blocks = cache.keys[layer], cache.values[layer]
     _, bs, kv_heads, head_dim = k_blocks.shape
@@ -121,23 +130,24 @@ def paged_attention_forward(
     n_rep = heads // kv_heads
     out = query.new_empty(1, total, heads, head_dim)
 
-    if step.decode_rows is not None:
-        batch = step.decode_rows.shape[0]
-        q = query[0] if step.decode_is_whole_row else query[0].index_select(1, step.decode_rows)  # [H, B, D]
+    decode = step.decode
+    if decode is not None:
+        batch = decode.rows.shape[0]
+        q = query[0] if decode.is_whole_row else query[0].index_select(1, decode.rows)  # [H, B, D]
         # One query token per sequence: fold the query heads sharing a KV head into
         # the "query length" axis, so SDPA needs no repeated keys (GQA without copies).
         q = q.transpose(0, 1).reshape(batch, kv_heads, n_rep, head_dim)
-        length = step.decode_blocks.shape[1] * bs
+        length = decode.blocks.shape[1] * bs
         # index_select, not k_blocks[table]: advanced indexing costs ~1000x more here (torch 2.13 CPU).
-        flat_table = step.decode_blocks.view(-1)
+        flat_table = decode.blocks.view(-1)
         k = k_blocks.index_select(0, flat_table).view(batch, length, kv_heads, head_dim).transpose(1, 2)
         v = v_blocks.index_select(0, flat_table).view(batch, length, kv_heads, head_dim).transpose(1, 2)
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=step.decode_mask, scale=scaling)  # [B, kvH, n_rep, D]
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=decode.mask, scale=scaling)  # [B, kvH, n_rep, D]
         o = o.reshape(batch, heads, head_dim)
-        if step.decode_is_whole_row:
+        if decode.is_whole_row:
             out[0] = o
         else:
-            out[0].index_copy_(0, step.decode_rows, o)
+            out[0].index_copy_(0, decode.rows, o)
 
     for chunk in step.prefills:
         s, n, ctx = chunk.q_start, chunk.q_len, chunk.ctx_len

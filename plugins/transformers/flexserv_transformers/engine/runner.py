@@ -8,6 +8,7 @@ import torch
 
 from flexserv_transformers.engine.kv_cache import (
     ATTN_IMPL,
+    DecodeBatch,
     PagedKVCache,
     PrefillChunk,
     StepLayout,
@@ -40,7 +41,7 @@ class ModelRunner:
     def clear_blocks(self, blocks: list[int]) -> None:
         self.cache.clear_blocks(self._tensor(blocks))
 
-    def _tensor(self, data: list[int]) -> torch.Tensor:
+    def _tensor(self, data: list[int] | list[list[int]]) -> torch.Tensor:
         return torch.tensor(data, dtype=torch.long, device=self.device)
 
     def layout(self, plan: list[tuple[Sequence, int]]) -> tuple[torch.Tensor, torch.Tensor, StepLayout, list[int]]:
@@ -71,23 +72,20 @@ class ModelRunner:
                 prefills.append(PrefillChunk(q_start=row, q_len=n, ctx_len=ctx, blocks=self._tensor(used)))
             if ctx == len(seq.tokens):
                 keep.append(row + n - 1)
-        layout = StepLayout(
-            cache=self.cache,
-            slots=self._tensor(slots),
-            decode_rows=None,
-            decode_blocks=None,
-            decode_mask=None,
-            decode_is_whole_row=len(decode_rows) == len(ids),
-            prefills=prefills,
-        )
+        slot_tensor = self._tensor(slots)
+        decode: DecodeBatch | None = None
         if decode_rows:
             width = max(len(t) for t in decode_tables)
             table = self._tensor([t + [0] * (width - len(t)) for t in decode_tables])
             lens = self._tensor(decode_lens)
-            layout.decode_rows = self._tensor(decode_rows)
-            layout.decode_blocks = table
             span = torch.arange(width * bs, device=self.device)
-            layout.decode_mask = (span[None, :] < lens[:, None]).view(len(decode_rows), 1, 1, width * bs)
+            decode = DecodeBatch(
+                rows=self._tensor(decode_rows),
+                blocks=table,
+                mask=(span[None, :] < lens[:, None]).view(len(decode_rows), 1, 1, width * bs),
+                is_whole_row=len(decode_rows) == len(ids),
+            )
+        layout = StepLayout(cache=self.cache, slots=slot_tensor, decode=decode, prefills=prefills)
         return self._tensor(ids), self._tensor(positions), layout, keep
 
     @torch.inference_mode()

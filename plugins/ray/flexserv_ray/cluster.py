@@ -1,0 +1,75 @@
+"""Joining a Ray cluster, or starting a local one and stopping only that."""
+
+from __future__ import annotations
+
+import logging
+import os
+from types import TracebackType
+
+log = logging.getLogger(__name__)
+
+
+class StartInterrupted(Exception):
+    """SIGINT/SIGTERM while ``ray.init`` ran (Ray's own handler exits the process)."""
+
+
+class RayCluster:
+    """``with RayCluster(address, local_cpus):`` connects to ``address`` (or
+    ``$RAY_ADDRESS``); without either it starts a private local cluster on
+    127.0.0.1 with at most ``local_cpus`` CPUs and no dashboard, and on exit shuts
+    down that cluster and nothing else. A joined cluster is left running."""
+
+    def __init__(self, address: str | None, *, local_cpus: int) -> None:
+        self.address = address or os.environ.get("RAY_ADDRESS") or None
+        self.local_cpus = local_cpus
+        self.started_here = False
+
+    def __enter__(self) -> RayCluster:
+        self.start()
+        return self
+
+    def start(self) -> None:
+        """Join or start the cluster; :class:`StartInterrupted` if a signal stopped it."""
+        import ray
+
+        try:
+            self._init()
+        except (SystemExit, KeyboardInterrupt) as exc:
+            # ray.init answers SIGTERM with sys.exit: stop what it had started, and only that.
+            ray.shutdown()
+            raise StartInterrupted from exc
+
+    def _init(self) -> None:
+        import ray
+
+        if self.address:
+            ray.init(address=self.address, logging_level=logging.WARNING)
+        else:
+            # address="local" always starts a new cluster, never one another user runs.
+            ray.init(
+                address="local",
+                num_cpus=self.local_cpus,
+                include_dashboard=False,
+                _node_ip_address="127.0.0.1",
+                logging_level=logging.WARNING,
+            )
+            self.started_here = True
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop the cluster started here (Serve first), or only disconnect from a joined one."""
+        import ray
+
+        if self.started_here:
+            from ray import serve
+
+            try:
+                serve.shutdown()
+            finally:
+                ray.shutdown()
+        else:
+            ray.shutdown()  # disconnects this driver; the cluster keeps running

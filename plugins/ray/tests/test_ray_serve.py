@@ -1,0 +1,230 @@
+"""FlexServ on a real local Ray cluster: replicas, a killed replica, multiplexing, autoscaling.
+
+The module starts one private cluster on 127.0.0.1 (``address="local"``, never one
+another process runs) and tears it down with ``serve.shutdown()`` and
+``ray.shutdown()``; the only process killed by hand is a replica this cluster
+started, by its PID from Ray's state API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+# A plain import: `make setup` installs this plugin and so Ray; a missing Ray fails, never skips.
+import ray
+from flexserv_ray.app import application
+from flexserv_ray.app_args import app_args_from
+from flexserv_ray.options import RayOptions, deployment_options
+from ray import serve
+
+from flexserv_core.testing import free_port, make_plugin_manager, make_settings
+
+pytestmark = pytest.mark.slow
+
+TESTS_DIR = Path(__file__).parent
+APP = "flexserv-test"
+FAKE = ["-p", "ray_fake_backend"]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[str]:
+    saved = os.environ.get("PYTHONPATH")
+    # Replicas import the test plugin module by name; workers inherit this from the raylet.
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS_DIR), saved) if p)
+    os.environ["FLEXSERV_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    port = free_port()
+    # Ray's state API (replica PIDs, replica counts) is served by the dashboard
+    # process, so this cluster has one, on a free loopback port.
+    ray.init(
+        address="local",
+        num_cpus=4,
+        include_dashboard=True,
+        dashboard_host="127.0.0.1",
+        dashboard_port=free_port(),
+        _node_ip_address="127.0.0.1",
+    )
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+        os.environ.pop("FLEXSERV_DISABLE_PLUGIN_AUTOLOAD", None)
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
+
+
+def deploy(plugins: list[str], settings: dict[str, Any], options: RayOptions, **override: Any) -> None:
+    pm = make_plugin_manager([p for p in plugins if p != "-p"])
+    resolved = make_settings(pm, settings)
+    args = app_args_from(
+        [p for p in plugins if p != "-p"], resolved, models_per_replica=options.models_per_replica, include_secrets=True
+    )
+    opts = deployment_options(options, {}, shutdown_timeout=resolved.core.shutdown_timeout) | override
+    serve.run(application(args, opts), name=APP, route_prefix="/")
+
+
+@pytest.fixture
+def deployed(cluster: str) -> Iterator[Callable[..., str]]:
+    def run(*args: Any, **kwargs: Any) -> str:
+        deploy(*args, **kwargs)
+        return cluster
+
+    yield run
+    serve.delete(APP)
+
+
+def replica_actors() -> list[Any]:
+    from ray.util.state import list_actors
+
+    return [
+        a
+        for a in list_actors(filters=[("state", "=", "ALIVE")], limit=100)
+        if a.class_name.startswith("ServeReplica:") and APP in a.class_name
+    ]
+
+
+def replica_ids() -> set[str]:
+    return {a.name.rsplit("#", 1)[-1] for a in replica_actors()}
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+async def stream_chat(client: openai.AsyncOpenAI, model: str, max_tokens: int, **extra: Any) -> tuple[str, str, str]:
+    """(replica id, text, finish_reason) of one streamed chat completion."""
+    raw = await client.chat.completions.with_raw_response.create(
+        model=model,
+        messages=[{"role": "user", "content": "Say hello."}],
+        max_tokens=max_tokens,
+        stream=True,
+        **extra,
+    )
+    replica = raw.headers["x-flexserv-replica"]
+    text, finish = "", ""
+    async for chunk in raw.parse():
+        for choice in chunk.choices:
+            text += choice.delta.content or ""
+            finish = choice.finish_reason or finish
+    return replica, text, finish
+
+
+def client_for(base_url: str, **kwargs: Any) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="x", max_retries=0, timeout=120, **kwargs)
+
+
+async def test_two_replicas_of_the_embedded_chat_model_share_40_streams(deployed: Callable[..., str]) -> None:
+    base = deployed(["transformers"], {"default_max_tokens": 8}, RayOptions(replicas=2, num_cpus=1))
+    async with client_for(base) as client:
+        results = await asyncio.gather(*(stream_chat(client, "SmolLM2-135M-Instruct", 4) for _ in range(40)))
+    assert all(finish in ("length", "stop") and text for _, text, finish in results)
+    served = {replica for replica, _, _ in results}
+    assert len(served) == 2, served
+    assert served == replica_ids()  # the header names the replicas Ray runs
+
+
+async def test_a_killed_replica_is_replaced_and_queued_requests_complete(deployed: Callable[..., str]) -> None:
+    base = deployed(FAKE, {"model": ["fake-a=fake://a"], "fake_token_delay": 0.05}, RayOptions(replicas=2, num_cpus=1))
+    original_ids = replica_ids()
+    victim = replica_actors()[0]
+    victim_id = victim.name.rsplit("#", 1)[-1]
+    async with client_for(base) as client:
+        running = [asyncio.create_task(stream_chat(client, "fake-a", 40)) for _ in range(10)]  # ~2 s each
+        await asyncio.sleep(0.8)
+        os.kill(victim.pid, signal.SIGKILL)
+        await asyncio.sleep(0.2)
+        after = await asyncio.gather(*(stream_chat(client, "fake-a", 5) for _ in range(10)))
+        first_wave = await asyncio.gather(*running, return_exceptions=True)
+    # Requests sent after the kill never started on the dead replica: all complete.
+    assert all(finish == "length" and len(text) == 5 for _, text, finish in after)
+    # Streams on the survivor completed; those on the victim ended in an error.
+    for result in first_wave:
+        if isinstance(result, BaseException):
+            assert isinstance(result, (openai.APIError, httpx.HTTPError)), repr(result)
+        else:
+            replica, text, finish = result
+            assert replica != victim_id and finish == "length" and len(text) == 40
+    assert any(isinstance(r, BaseException) for r in first_wave), "no stream was on the killed replica"
+    replacement = wait_for(lambda: replica_ids() - original_ids, 60, "a replacement replica")
+    async with client_for(base) as client:
+        seen: set[str] = set()
+        deadline = time.monotonic() + 30
+        while not seen & replacement and time.monotonic() < deadline:
+            results = await asyncio.gather(*(stream_chat(client, "fake-a", 2) for _ in range(6)))
+            seen |= {r for r, _, _ in results}
+    assert seen & replacement, (seen, replacement)  # the new replica serves
+    assert victim_id not in seen
+
+
+async def test_multiplexing_routes_each_model_to_the_replica_holding_it(deployed: Callable[..., str]) -> None:
+    base = deployed(
+        FAKE,
+        {"model": ["fake-a=fake://a", "fake-b=fake://b"]},
+        RayOptions(replicas=2, num_cpus=1, models_per_replica=1),
+    )
+
+    def headers(model: str) -> dict[str, str]:
+        return {"serve_multiplexed_model_id": model}
+
+    async with client_for(base) as client:
+        first_a, _, _ = await stream_chat(client, "fake-a", 2, extra_headers=headers("fake-a"))
+        await asyncio.sleep(2)  # the replica reports its models to the router
+        first_b, _, _ = await stream_chat(client, "fake-b", 2, extra_headers=headers("fake-b"))
+        await asyncio.sleep(2)
+        assert first_a != first_b  # fake-b went to the replica with the fewest models
+        for _ in range(6):
+            a, b = await asyncio.gather(
+                stream_chat(client, "fake-a", 2, extra_headers=headers("fake-a")),
+                stream_chat(client, "fake-b", 2, extra_headers=headers("fake-b")),
+            )
+            assert (a[0], b[0]) == (first_a, first_b)
+        with pytest.raises(openai.NotFoundError) as missing:
+            await client.chat.completions.create(
+                model="no-such-model", messages=[{"role": "user", "content": "hi"}], extra_headers=headers("x")
+            )
+    assert missing.value.body["code"] == "model_not_found"
+    async with httpx.AsyncClient(base_url=base) as http:
+        models = (await http.get("/v1/models")).json()
+    assert {m["id"] for m in models["data"]} >= {"fake-a", "fake-b"}  # every replica lists the whole catalog
+
+
+async def test_autoscaling_goes_from_one_to_two_replicas_and_back(deployed: Callable[..., str]) -> None:
+    base = deployed(
+        FAKE,
+        {"model": ["fake-a=fake://a"], "fake_token_delay": 0.05},
+        RayOptions(min_replicas=1, max_replicas=2, target_ongoing_requests=1, upscale_delay=0, downscale_delay=2),
+        max_ongoing_requests=4,
+    )
+    assert len(replica_actors()) == 1
+    counts: list[int] = []
+    async with client_for(base) as client:
+        load = [asyncio.create_task(stream_chat(client, "fake-a", 60)) for _ in range(6)]
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and max(counts, default=0) < 2:
+            await asyncio.sleep(1)
+            counts.append(len(await asyncio.to_thread(replica_actors)))
+            if all(t.done() for t in load):
+                load += [asyncio.create_task(stream_chat(client, "fake-a", 60)) for _ in range(6)]
+        results = await asyncio.gather(*load)
+    assert max(counts) == 2, counts
+    assert all(finish == "length" for _, _, finish in results)
+    wait_for(lambda: len(replica_actors()) == 1, 60, "the scale-down to one replica")
