@@ -114,7 +114,7 @@ def validate(
     implement are refused or (bookkeeping) dropped (:mod:`.openai_params`); fields
     OpenAI does not define, at any depth, are dropped with one warning each or,
     with ``block_unknown``, refused."""
-    check_openai_parameters(body, endpoint)
+    check_openai_parameters(body, endpoint, schema.__struct_fields__)
     for path in unknown_fields(body, schema):
         if block_unknown:
             raise InvalidRequest(f"Unrecognized request argument supplied: {path}", param=path, code="unexpected_field")

@@ -15,7 +15,7 @@ dropped with one warning per field name and endpoint, or refused under
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from flexserv_core.errors import UnsupportedParameter
@@ -89,11 +89,14 @@ IGNORED: dict[str, frozenset[str]] = {
 }
 
 
-def check_openai_parameters(body: dict[str, Any], endpoint: str) -> None:
-    """Refuse unsupported parameters; remove ignored ones from ``body`` (in place)."""
+def check_openai_parameters(body: dict[str, Any], endpoint: str, declared: Collection[str] = ()) -> None:
+    """Refuse unsupported parameters; remove ignored ones from ``body`` (in place),
+    except those the request schema ``declared`` (like ``user``): they stay to have
+    their type checked, and nothing reads them."""
     for key, (neutral, why) in UNSUPPORTED.get(endpoint, {}).items():
         if key in body and not neutral(body[key]):
             raise UnsupportedParameter(f"'{key}' is not supported: {why}.", param=key)
         body.pop(key, None)
     for key in IGNORED.get(endpoint, ()):
-        body.pop(key, None)
+        if key not in declared:
+            body.pop(key, None)
