@@ -25,7 +25,7 @@ async def test_create_non_streaming(flexserv_openai: Any, fake: FakeBackendPlugi
     r = await flexserv_openai.responses.create(
         model="fake-model", input="hi", instructions="Be brief.", metadata={"k": "v"}
     )
-    assert r.object == "response" and r.id.startswith("resp-") and r.status == "completed"
+    assert r.object == "response" and r.id.startswith("resp_") and r.status == "completed"
     assert r.model == "fake-model" and r.instructions == "Be brief." and r.metadata == {"k": "v"}
     assert [item.type for item in r.output] == ["message"]
     message = r.output[0]

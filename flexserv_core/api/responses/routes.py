@@ -10,10 +10,10 @@ from typing import Any
 from litestar import MediaType, Request, Response, delete, get, post
 
 from flexserv_core import hooks
-from flexserv_core.api.body import new_id, read_json_object, request_context, validate
+from flexserv_core.api.body import read_json_object, request_context, validate
 from flexserv_core.api.disconnect import until_disconnect
 from flexserv_core.api.responses.events import EventWriter, OutputStreamer
-from flexserv_core.api.responses.items import Conversation, add_output
+from flexserv_core.api.responses.items import Conversation, add_output, item_id
 from flexserv_core.api.responses.output import build_response, output_items, status_of, usage
 from flexserv_core.api.responses.reasoning import prompt_opens_reasoning
 from flexserv_core.api.responses.request import (
@@ -108,7 +108,7 @@ async def create_response(request: Request[Any, Any, Any]) -> Response[Any]:
         items = output_items(result.text, inside=prompt_opens_reasoning(model, prompt_ids), status=status)
         response = build_response(
             plan,
-            response_id=new_id("resp"),
+            response_id=item_id("resp"),
             created=int(time.time()),
             model_name=lease.spec.name,
             status=status,
@@ -132,7 +132,7 @@ async def _stream(
         prompt_ids, jobs = _jobs(model, lease.spec, plan, context)
         metrics.start(len(prompt_ids), jobs)
         yield READY
-        ident, created, name = new_id("resp"), int(time.time()), lease.spec.name
+        ident, created, name = item_id("resp"), int(time.time()), lease.spec.name
         log.info("response %s (stream): model %s", ident, name)
         write = EventWriter()
         streamer = OutputStreamer(write, inside=prompt_opens_reasoning(model, prompt_ids))
