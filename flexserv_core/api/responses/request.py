@@ -15,11 +15,14 @@ from typing import Any
 
 import msgspec
 
+from flexserv_core.api.message_rules import check_messages
 from flexserv_core.api.responses.items import Conversation, add_input, has_calls, unsupported
 from flexserv_core.api.responses.schemas import ResponsesRequest
 from flexserv_core.api.responses.store import ResponseStore
+from flexserv_core.api.text_bounds import check_chat_bounds
 from flexserv_core.api.text_schemas import ChatCompletionRequest
 from flexserv_core.errors import FlexServError, InvalidRequest, NotFound
+from flexserv_core.settings import CoreSettings
 
 ENDPOINT = "/v1/responses"
 
@@ -97,7 +100,7 @@ class ResponsePlan:
     history: list[dict[str, Any]]
 
 
-def plan_response(body: ResponsesRequest, store: ResponseStore) -> ResponsePlan:
+def plan_response(body: ResponsesRequest, store: ResponseStore, core: CoreSettings) -> ResponsePlan:
     check_request(body)
     history: list[dict[str, Any]] = []
     if body.previous_response_id is not None:
@@ -130,10 +133,20 @@ def plan_response(body: ResponsesRequest, store: ResponseStore) -> ResponsePlan:
         chat = msgspec.convert(chat_body, ChatCompletionRequest)
     except msgspec.ValidationError as exc:
         raise InvalidRequest(f"Invalid 'input': {exc}", param="input") from None
+    try:  # the edge bounds and per-role rules chat requests have, before a model is loaded
+        check_chat_bounds(chat, core)
+        check_messages(chat.messages)
+    except FlexServError as exc:
+        raise responses_param(exc) from None
     return ResponsePlan(body=body, chat=chat, current=current, history=history)
 
 
-_PARAMS = {"messages": "input", "max_completion_tokens": "max_output_tokens", "max_tokens": "max_output_tokens"}
+_PARAMS = {
+    "messages": "input",
+    "max_completion_tokens": "max_output_tokens",
+    "max_tokens": "max_output_tokens",
+    "max_tokens x n": "max_output_tokens",
+}
 
 
 def responses_param(exc: FlexServError) -> FlexServError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any
 
@@ -33,7 +34,7 @@ from flexserv_core.api.responses.schemas import (
 from flexserv_core.api.responses.schemas import Response as ResponseObject
 from flexserv_core.api.responses.store import ResponseStore, StoredResponse, server_store
 from flexserv_core.api.streaming import READY, SSEGenerator, sse_response
-from flexserv_core.api.text_generation import ChoiceJob, collect, merge
+from flexserv_core.api.text_generation import ChoiceJob, admitted, collect, merge
 from flexserv_core.api.text_request import chat_jobs
 from flexserv_core.api.text_schemas import encode
 from flexserv_core.backends.base import TextGenerationModel
@@ -91,7 +92,7 @@ async def create_response(request: Request[Any, Any, Any]) -> Response[Any]:
     body = await _parse(request, context)
     server: FlexServer = request.app.state.flexserv
     store = server_store(server)
-    plan = plan_response(body, store)
+    plan = plan_response(body, store, server.settings.core)
     if body.stream:
         return await sse_response(_stream(server, plan, store, context), server)
     async with (
@@ -131,37 +132,51 @@ async def _stream(
         model = lease.model
         prompt_ids, jobs = _jobs(model, lease.spec, plan, context)
         metrics.start(len(prompt_ids), jobs)
-        yield READY
-        ident, created, name = item_id("resp"), int(time.time()), lease.spec.name
-        log.info("response %s (stream): model %s", ident, name)
-        write = EventWriter()
-        streamer = OutputStreamer(write, inside=prompt_opens_reasoning(model, prompt_ids))
+        async with admitted(jobs):  # a refusal (429) must come before the response starts
+            yield READY
+            async with aclosing(_events(plan, store, model, lease.spec.name, prompt_ids, jobs)) as events:
+                async for data in events:
+                    yield data
 
-        def snapshot(status: Any, **fields: Any) -> ResponseObject:
-            return build_response(plan, response_id=ident, created=created, model_name=name, status=status, **fields)
 
-        yield write.lifecycle("response.created", snapshot("in_progress"))
-        yield write.lifecycle("response.in_progress", snapshot("in_progress"))
-        finish, completion_tokens = "stop", 0
-        try:
-            async with aclosing(merge(jobs)) as events:
-                async for event in events:
-                    for chunk in streamer.feed(event.text):
-                        yield chunk
-                    if event.finish_reason is not None:
-                        finish, completion_tokens = event.finish_reason, event.completion_tokens
-        except Exception as exc:
-            message, code = _failure(exc)
-            yield write.error(message, code, exc.param if isinstance(exc, FlexServError) else None)
-            failed = snapshot("failed", output=streamer.items, error=ResponseError(code=code, message=message))
-            yield write.lifecycle("response.failed", failed)
-            return
-        status = status_of(finish)
-        for chunk in streamer.finish(status):
-            yield chunk
-        final = snapshot(
-            status, output=streamer.items, usage=usage(model, len(prompt_ids), completion_tokens, streamer.items)
-        )
+async def _events(
+    plan: ResponsePlan,
+    store: ResponseStore,
+    model: TextGenerationModel,
+    name: str,
+    prompt_ids: list[int],
+    jobs: list[ChoiceJob],
+) -> AsyncGenerator[bytes, None]:
+    ident, created = item_id("resp"), int(time.time())
+    log.info("response %s (stream): model %s", ident, name)
+    write = EventWriter()
+    streamer = OutputStreamer(write, inside=prompt_opens_reasoning(model, prompt_ids))
+
+    def snapshot(status: Any, **fields: Any) -> ResponseObject:
+        return build_response(plan, response_id=ident, created=created, model_name=name, status=status, **fields)
+
+    yield write.lifecycle("response.created", snapshot("in_progress"))
+    yield write.lifecycle("response.in_progress", snapshot("in_progress"))
+    finish, completion_tokens = "stop", 0
+    try:
+        async with aclosing(merge(jobs)) as events:
+            async for event in events:
+                for chunk in streamer.feed(event.text):
+                    yield chunk
+                if event.finish_reason is not None:
+                    finish, completion_tokens = event.finish_reason, event.completion_tokens
+    except Exception as exc:
+        message, code = _failure(exc)
+        yield write.error(message, code, exc.param if isinstance(exc, FlexServError) else None)
+        failed = snapshot("failed", output=streamer.items, error=ResponseError(code=code, message=message))
+        yield write.lifecycle("response.failed", failed)
+        return
+    status = status_of(finish)
+    for chunk in streamer.finish(status):
+        yield chunk
+    final = snapshot(
+        status, output=streamer.items, usage=usage(model, len(prompt_ids), completion_tokens, streamer.items)
+    )
     _store(store, plan, final)
     yield write.lifecycle("response.completed" if status == "completed" else "response.incomplete", final)
 
