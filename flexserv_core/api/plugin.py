@@ -7,13 +7,15 @@ from typing import Any
 import msgspec
 
 from flexserv_core.api import chat, completions, embeddings, models_routes, transcriptions
+from flexserv_core.api.responses import routes as responses
+from flexserv_core.api.responses.store import ResponsesSettings
 from flexserv_core.hookspecs import hookimpl
 from flexserv_core.settings import Settings
 
 
 @hookimpl
 def flexserv_add_settings() -> list[type[msgspec.Struct]]:
-    return [embeddings.EmbeddingSettings, transcriptions.TranscriptionSettings]
+    return [embeddings.EmbeddingSettings, transcriptions.TranscriptionSettings, ResponsesSettings]
 
 
 @hookimpl
@@ -21,6 +23,7 @@ def flexserv_register_routes(settings: Settings) -> list[Any]:
     return [
         *models_routes.ROUTES,
         *chat.ROUTES,
+        *responses.ROUTES,
         *completions.ROUTES,
         *embeddings.ROUTES,
         *transcriptions.routes(settings),

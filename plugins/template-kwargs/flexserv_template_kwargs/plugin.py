@@ -19,6 +19,8 @@ from flexserv_template_kwargs.settings import TemplateKwargsSettings, parse_defa
 
 REQUEST_KWARGS_KEY = StashKey[dict[str, Any]]("template-kwargs")
 CHAT_ENDPOINT = "/v1/chat/completions"
+#: Routes whose prompt goes through the chat template.
+TEMPLATE_ENDPOINTS = frozenset({CHAT_ENDPOINT, "/v1/responses"})
 
 
 @hookimpl
@@ -35,7 +37,7 @@ def flexserv_configure(settings: Settings) -> None:
 
 @hookimpl
 def flexserv_preprocess_request(endpoint: str, body: dict[str, Any], context: RequestContext) -> None:
-    if endpoint != CHAT_ENDPOINT:
+    if endpoint not in TEMPLATE_ENDPOINTS:
         return
     values = request_template_kwargs(body)
     if values is not None:

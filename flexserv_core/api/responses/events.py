@@ -1,0 +1,139 @@
+"""Streamed Responses events, in OpenAI's order, each with ``sequence_number``.
+
+Per output item: ``response.output_item.added``, ``response.content_part.added``,
+the deltas (``response.reasoning_text.delta`` or ``response.output_text.delta``),
+their ``...done``, ``response.content_part.done``, ``response.output_item.done``.
+Around them: ``response.created`` and ``response.in_progress`` first,
+``response.completed`` (or ``response.incomplete``) last; a failure sends
+``error`` then ``response.failed``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from flexserv_core.api.responses.items import item_id
+from flexserv_core.api.responses.reasoning import Kind, ReasoningSplitter
+from flexserv_core.api.responses.schemas import (
+    OutputItem,
+    OutputMessage,
+    OutputText,
+    ReasoningItem,
+    ReasoningText,
+    Response,
+    ResponseStatus,
+)
+
+
+class EventWriter:
+    """Numbers events and writes them as SSE (``event:`` and ``data:`` lines)."""
+
+    def __init__(self) -> None:
+        self.sequence = 0
+
+    def __call__(self, type_: str, **fields: Any) -> bytes:
+        payload = msgspec.json.encode({"type": type_, "sequence_number": self.sequence, **fields})
+        self.sequence += 1
+        return b"event: " + type_.encode() + b"\ndata: " + payload + b"\n\n"
+
+    def lifecycle(self, type_: str, response: Response) -> bytes:
+        return self(type_, response=response)
+
+    def error(self, message: str, code: str | None, param: str | None) -> bytes:
+        return self("error", code=code, message=message, param=param)
+
+
+class OutputStreamer:
+    """Turns generated text into item events; keeps the finished items for the
+    final ``response`` object."""
+
+    def __init__(self, write: EventWriter, *, inside: bool) -> None:
+        self.write = write
+        self.splitter = ReasoningSplitter(inside=inside)
+        self.items: list[OutputItem] = []
+        self._kind: Kind | None = None
+        self._id = ""
+        self._text: list[str] = []
+
+    def feed(self, text: str) -> list[bytes]:
+        out: list[bytes] = []
+        for kind, chunk in self.splitter.feed(text):
+            out += self._piece(kind, chunk)
+        return out
+
+    def finish(self, status: ResponseStatus) -> list[bytes]:
+        """Close what is open (the answer with ``status``); an empty answer item
+        when nothing was generated."""
+        out: list[bytes] = []
+        for kind, chunk in self.splitter.finish():
+            out += self._piece(kind, chunk)
+        if self._kind is None and not self.items:
+            out += self._open("text")
+        out += self._close(status)
+        return out
+
+    @property
+    def output_index(self) -> int:
+        return len(self.items)
+
+    def _piece(self, kind: Kind, chunk: str) -> list[bytes]:
+        out: list[bytes] = []
+        if self._kind != kind:
+            out += self._close("completed")
+            out += self._open(kind)
+        self._text.append(chunk)
+        event = "response.reasoning_text.delta" if kind == "reasoning" else "response.output_text.delta"
+        extra: dict[str, Any] = {} if kind == "reasoning" else {"logprobs": []}
+        out.append(
+            self.write(event, item_id=self._id, output_index=self.output_index, content_index=0, delta=chunk, **extra)
+        )
+        return out
+
+    def _open(self, kind: Kind) -> list[bytes]:
+        self._kind, self._text = kind, []
+        item: OutputItem
+        part: OutputText | ReasoningText
+        if kind == "reasoning":
+            self._id = item_id("rs")
+            item, part = ReasoningItem(id=self._id, status="in_progress"), ReasoningText(text="")
+        else:
+            self._id = item_id("msg")
+            item, part = OutputMessage(id=self._id, status="in_progress"), OutputText(text="")
+        index = self.output_index
+        return [
+            self.write("response.output_item.added", output_index=index, item=item),
+            self.write("response.content_part.added", item_id=self._id, output_index=index, content_index=0, part=part),
+        ]
+
+    def _close(self, status: ResponseStatus) -> list[bytes]:
+        if self._kind is None:
+            return []
+        text, index = "".join(self._text), self.output_index
+        item: OutputItem
+        if self._kind == "reasoning":
+            done = self.write(
+                "response.reasoning_text.done", item_id=self._id, output_index=index, content_index=0, text=text
+            )
+            part: OutputText | ReasoningText = ReasoningText(text=text)
+            item = ReasoningItem(id=self._id, content=[ReasoningText(text=text)])
+        else:
+            done = self.write(
+                "response.output_text.done",
+                item_id=self._id,
+                output_index=index,
+                content_index=0,
+                text=text,
+                logprobs=[],
+            )
+            part = OutputText(text=text)
+            item = OutputMessage(id=self._id, status=status, content=[OutputText(text=text)])
+        self._kind = None
+        events = [
+            done,
+            self.write("response.content_part.done", item_id=self._id, output_index=index, content_index=0, part=part),
+            self.write("response.output_item.done", output_index=index, item=item),
+        ]
+        self.items.append(item)
+        return events

@@ -1,0 +1,162 @@
+"""A Responses request -> the chat request the chat path plans and runs.
+
+The conversation (a stored previous response's history, then this request's
+``input``) becomes chat ``messages`` with ``instructions`` as a leading system
+message; ``max_output_tokens`` becomes ``max_completion_tokens``. Errors the chat
+path raises name the Responses parameter (``input``, ``max_output_tokens``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from flexserv_core.api.message_rules import check_messages
+from flexserv_core.api.responses.items import Conversation, add_input, has_calls, unsupported
+from flexserv_core.api.responses.schemas import ResponsesRequest
+from flexserv_core.api.responses.store import ResponseStore
+from flexserv_core.api.text_bounds import check_chat_bounds
+from flexserv_core.api.text_schemas import ChatCompletionRequest
+from flexserv_core.errors import FlexServError, InvalidRequest, NotFound
+from flexserv_core.settings import CoreSettings
+
+ENDPOINT = "/v1/responses"
+
+
+def _absent(value: Any) -> bool:
+    return value is None
+
+
+def _false(value: Any) -> bool:
+    return value in (None, False)
+
+
+def _empty(value: Any) -> bool:
+    return value is None or value == [] or value == {}
+
+
+def _zero(value: Any) -> bool:
+    return value in (None, 0)
+
+
+#: OpenAI parameters that would change the output and are not served -> (neutral?, why).
+UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "background": (_false, "background responses are not supported"),
+    "conversation": (_absent, "conversations are not supported; continue with 'previous_response_id'"),
+    "prompt": (_absent, "prompt templates are not supported"),
+    "include": (_empty, "'include' (extra output data) is not supported"),
+    "max_tool_calls": (_absent, "'max_tool_calls' is not supported"),
+    "top_logprobs": (_zero, "logprobs are not supported on /v1/responses; use /v1/chat/completions"),
+    "context_management": (_absent, "'context_management' is not supported"),
+}
+#: Bookkeeping parameters accepted and dropped.
+IGNORED = frozenset(
+    {"service_tier", "prompt_cache_key", "prompt_cache_retention", "safety_identifier", "stream_options"}
+)
+
+
+def check_parameters(body: dict[str, Any]) -> None:
+    """Refuse unsupported parameters, drop bookkeeping ones (in place)."""
+    for key, (neutral, why) in UNSUPPORTED.items():
+        if key in body and not neutral(body[key]):
+            raise unsupported(f"'{key}' is not supported: {why}.", key)
+        body.pop(key, None)
+    for key in IGNORED:
+        body.pop(key, None)
+
+
+def check_request(body: ResponsesRequest) -> None:
+    reasoning = body.reasoning
+    if reasoning is not None and any(v is not None for v in (reasoning.effort, reasoning.summary)):
+        raise unsupported(
+            "'reasoning' options are not supported; a thinking model's reasoning is returned as a reasoning "
+            "item, and templates that can switch it take 'enable_thinking' (template-kwargs plugin).",
+            "reasoning",
+        )
+    if body.truncation == "auto":
+        raise unsupported("'truncation: auto' is not supported; a prompt beyond the context is a 400.", "truncation")
+    if body.text is not None and body.text.verbosity is not None:
+        raise unsupported("'text.verbosity' is not supported.", "text.verbosity")
+    fmt = (body.text.format or {}) if body.text is not None else {}
+    if fmt.get("type", "text") != "text":
+        raise unsupported("'text.format' other than 'text' is not supported yet.", "text.format")
+    if body.tools:
+        raise unsupported("'tools' are not supported yet on /v1/responses.", "tools")
+    if body.tool_choice not in (None, "none", "auto"):
+        raise InvalidRequest("'tool_choice' needs 'tools'.", param="tool_choice")
+
+
+@dataclass(slots=True)
+class ResponsePlan:
+    body: ResponsesRequest
+    chat: ChatCompletionRequest
+    #: This request's input (messages and their items)
+    current: Conversation
+    #: The previous response's history and this input: what the next turn continues
+    history: list[dict[str, Any]]
+
+
+def plan_response(body: ResponsesRequest, store: ResponseStore, core: CoreSettings) -> ResponsePlan:
+    check_request(body)
+    history: list[dict[str, Any]] = []
+    if body.previous_response_id is not None:
+        previous = store.get(body.previous_response_id)
+        if previous is None:
+            raise NotFound(
+                f"Previous response with id '{body.previous_response_id}' not found (never stored, deleted, or "
+                "evicted from the store).",
+                param="previous_response_id",
+                code="previous_response_not_found",
+            )
+        history = copy.deepcopy(list(previous.history))
+    current = Conversation()
+    add_input(current, body.input)
+    if not current.messages and not history:
+        raise InvalidRequest("'input' is required (a string or a list of items).", param="input")
+    if has_calls(current.messages) or has_calls(history):
+        raise unsupported("Function-call items are not supported yet on /v1/responses.", "input")
+    history = history + current.messages
+    messages = ([{"role": "system", "content": body.instructions}] if body.instructions else []) + history
+    chat_body: dict[str, Any] = {
+        "model": body.model,
+        "messages": copy.deepcopy(messages),
+        "max_completion_tokens": body.max_output_tokens,
+        "temperature": body.temperature,
+        "top_p": body.top_p,
+        "top_k": body.top_k,
+    }
+    try:
+        chat = msgspec.convert(chat_body, ChatCompletionRequest)
+    except msgspec.ValidationError as exc:
+        raise InvalidRequest(f"Invalid 'input': {exc}", param="input") from None
+    try:  # the edge bounds and per-role rules chat requests have, before a model is loaded
+        check_chat_bounds(chat, core)
+        check_messages(chat.messages)
+    except FlexServError as exc:
+        raise responses_param(exc) from None
+    return ResponsePlan(body=body, chat=chat, current=current, history=history)
+
+
+_PARAMS = {
+    "messages": "input",
+    "max_completion_tokens": "max_output_tokens",
+    "max_tokens": "max_output_tokens",
+    "max_tokens x n": "max_output_tokens",
+}
+
+
+def responses_param(exc: FlexServError) -> FlexServError:
+    """Rename a chat parameter in ``exc`` to the Responses one (in place)."""
+    if exc.param is not None:
+        head, sep, rest = exc.param.partition(".")
+        base = head.split("[")[0]
+        if base in _PARAMS:
+            exc.param = _PARAMS[base] + head[len(base) :] + sep + rest
+            exc.message = exc.message.replace(f"'{base}'", f"'{_PARAMS[base]}'").replace(
+                f"the {base}", f"the {_PARAMS[base]}"
+            )
+    return exc

@@ -1,0 +1,258 @@
+"""``/v1/responses``: create (streaming or not), retrieve, delete, list input items."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from typing import Any
+
+from litestar import MediaType, Request, Response, delete, get, post
+
+from flexserv_core import hooks
+from flexserv_core.api.body import read_json_object, request_context, validate
+from flexserv_core.api.disconnect import until_disconnect
+from flexserv_core.api.responses.events import EventWriter, OutputStreamer
+from flexserv_core.api.responses.items import Conversation, add_output, item_id
+from flexserv_core.api.responses.output import build_response, output_items, status_of, usage
+from flexserv_core.api.responses.reasoning import prompt_opens_reasoning
+from flexserv_core.api.responses.request import (
+    ENDPOINT,
+    ResponsePlan,
+    check_parameters,
+    plan_response,
+    responses_param,
+)
+from flexserv_core.api.responses.schemas import (
+    DeletedResponse,
+    InputItemList,
+    ResponseError,
+    ResponsesRequest,
+    StreamEvent,
+)
+from flexserv_core.api.responses.schemas import Response as ResponseObject
+from flexserv_core.api.responses.store import ResponseStore, StoredResponse, server_store
+from flexserv_core.api.streaming import READY, SSEGenerator, sse_response
+from flexserv_core.api.text_generation import ChoiceJob, admitted, collect, merge
+from flexserv_core.api.text_request import chat_jobs
+from flexserv_core.api.text_schemas import encode
+from flexserv_core.backends.base import TextGenerationModel
+from flexserv_core.errors import FlexServError, InvalidRequest, NotFound
+from flexserv_core.metrics.text import TextRequestMetrics
+from flexserv_core.models.spec import ModelSpec
+from flexserv_core.request_context import RequestContext
+from flexserv_core.server import FlexServer
+
+log = logging.getLogger(__name__)
+#: Most input items one page lists, as OpenAI.
+MAX_LIST = 100
+
+
+async def _parse(request: Request[Any, Any, Any], context: RequestContext) -> ResponsesRequest:
+    body = await read_json_object(request)
+    await hooks.preprocess_request(ENDPOINT, body, context)
+    check_parameters(body)
+    block = context.server.settings.core.block_on_unexpected_fields
+    return validate(body, ResponsesRequest, block_unknown=block, endpoint=ENDPOINT)
+
+
+def _jobs(
+    model: TextGenerationModel, spec: ModelSpec, plan: ResponsePlan, context: RequestContext
+) -> tuple[list[int], list[ChoiceJob]]:
+    try:
+        return chat_jobs(model, spec, plan.chat, context)
+    except FlexServError as exc:
+        raise responses_param(exc) from None
+
+
+def _store(store: ResponseStore, plan: ResponsePlan, response: ResponseObject) -> None:
+    if plan.body.store is False:
+        return
+    history = Conversation(messages=list(plan.history))
+    add_output(history, response.output)
+    store.put(
+        StoredResponse(
+            response=response,
+            history=tuple(history.messages),
+            input_items=tuple(plan.current.items),
+            stored_at=store.now(),
+        )
+    )
+
+
+@post(
+    ENDPOINT,
+    status_code=200,
+    summary="Create a model response (OpenAI's Responses API)",
+    opt={"body": ResponsesRequest, "response": ResponseObject, "stream": StreamEvent, "scope": "inference"},
+)
+async def create_response(request: Request[Any, Any, Any]) -> Response[Any]:
+    context = request_context(request, ENDPOINT)
+    body = await _parse(request, context)
+    server: FlexServer = request.app.state.flexserv
+    store = server_store(server)
+    plan = plan_response(body, store, server.settings.core)
+    if body.stream:
+        return await sse_response(_stream(server, plan, store, context), server)
+    async with (
+        TextRequestMetrics(server.metrics) as metrics,
+        server.registry.acquire(body.model, TextGenerationModel) as lease,
+    ):
+        metrics.admitted(lease.spec.name)
+        model = lease.model
+        prompt_ids, jobs = _jobs(model, lease.spec, plan, context)
+        metrics.start(len(prompt_ids), jobs)
+        results = await until_disconnect(request, collect(jobs))
+        result = results[0]
+        status = status_of(result.finish_reason)
+        items = output_items(result.text, inside=prompt_opens_reasoning(model, prompt_ids), status=status)
+        response = build_response(
+            plan,
+            response_id=item_id("resp"),
+            created=int(time.time()),
+            model_name=lease.spec.name,
+            status=status,
+            output=items,
+            usage=usage(model, len(prompt_ids), result.completion_tokens, items),
+        )
+    _store(store, plan, response)
+    log.info("response %s: model %s, status %s", response.id, response.model, status)
+    return Response(content=encode(response), media_type=MediaType.JSON)
+
+
+async def _stream(
+    server: FlexServer, plan: ResponsePlan, store: ResponseStore, context: RequestContext
+) -> SSEGenerator:
+    async with (
+        TextRequestMetrics(server.metrics) as metrics,
+        server.registry.acquire(plan.body.model, TextGenerationModel) as lease,
+    ):
+        metrics.admitted(lease.spec.name)
+        model = lease.model
+        prompt_ids, jobs = _jobs(model, lease.spec, plan, context)
+        metrics.start(len(prompt_ids), jobs)
+        async with admitted(jobs):  # a refusal (429) must come before the response starts
+            yield READY
+            async with aclosing(_events(plan, store, model, lease.spec.name, prompt_ids, jobs)) as events:
+                async for data in events:
+                    yield data
+
+
+async def _events(
+    plan: ResponsePlan,
+    store: ResponseStore,
+    model: TextGenerationModel,
+    name: str,
+    prompt_ids: list[int],
+    jobs: list[ChoiceJob],
+) -> AsyncGenerator[bytes, None]:
+    ident, created = item_id("resp"), int(time.time())
+    log.info("response %s (stream): model %s", ident, name)
+    write = EventWriter()
+    streamer = OutputStreamer(write, inside=prompt_opens_reasoning(model, prompt_ids))
+
+    def snapshot(status: Any, **fields: Any) -> ResponseObject:
+        return build_response(plan, response_id=ident, created=created, model_name=name, status=status, **fields)
+
+    yield write.lifecycle("response.created", snapshot("in_progress"))
+    yield write.lifecycle("response.in_progress", snapshot("in_progress"))
+    finish, completion_tokens = "stop", 0
+    try:
+        async with aclosing(merge(jobs)) as events:
+            async for event in events:
+                for chunk in streamer.feed(event.text):
+                    yield chunk
+                if event.finish_reason is not None:
+                    finish, completion_tokens = event.finish_reason, event.completion_tokens
+    except Exception as exc:
+        message, code = _failure(exc)
+        yield write.error(message, code, exc.param if isinstance(exc, FlexServError) else None)
+        failed = snapshot("failed", output=streamer.items, error=ResponseError(code=code, message=message))
+        yield write.lifecycle("response.failed", failed)
+        return
+    status = status_of(finish)
+    for chunk in streamer.finish(status):
+        yield chunk
+    final = snapshot(
+        status, output=streamer.items, usage=usage(model, len(prompt_ids), completion_tokens, streamer.items)
+    )
+    _store(store, plan, final)
+    yield write.lifecycle("response.completed" if status == "completed" else "response.incomplete", final)
+
+
+def _failure(exc: BaseException) -> tuple[str, str]:
+    if isinstance(exc, FlexServError):
+        return exc.message, exc.code or "server_error"
+    log.error("response generation failed: %s: %s", type(exc).__name__, exc, exc_info=exc)
+    return "The server had an error while generating.", "server_error"
+
+
+def _response_id(request: Request[Any, Any, Any]) -> str:
+    # read from the request, as models_routes does: Litestar deprecates inferred
+    # path arguments and its replacement is newer than our minimum version
+    return str(request.path_params["response_id"])
+
+
+def _stored(request: Request[Any, Any, Any]) -> StoredResponse:
+    response_id = _response_id(request)
+    entry = server_store(request.app.state.flexserv).get(response_id)
+    if entry is None:
+        raise NotFound(f"No response with id '{response_id}' is stored.", param="response_id")
+    return entry
+
+
+@get(
+    f"{ENDPOINT}/{{response_id:str}}",
+    summary="Retrieve a stored response",
+    opt={"response": ResponseObject, "scope": "inference"},
+)
+async def retrieve_response(request: Request[Any, Any, Any]) -> Response[Any]:
+    return Response(content=encode(_stored(request).response), media_type=MediaType.JSON)
+
+
+@delete(
+    f"{ENDPOINT}/{{response_id:str}}",
+    status_code=200,
+    summary="Delete a stored response",
+    opt={"response": DeletedResponse, "scope": "inference"},
+)
+async def delete_response(request: Request[Any, Any, Any]) -> Response[Any]:
+    response_id = _response_id(request)
+    if not server_store(request.app.state.flexserv).delete(response_id):
+        raise NotFound(f"No response with id '{response_id}' is stored.", param="response_id")
+    return Response(content=encode(DeletedResponse(id=response_id)), media_type=MediaType.JSON)
+
+
+@get(
+    f"{ENDPOINT}/{{response_id:str}}/input_items",
+    summary="List a stored response's input items",
+    opt={"response": InputItemList, "scope": "inference"},
+)
+async def list_input_items(request: Request[Any, Any, Any]) -> Response[Any]:
+    """OpenAI's paging: ``order`` (``desc`` by default), ``limit`` (1-100, 20), ``after`` (an item id)."""
+    query = request.query_params
+    order = query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise InvalidRequest("'order' must be 'asc' or 'desc'.", param="order", code="invalid_value")
+    raw_limit = query.get("limit", "20")
+    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_LIST:
+        raise InvalidRequest(f"'limit' must be an integer from 1 to {MAX_LIST}.", param="limit", code="invalid_value")
+    limit, after = int(raw_limit), query.get("after")
+    items = list(_stored(request).input_items)
+    if order == "desc":
+        items.reverse()
+    if after is not None:
+        ids = [item.id for item in items]
+        items = items[ids.index(after) + 1 :] if after in ids else []
+    page = items[:limit]
+    listing = InputItemList(
+        data=page,
+        first_id=page[0].id if page else None,
+        last_id=page[-1].id if page else None,
+        has_more=len(items) > limit,
+    )
+    return Response(content=encode(listing), media_type=MediaType.JSON)
+
+
+ROUTES = [create_response, retrieve_response, delete_response, list_input_items]

@@ -1,0 +1,111 @@
+"""``/v1/responses`` with real models: the embedded SmolLM2 over a real loopback
+server, and a tiny random Llama whose template opens ``<think>`` (reasoning items)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from flexserv_transformers.backend import embedded_gguf
+from flexserv_transformers.testing import SMOLLM2_MISSING, build_tiny_llama
+
+from flexserv_core.testing import (
+    app_client,
+    flexserv_cmd,
+    free_port,
+    make_app,
+    openai_client,
+    stop_process,
+    wait_healthy,
+)
+
+pytestmark = pytest.mark.slow
+SMOLLM = "SmolLM2-135M-Instruct"
+QUESTION = "What is the capital of France? Answer with one word."
+
+
+@pytest.fixture(scope="module")
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if embedded_gguf() is None:
+        pytest.fail(SMOLLM2_MISSING)
+    cache = os.environ.get("FLEXSERV_CACHE_DIR") or str(tmp_path_factory.getbasetemp() / "flexserv-cache")
+    Path(cache).mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "FLEXSERV_CACHE_DIR": cache, "FLEXSERV_LOG_LEVEL": "warning"}
+    proc = subprocess.Popen(
+        flexserv_cmd("run", "--host", "127.0.0.1", "--port", str(port)),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc, timeout=300)
+        yield url
+    finally:
+        stop_process(proc)
+
+
+async def test_smollm_responses_over_loopback(server_url: str) -> None:
+    async with openai.AsyncOpenAI(base_url=f"{server_url}/v1", api_key="x", max_retries=0, timeout=300) as sdk:
+        full = await sdk.responses.create(model=SMOLLM, input=QUESTION, max_output_tokens=12, temperature=0)
+        assert "Paris" in full.output_text
+        assert full.usage.input_tokens > 10 and 0 < full.usage.output_tokens <= 12
+        async with sdk.responses.stream(model=SMOLLM, input=QUESTION, max_output_tokens=12, temperature=0) as stream:
+            deltas = [e.delta async for e in stream if e.type == "response.output_text.delta"]
+            final = await stream.get_final_response()
+        assert "".join(deltas) == final.output_text == full.output_text
+        chat = await sdk.chat.completions.create(
+            model=SMOLLM, messages=[{"role": "user", "content": QUESTION}], max_tokens=12, temperature=0
+        )
+        assert chat.choices[0].message.content == full.output_text
+        follow = await sdk.responses.create(
+            model=SMOLLM,
+            input="And of Germany?",
+            previous_response_id=full.id,
+            max_output_tokens=12,
+            temperature=0,
+        )
+        # the continuation's prompt holds the first exchange
+        assert follow.usage.input_tokens > full.usage.input_tokens + full.usage.output_tokens
+        assert follow.output_text
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny-thinking"), max_position_embeddings=128)
+
+
+async def test_thinking_template_gives_a_reasoning_item(tiny_dir: Path) -> None:
+    """The template ends in ``<think>\\n`` with enable_thinking: what the model writes
+    is reasoning until ``</think>``, which random weights do not produce."""
+    app = make_app(["template-kwargs", "transformers"], settings={"model": [f"tiny={tiny_dir}"], "dtype": "float32"})
+    common: dict[str, Any] = {"model": "tiny", "input": "hello", "max_output_tokens": 8, "temperature": 0}
+    async with app_client(app) as client:
+        sdk = openai_client(client)
+        thinking = await sdk.responses.create(**common, extra_body={"enable_thinking": True})
+        assert [item.type for item in thinking.output] == ["reasoning"]
+        reasoning = thinking.output[0].content[0].text
+        chat = await sdk.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": "hello"}],
+            max_tokens=8,
+            temperature=0,
+            extra_body={"enable_thinking": True},
+        )
+        assert reasoning == chat.choices[0].message.content.strip() != ""
+        assert 0 < thinking.usage.output_tokens_details.reasoning_tokens <= thinking.usage.output_tokens
+
+        async with sdk.responses.stream(**common, extra_body={"enable_thinking": True}) as stream:
+            events = [e async for e in stream]
+        assert "".join(e.delta for e in events if e.type == "response.reasoning_text.delta") == reasoning
+        assert not any(e.type == "response.output_text.delta" for e in events)
+
+        plain = await sdk.responses.create(**common, extra_body={"enable_thinking": False})
+        assert [item.type for item in plain.output] == ["message"]

@@ -1,0 +1,279 @@
+"""``/v1/responses`` with the deterministic fake backend, through the official SDK."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+import pytest
+
+from flexserv_core.testing.fakes import FAKE_SCRIPT, FakeBackendPlugin
+
+#: The fake ends its output with an end-of-sequence token after this many tokens.
+EOS_AFTER = 10
+ANSWER = FAKE_SCRIPT[:EOS_AFTER]
+
+
+@pytest.fixture
+def fake(request: pytest.FixtureRequest) -> FakeBackendPlugin:
+    """The fake ends after :data:`EOS_AFTER` tokens; a test may pass other options (indirect)."""
+    options = getattr(request, "param", {"eos_after": EOS_AFTER})
+    return FakeBackendPlugin(**options)
+
+
+async def test_create_non_streaming(flexserv_openai: Any, fake: FakeBackendPlugin) -> None:
+    r = await flexserv_openai.responses.create(
+        model="fake-model", input="hi", instructions="Be brief.", metadata={"k": "v"}
+    )
+    assert r.object == "response" and r.id.startswith("resp_") and r.status == "completed"
+    assert r.model == "fake-model" and r.instructions == "Be brief." and r.metadata == {"k": "v"}
+    assert [item.type for item in r.output] == ["message"]
+    message = r.output[0]
+    assert message.role == "assistant" and message.status == "completed"
+    assert [part.type for part in message.content] == ["output_text"]
+    assert r.output_text == ANSWER
+    prompt = "system: Be brief.\nuser: hi\nassistant: "
+    assert fake.last_prompt == prompt
+    assert (r.usage.input_tokens, r.usage.output_tokens, r.usage.total_tokens) == (
+        len(prompt),
+        EOS_AFTER,
+        len(prompt) + EOS_AFTER,
+    )
+    assert r.usage.output_tokens_details.reasoning_tokens == 0
+
+
+async def test_input_items_and_max_output_tokens(flexserv_openai: Any, fake: FakeBackendPlugin) -> None:
+    r = await flexserv_openai.responses.create(
+        model="fake-model",
+        input=[
+            {"role": "developer", "content": "dev"},
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "a"}, {"type": "input_text", "text": "b"}],
+            },
+            {"role": "assistant", "content": [{"type": "output_text", "text": "earlier"}]},
+            {"role": "user", "content": "again"},
+        ],
+        max_output_tokens=4,
+        temperature=0.5,
+        top_p=0.9,
+    )
+    assert fake.last_prompt == "system: dev\nuser: ab\nassistant: earlier\nuser: again\nassistant: "
+    params = fake.backend.models[0].params_log[-1]
+    assert (params.max_tokens, params.temperature, params.top_p) == (4, 0.5, 0.9)
+    assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
+    assert r.output_text == FAKE_SCRIPT[:4] and r.output[0].status == "incomplete"
+
+
+async def test_previous_response_id_continues_the_conversation(flexserv_openai: Any, fake: FakeBackendPlugin) -> None:
+    first = await flexserv_openai.responses.create(model="fake-model", input="one", instructions="first rules")
+    second = await flexserv_openai.responses.create(
+        model="fake-model", input="two", previous_response_id=first.id, instructions="second rules"
+    )
+    # instructions are not inherited; the first exchange is
+    assert fake.last_prompt == f"system: second rules\nuser: one\nassistant: {ANSWER}\nuser: two\nassistant: "
+    assert second.previous_response_id == first.id
+    third = await flexserv_openai.responses.create(model="fake-model", input="three", previous_response_id=second.id)
+    assert third.status == "completed"
+    assert fake.last_prompt == (
+        f"user: one\nassistant: {ANSWER}\nuser: two\nassistant: {ANSWER}\nuser: three\nassistant: "
+    )
+
+
+async def test_retrieve_delete_and_input_items(flexserv_openai: Any) -> None:
+    r = await flexserv_openai.responses.create(
+        model="fake-model", input=[{"role": "user", "content": "x"}, {"role": "user", "content": "y"}]
+    )
+    got = await flexserv_openai.responses.retrieve(r.id)
+    assert got.id == r.id and got.output_text == r.output_text and got.usage.total_tokens == r.usage.total_tokens
+    items = await flexserv_openai.responses.input_items.list(r.id, order="asc")
+    assert [item.content[0].text for item in items.data] == ["x", "y"]
+    assert [item.role for item in items.data] == ["user", "user"]
+    await flexserv_openai.responses.delete(r.id)
+    with pytest.raises(openai.NotFoundError):
+        await flexserv_openai.responses.retrieve(r.id)
+    with pytest.raises(openai.NotFoundError):
+        await flexserv_openai.responses.delete(r.id)
+    with pytest.raises(openai.NotFoundError) as info:
+        await flexserv_openai.responses.create(model="fake-model", input="z", previous_response_id=r.id)
+    assert info.value.body["param"] == "previous_response_id"
+
+
+async def test_store_false_is_not_kept(flexserv_openai: Any) -> None:
+    r = await flexserv_openai.responses.create(model="fake-model", input="x", store=False)
+    assert r.store is False
+    with pytest.raises(openai.NotFoundError):
+        await flexserv_openai.responses.retrieve(r.id)
+
+
+EXPECTED_EVENTS = [
+    "response.created",
+    "response.in_progress",
+    "response.output_item.added",
+    "response.content_part.added",
+    *["response.output_text.delta"] * EOS_AFTER,
+    "response.output_text.done",
+    "response.content_part.done",
+    "response.output_item.done",
+    "response.completed",
+]
+
+
+async def test_stream_events_in_order(flexserv_openai: Any) -> None:
+    full = await flexserv_openai.responses.create(model="fake-model", input="hi")
+    stream = await flexserv_openai.responses.create(model="fake-model", input="hi", stream=True)
+    events = [event async for event in stream]
+    assert [e.type for e in events] == EXPECTED_EVENTS
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[0].response.status == "in_progress" and events[0].response.output == []
+    ids = {e.response.id for e in events if e.type.startswith("response.") and hasattr(e, "response")}
+    assert len(ids) == 1
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert deltas == full.output_text == ANSWER
+    item_id = events[2].item.id
+    assert all(e.item_id == item_id for e in events if hasattr(e, "item_id"))
+    final = events[-1].response
+    assert final.status == "completed" and final.output_text == ANSWER and final.usage.output_tokens == EOS_AFTER
+    assert final.output[0].id == item_id
+    # streamed responses are stored too
+    assert (await flexserv_openai.responses.retrieve(final.id)).output_text == ANSWER
+
+
+async def test_sdk_stream_helper(flexserv_openai: Any) -> None:
+    async with flexserv_openai.responses.stream(model="fake-model", input="hi") as stream:
+        texts = [event.delta async for event in stream if event.type == "response.output_text.delta"]
+        final = await stream.get_final_response()
+    assert "".join(texts) == final.output_text == ANSWER
+
+
+async def test_stream_incomplete_at_max_output_tokens(flexserv_openai: Any) -> None:
+    stream = await flexserv_openai.responses.create(model="fake-model", input="hi", stream=True, max_output_tokens=3)
+    events = [event async for event in stream]
+    assert events[-1].type == "response.incomplete"
+    assert events[-1].response.incomplete_details.reason == "max_output_tokens"
+    assert events[-2].item.status == "incomplete" and events[-2].item.content[0].text == FAKE_SCRIPT[:3]
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"background": True}, "background"),
+        ({"include": ["reasoning.encrypted_content"]}, "include"),
+        ({"reasoning": {"effort": "high"}}, "reasoning"),
+        ({"truncation": "auto"}, "truncation"),
+        ({"top_logprobs": 3}, "top_logprobs"),
+    ],
+)
+async def test_unsupported_parameters_are_named(flexserv_openai: Any, extra: dict[str, Any], param: str) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        await flexserv_openai.responses.create(model="fake-model", input="x", extra_body=extra)
+    assert info.value.body["param"] == param and info.value.body["code"] == "unsupported_parameter"
+
+
+async def test_bookkeeping_parameters_are_accepted(flexserv_openai: Any) -> None:
+    r = await flexserv_openai.responses.create(
+        model="fake-model",
+        input="x",
+        user="u1",
+        service_tier="auto",
+        prompt_cache_key="k",
+        safety_identifier="s",
+        background=False,
+        include=[],
+    )
+    assert r.status == "completed" and r.user == "u1"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "param"),
+    [
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "data:,"}]}]},
+            "input[0].content[0].type",
+        ),
+        ({"input": [{"type": "web_search_call", "id": "x"}]}, "input[0].type"),
+        ({"input": [{"role": "robot", "content": "x"}]}, "input[0].role"),
+        ({"input": "x", "max_output_tokens": 0}, "max_output_tokens"),
+        ({"input": "x", "max_output_tokens": 5000}, "input"),
+        ({"input": "x", "temperature": 3}, "temperature"),
+        ({"input": []}, "input"),
+        ({"input": "x", "tools": [{"type": "web_search"}]}, "tools"),
+    ],
+)
+async def test_bad_requests_are_400_with_param(flexserv_openai: Any, kwargs: dict[str, Any], param: str) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        await flexserv_openai.responses.create(model="fake-model", **kwargs)
+    assert info.value.body["param"] == param, info.value.body
+
+
+@pytest.mark.parametrize("fake", [{"fail_after": 3}], indirect=True)
+async def test_failure_mid_stream_sends_error_then_failed(flexserv_openai: Any) -> None:
+    stream = await flexserv_openai.responses.create(model="fake-model", input="hi", stream=True)
+    events = [event async for event in stream]
+    types = [e.type for e in events]
+    assert types[:4] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
+    assert types[-2:] == ["error", "response.failed"]
+    assert events[-2].code == "server_error"
+    failed = events[-1].response
+    assert failed.status == "failed" and failed.error.code == "server_error"
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    with pytest.raises(openai.NotFoundError):  # failed responses are not stored
+        await flexserv_openai.responses.retrieve(failed.id)
+
+
+THINKING = "<think>\nLet me see.\n</think>\n\nThe answer."
+
+
+@pytest.mark.parametrize("fake", [{"script": THINKING, "eos_after": len(THINKING)}], indirect=True)
+async def test_reasoning_item_from_think_tags(flexserv_openai: Any) -> None:
+    r = await flexserv_openai.responses.create(model="fake-model", input="hi")
+    assert [item.type for item in r.output] == ["reasoning", "message"]
+    assert r.output[0].content[0].text == "Let me see." and r.output[0].summary == []
+    assert r.output_text == "The answer."
+    assert r.usage.output_tokens_details.reasoning_tokens == len("Let me see.")
+
+    stream = await flexserv_openai.responses.create(model="fake-model", input="hi", stream=True)
+    events = [event async for event in stream]
+    types = [e.type for e in events]
+    reasoning_deltas = [e.delta for e in events if e.type == "response.reasoning_text.delta"]
+    text_deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+    assert "".join(reasoning_deltas) == "Let me see." and "".join(text_deltas) == "The answer."
+    first_text = types.index("response.output_text.delta")
+    assert types[2:4] == ["response.output_item.added", "response.content_part.added"]
+    assert types[first_text - 5 : first_text] == [
+        "response.reasoning_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
+    assert [e.output_index for e in events if e.type == "response.output_item.done"] == [0, 1]
+    final = events[-1].response
+    assert [item.type for item in final.output] == ["reasoning", "message"]
+    assert final.output[0].content[0].text == "Let me see." and final.output_text == "The answer."
+
+
+@pytest.mark.parametrize("fake", [{"script": THINKING, "eos_after": len(THINKING)}], indirect=True)
+async def test_continuation_leaves_reasoning_out(flexserv_openai: Any, fake: FakeBackendPlugin) -> None:
+    """The next turn gets the answer as the assistant message, not the reasoning."""
+    r = await flexserv_openai.responses.create(model="fake-model", input="hi")
+    await flexserv_openai.responses.create(model="fake-model", input="more", previous_response_id=r.id)
+    assert fake.last_prompt == "user: hi\nassistant: The answer.\nuser: more\nassistant: "
+
+
+class TestStoreLimitsFromSettings:
+    @pytest.fixture
+    def flexserv_settings(self) -> dict[str, Any]:
+        return {"responses_store_max_items": 2}
+
+    async def test_oldest_is_evicted(self, flexserv_openai: Any) -> None:
+        ids = [(await flexserv_openai.responses.create(model="fake-model", input=str(i))).id for i in range(3)]
+        with pytest.raises(openai.NotFoundError):
+            await flexserv_openai.responses.retrieve(ids[0])
+        assert [(await flexserv_openai.responses.retrieve(i)).id for i in ids[1:]] == ids[1:]

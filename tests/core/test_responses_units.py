@@ -1,0 +1,108 @@
+"""The Responses API's parts that need no server: reasoning splitting and the store."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+import pytest
+
+from flexserv_core.api.responses.reasoning import ReasoningSplitter, prompt_opens_reasoning, split_reasoning
+from flexserv_core.api.responses.schemas import Response, TextConfig
+from flexserv_core.api.responses.store import ResponseStore, StoredResponse
+from flexserv_core.models.spec import ModelSpec
+from flexserv_core.testing.fakes import FakeTextModel
+
+
+def pieces_of(text: str, size: int, *, inside: bool = False) -> tuple[str, str]:
+    splitter = ReasoningSplitter(inside=inside)
+    out = []
+    for start in range(0, len(text), size):
+        out += splitter.feed(text[start : start + size])
+    out += splitter.finish()
+    reasoning = "".join(t for k, t in out if k == "reasoning")
+    answer = "".join(t for k, t in out if k == "text")
+    # pieces of one kind come in one run: reasoning first, then the answer
+    kinds = [k for k, _ in itertools.groupby(k for k, _ in out)]
+    assert kinds in ([], ["reasoning"], ["text"], ["reasoning", "text"])
+    return reasoning, answer
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 100])
+@pytest.mark.parametrize(
+    ("text", "inside", "expected"),
+    [
+        ("<think>\nplan a  b\n</think>\n\nanswer <b>", False, ("plan a  b", "answer <b>")),
+        ("  <think>x</think>y", False, ("x", "y")),
+        ("plain answer", False, ("", "plain answer")),
+        ("  leading space kept", False, ("", "  leading space kept")),
+        ("<thin", False, ("", "<thin")),
+        ("answer then <think>no</think>", False, ("", "answer then <think>no</think>")),
+        ("\nalready thinking</think> done", True, ("already thinking", "done")),
+        ("cut off while think", True, ("cut off while think", "")),
+        ("<think>never closed </thi", False, ("never closed </thi", "")),
+        ("</think>", True, ("", "")),
+    ],
+)
+def test_splitter_any_chunking(text: str, inside: bool, expected: tuple[str, str], size: int) -> None:
+    assert pieces_of(text, size, inside=inside) == expected
+    assert split_reasoning(text, inside=inside) == expected
+
+
+def test_prompt_opens_reasoning_reads_the_prompt_tail() -> None:
+    model = FakeTextModel(ModelSpec(name="m", source="fake://", backend="fake"))
+    assert prompt_opens_reasoning(model, model.encode("user: q\nassistant: <think>\n"))
+    assert not prompt_opens_reasoning(model, model.encode("user: q\nassistant: <think></think>\n"))
+    assert not prompt_opens_reasoning(model, model.encode("user: q\nassistant: "))
+    # an open tag far back in the prompt is history, not the generation prompt
+    assert not prompt_opens_reasoning(model, model.encode("<think>" + "x" * 100))
+
+
+def entry(store: ResponseStore, ident: str) -> StoredResponse:
+    response = Response(id=ident, created_at=0, status="completed", model="m", text=TextConfig())
+    return StoredResponse(response=response, history=(), input_items=(), stored_at=store.now())
+
+
+def test_store_evicts_least_recently_used_beyond_its_size() -> None:
+    store = ResponseStore(max_items=3, max_age=1e9)
+    for ident in "abc":
+        store.put(entry(store, ident))
+    assert store.get("a") is not None  # touching "a" makes "b" the least recently used
+    store.put(entry(store, "d"))
+    assert len(store) == 3
+    assert store.get("b") is None
+    assert [x for x in "acd" if store.get(x) is not None] == ["a", "c", "d"]
+
+
+def test_store_expires_by_age() -> None:
+    now = [100.0]
+    store = ResponseStore(max_items=10, max_age=60, clock=lambda: now[0])
+    store.put(entry(store, "old"))
+    now[0] += 30
+    store.put(entry(store, "new"))
+    assert store.get("old") is not None  # a read does not extend a response's life
+    now[0] += 31
+    assert store.get("old") is None and store.get("new") is not None
+    now[0] += 30
+    assert store.get("new") is None and len(store) == 0
+
+
+def test_store_of_size_zero_keeps_nothing_and_delete() -> None:
+    store = ResponseStore(max_items=0, max_age=60)
+    store.put(entry(store, "a"))
+    assert store.get("a") is None
+    store = ResponseStore(max_items=2, max_age=60)
+    store.put(entry(store, "a"))
+    assert store.delete("a") and not store.delete("a") and store.get("a") is None
+
+
+async def test_store_under_concurrent_writers() -> None:
+    store = ResponseStore(max_items=50, max_age=60)
+
+    def writer(prefix: str) -> None:
+        for i in range(500):
+            store.put(entry(store, f"{prefix}{i}"))
+            store.get(f"{prefix}{i // 2}")
+
+    await asyncio.gather(*(asyncio.to_thread(writer, p) for p in "abcd"))
+    assert len(store) == 50
