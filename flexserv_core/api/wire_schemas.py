@@ -160,3 +160,5 @@ class ServerInfo(Struct, kw_only=True):
     backends: list[dict[str, str]]
     models: list[dict[str, Any]]
     defaults: dict[str, str]
+    #: optional API features served (``response_format``, ``json_schema``, ``tools``)
+    features: list[str]

@@ -88,6 +88,17 @@ async def health(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     return Response(body, status_code=200 if preloader.ready else 503)
 
 
+#: What the chat API implements beyond plain text, for clients (the playground) that
+#: show controls only for what a server serves. A model whose backend cannot enforce
+#: a schema answers such a request with a 400 naming the parameter.
+TEXT_FEATURES = ("response_format", "json_schema", "tools")
+
+
+def api_features(server: FlexServer) -> list[str]:
+    """Optional API features this server serves: the text ones once it has a text backend."""
+    return list(TEXT_FEATURES) if any(b.kind == ModelKind.TEXT for b in server.backends) else []
+
+
 @get("/v1/flexserv/info", summary="Configuration and plugins", opt={"response": ServerInfo, "scope": "operations"})
 async def info(request: Request[Any, Any, Any]) -> dict[str, Any]:
     server = server_of(request)
@@ -107,6 +118,7 @@ async def info(request: Request[Any, Any, Any]) -> dict[str, Any]:
             for s in server.catalog.specs()
         ],
         "defaults": {str(k): v for k, v in server.catalog.defaults.items()},
+        "features": api_features(server),
     }
 
 

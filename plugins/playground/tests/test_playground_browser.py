@@ -258,10 +258,10 @@ def test_fits_a_phone_screen(browser: Any, server: str, tab: str) -> None:
 
 
 def test_feature_demos_appear_only_when_advertised(browser: Any, server: str) -> None:
-    """JSON mode and tools are not served yet: the boxes stay hidden on this server, and a
-    server that lists them in /info's `features` gets them, with the right request fields.
-    The advertisement and the answer are substituted in the browser (route interception);
-    everything else is the real server."""
+    """The real server lists JSON mode and tools in /info's `features`, so the boxes show;
+    a server that lists none hides them. The requests carry the right fields. The
+    feature-less /info and the answer are substituted in the browser (route
+    interception); everything else is the real server."""
     import json
 
     context = browser.new_context()
@@ -269,12 +269,19 @@ def test_feature_demos_appear_only_when_advertised(browser: Any, server: str) ->
         page = context.new_page()
         page.goto(f"{server}/playground")
         page.wait_for_selector('#plugins-table tr[data-plugin="playground"]', state="attached")
-        assert not page.is_visible("#chat-format-box") and not page.is_visible("#chat-tools-box")
+        page.wait_for_selector("#chat-format-box:not([hidden])")
+        assert page.is_visible("#chat-tools-box")
 
-        def advertise(route: Any) -> None:
+        def without_features(route: Any) -> None:
             info = route.fetch().json()
-            info["features"] = ["response_format", "json_schema", "tools"]
+            info["features"] = []
             route.fulfill(json=info)
+
+        page.route("**/v1/flexserv/info", without_features)
+        page.reload()
+        page.wait_for_selector('#plugins-table tr[data-plugin="playground"]', state="attached")
+        assert not page.is_visible("#chat-format-box") and not page.is_visible("#chat-tools-box")
+        page.unroute("**/v1/flexserv/info")
 
         sent: list[dict[str, Any]] = []
         tool_call = {
@@ -301,7 +308,6 @@ def test_feature_demos_appear_only_when_advertised(browser: Any, server: str) ->
                 status=200, content_type="text/event-stream", body=f"data: {json.dumps(tool_call)}\n\ndata: [DONE]\n\n"
             )
 
-        page.route("**/v1/flexserv/info", advertise)
         page.route("**/v1/chat/completions", answer)
         page.reload()
         page.wait_for_selector("#chat-format-box:not([hidden])")
