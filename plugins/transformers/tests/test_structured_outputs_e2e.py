@@ -13,7 +13,7 @@ import json
 import os
 from collections.abc import Iterator
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 import openai
 import pytest
@@ -33,18 +33,27 @@ class Role(StrEnum):
     doctor = "doctor"
 
 
+#: Every string is a short run of letters and spaces: no escapes, so each character is
+#: at most one token, and the longest valid Person is 237 characters (compact layout). At temperature 1 an
+#: unbounded string lets a small model ramble to any ``max_tokens`` (``length``, which
+#: ``parse`` refuses), so the test would measure luck and the machine's speed.
+Word = Annotated[str, Field(max_length=16, pattern=r"^[A-Za-z][A-Za-z ]*$")]
+#: Above the longest valid Person (237 tokens at most, and EOS): a parse can never be cut.
+PARSE_MAX_TOKENS = 256
+
+
 class Address(BaseModel):
-    city: str = Field(max_length=16)
-    country: str = Field(max_length=16)
+    city: Word
+    country: Word
 
 
 class Person(BaseModel):
-    name: str = Field(max_length=16)
+    name: Word
     age: int = Field(ge=0, le=120)
     role: Role
-    hobbies: list[str] = Field(max_length=3)
+    hobbies: list[Word] = Field(max_length=3)
     address: Address
-    nickname: str | None = None
+    nickname: Word | None = None
 
 
 WEATHER = {
@@ -111,21 +120,28 @@ async def test_parse_nested_model_20_concurrent_with_unconstrained_neighbours(sd
 
     alone = [await free(m) for m in free_prompts]
     parse_messages = [{"role": "user", "content": "Invent a person and describe them."}]
-    parsed, mixed = await asyncio.gather(
-        asyncio.gather(
-            *(
-                sdk.chat.completions.parse(
-                    model=MODEL, messages=parse_messages, response_format=Person, temperature=1.0, max_tokens=400
-                )
-                for _ in range(20)
+
+    async def parse() -> Any:
+        try:
+            return await sdk.chat.completions.parse(
+                model=MODEL,
+                messages=parse_messages,
+                response_format=Person,
+                temperature=1.0,
+                max_tokens=PARSE_MAX_TOKENS,
             )
-        ),
+        except openai.LengthFinishReasonError as exc:  # say what the model wrote, not only that it was cut
+            pytest.fail(f"cut at max_tokens: {exc.completion.choices[0].message.content!r}")
+
+    parsed, mixed = await asyncio.gather(
+        asyncio.gather(*(parse() for _ in range(20))),
         asyncio.gather(*(free(m) for m in free_prompts)),
     )
     for completion in parsed:
         person = completion.choices[0].message.parsed
         assert isinstance(person, Person), completion.choices[0].message.content
         assert completion.choices[0].finish_reason == "stop"
+        assert completion.usage.completion_tokens < PARSE_MAX_TOKENS
     assert list(mixed) == alone  # the constrained neighbours did not change unconstrained output
 
 
