@@ -60,13 +60,16 @@ def to_verbose_json(result: Transcription) -> dict[str, Any]:
 
 
 def render(result: Transcription, response_format: str) -> tuple[Any, str]:
-    """``(content, media_type)`` for a Litestar response."""
+    """``(content, media_type)`` for a Litestar response.
+
+    Text media types carry no charset here: Litestar appends ``; charset=utf-8`` to
+    every ``text/*`` type itself (naming it here doubled it)."""
     if response_format == "text":
-        return result.text, "text/plain; charset=utf-8"
+        return result.text, "text/plain"
     if response_format == "srt":
-        return to_srt(result), "text/plain; charset=utf-8"
+        return to_srt(result), "text/plain"
     if response_format == "vtt":
-        return to_vtt(result), "text/vtt; charset=utf-8"
+        return to_vtt(result), "text/vtt"
     if response_format == "verbose_json":
         return to_verbose_json(result), "application/json"
     return {"text": result.text}, "application/json"

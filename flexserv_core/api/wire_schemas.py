@@ -50,6 +50,7 @@ class ModelObject(Struct, kw_only=True):
     kind: str
     state: str
     root: str
+    max_model_len: int | None = None  # a text model's context length, once loaded
 
 
 class ModelList(Struct, kw_only=True):

@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Literal
 
 import msgspec
 
+from flexserv_core.errors import InvalidRequest
 from flexserv_core.models.spec import ModelKind, ModelSpec
 
 #: ``progress(message, fraction)``: a long step reports what it does and, when it
@@ -228,6 +229,21 @@ class TextGenerationModel(LoadedModel):
     @abc.abstractmethod
     def decode(self, token_ids: list[int]) -> str:
         """Detokenize, skipping special tokens."""
+
+    def tokenize(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        """Tokenize ``text`` for ``POST /tokenize``: with the model's special tokens
+        (BOS...) as :meth:`encode` adds them, or without. Override to support
+        ``add_special_tokens=False``; the default answers it with a 400."""
+        if add_special_tokens:
+            return self.encode(text)
+        raise InvalidRequest(
+            f"The model '{self.spec.name}' cannot tokenize without its special tokens.", param="add_special_tokens"
+        )
+
+    def token_text(self, token_id: int) -> str:
+        """One token as text, special tokens included where the backend can (``/tokenize``'s
+        ``token_strs``). The default decodes the token alone."""
+        return self.decode([token_id])
 
     @abc.abstractmethod
     def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[TokenDelta]:
