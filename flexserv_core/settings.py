@@ -75,6 +75,13 @@ class CoreSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             " plugin's kind. Repeatable; [[models]] tables in the config file configure them in full."
         ),
     ] = msgspec.field(default_factory=list)
+    model_alias: Annotated[
+        list[str],
+        _doc(
+            "Another name for a served model: ALIAS=NAME (e.g. whisper-1=whisper-tiny.en), NAME a configured,"
+            " default or embedded model. Repeatable; listed by /v1/models."
+        ),
+    ] = msgspec.field(default_factory=list)
     force_model: Annotated[str | None, _doc("Serve this text model whatever the request's 'model' says.")] = None
     allow_hub_models: Annotated[bool, _doc("Let requests name Hub model ids that are not configured.")] = False
     model_timeout: Annotated[
