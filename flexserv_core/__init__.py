@@ -26,6 +26,8 @@ from flexserv_core.backends.base import (
     Transcription,
     TranscriptionModel,
     TranscriptionSegment,
+    TranscriptionTask,
+    TranscriptionWord,
 )
 from flexserv_core.batching import BatchRunner, MicroBatcher
 from flexserv_core.commands import Command, CommandContext
@@ -135,6 +137,8 @@ __all__ = [
     "Transcription",
     "TranscriptionModel",
     "TranscriptionSegment",
+    "TranscriptionTask",
+    "TranscriptionWord",
     "UnloadResult",
     "UsageError",
     "__version__",
