@@ -121,9 +121,7 @@ async def _read_form(request: Request[Any, Any, Any], limit: int) -> list[tuple[
     return list(form.multi_items())
 
 
-async def _read_file(upload: Any, limit: int) -> tuple[bytes, str | None, str | None]:
-    if not isinstance(upload, UploadFile):
-        raise InvalidRequest("'file' must be an uploaded file (a multipart part with a filename).", param="file")
+async def _read_file(upload: UploadFile, limit: int) -> tuple[bytes, str | None, str | None]:
     try:
         data = await upload.read(limit + 1)
     finally:
@@ -149,12 +147,13 @@ class AudioRequest(msgspec.Struct, kw_only=True):
     seconds: float
 
 
-def _form_fields(items: list[tuple[str, Any]]) -> tuple[Any, dict[str, Any]]:
+def _form_fields(items: list[tuple[str, Any]]) -> tuple[UploadFile, dict[str, Any]]:
     """The ``file`` part and the other fields, list fields gathered (``name[]`` or repeated ``name``)."""
     uploads = [value for key, value in items if key == "file"]
     if not uploads:
         raise InvalidRequest("Missing the 'file' part: upload the audio as multipart field 'file'.", param="file")
-    if not isinstance(uploads[0], UploadFile):
+    upload = uploads[0]
+    if not isinstance(upload, UploadFile):
         raise InvalidRequest("'file' must be an uploaded file (a multipart part with a filename).", param="file")
     fields: dict[str, Any] = {}
     for key, value in items:
@@ -175,7 +174,7 @@ def _form_fields(items: list[tuple[str, Any]]) -> tuple[Any, dict[str, Any]]:
         fields[name] = _as_bool(fields[name], name)
     if "temperature" in fields:
         fields["temperature"] = _as_float(fields["temperature"], "temperature")
-    return uploads[0], fields
+    return upload, fields
 
 
 async def _decoded_audio(
