@@ -486,8 +486,9 @@ def resolve_settings(
         for f in (f for f in fields if f.owner is struct):
             env_var = next((v for v in f.env_vars if v in env), None)
             key = next((k for k in f.names if k in config), None)
-            if f.name in cli:
-                raw[f.name], origins[f.name] = cli[f.name], "cli"
+            cli_key = next((k for k in f.names if k in cli), None)
+            if cli_key is not None:
+                raw[f.name], origins[f.name] = cli[cli_key], "cli"
             elif not f.cli_only and env_var is not None:
                 raw[f.name], origins[f.name], given_as[f.name] = _from_env(f, env[env_var]), "env", env_var
             elif not f.cli_only and key is not None:

