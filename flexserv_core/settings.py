@@ -380,6 +380,8 @@ def _default_text(f: SettingField) -> str:
         return f" (default: {'on' if f.default else 'off'})"
     if isinstance(f.default, float) and f.default.is_integer():
         return f" (default: {int(f.default)})"
+    if isinstance(f.default, list):
+        return f" (default: {','.join(map(str, f.default))})"
     return f" (default: {f.default})"
 
 
