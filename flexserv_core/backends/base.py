@@ -144,6 +144,10 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     frequency_penalty: float = 0.0
     logprobs: bool = False
     top_logprobs: int = 0
+    #: Seconds the sequence may wait in the backend's queue before its first
+    #: forward pass (``None``: forever). A backend that queues fails it with
+    #: ``ServiceUnavailable(code="queue_timeout")`` after that and frees its place.
+    queue_timeout: float | None = None
 
     @property
     def greedy(self) -> bool:

@@ -24,7 +24,7 @@ from flexserv_transformers.engine.runner import ModelRunner, kv_geometry
 from flexserv_transformers.engine.scheduler import Scheduler
 from flexserv_transformers.engine.sequence import Sequence
 from flexserv_transformers.engine.settings import EngineSettings
-from flexserv_transformers.engine_api import EngineModel, EngineToken
+from flexserv_transformers.engine_api import EngineModel, EngineToken, queue_timeout_error
 from flexserv_transformers.sampling import sample_next
 
 log = logging.getLogger(__name__)
@@ -215,6 +215,9 @@ class PagedEngine:
             while self._take_inbox():
                 for seq in self.scheduler.drop_cancelled():
                     self._done(seq)
+                for seq in self.scheduler.drop_expired(time.monotonic()):
+                    self._done(seq)
+                    seq.emit(queue_timeout_error(seq.params.queue_timeout or 0.0, self._retry_after()))
                 plan = self.scheduler.schedule()
                 if not plan:
                     if self.scheduler.has_work():
