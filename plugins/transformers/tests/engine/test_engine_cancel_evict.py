@@ -155,3 +155,38 @@ def test_tiny_model_does_not_stop_on_its_own(tiny: tuple[Any, Any]) -> None:
             engine.close()
 
     assert asyncio.run(main()) == 120
+
+
+@pytest.mark.parametrize("engine_name", ["paged", "simple"])
+async def test_a_request_queued_past_its_queue_timeout_gets_503_and_leaves(
+    tiny: tuple[Any, Any], engine_name: str
+) -> None:
+    from flexserv_transformers.engine_api import EngineModel
+    from flexserv_transformers.simple_engine import SimpleEngine
+
+    from flexserv_core import ServiceUnavailable
+
+    model, tok = tiny
+    if engine_name == "paged":
+        engine: Any = endless_engine(model, kv_block_size=4, max_batch_size=1)
+    else:
+        engine = SimpleEngine(
+            EngineModel(
+                model=model, device=model.device, eos_token_ids=frozenset(), context_length=512, vocab_size=len(tok)
+            )
+        )
+    try:
+        busy = engine.generate(prompt_of(tok, "busy"), SamplingParams(max_tokens=400, temperature=0))
+        assert (await anext(busy)).finish_reason is None
+        late = engine.generate(prompt_of(tok, "late"), SamplingParams(max_tokens=5, temperature=0, queue_timeout=0.2))
+        if engine_name == "simple":  # it interleaves: a fresh sequence goes first, so it never waits that long
+            assert len([t async for t in late]) == 5
+        else:
+            with pytest.raises(ServiceUnavailable) as caught:
+                await anext(late)
+            assert caught.value.code == "queue_timeout" and int(caught.value.headers["Retry-After"]) >= 1
+            assert engine.stats()["waiting_sequences"] == 0
+        await busy.aclose()
+        await until(lambda: engine.stats()["active_sequences"] == 0 and engine.stats()["waiting_sequences"] == 0)
+    finally:
+        engine.close()
