@@ -124,6 +124,13 @@ class CoreSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     model_timeout: Annotated[
         float, msgspec.Meta(ge=0, description="Unload a model idle this many seconds (0 keeps it forever).")
     ] = 86_400.0
+    load_timeout: Annotated[
+        float,
+        msgspec.Meta(
+            ge=0,
+            description="Seconds a model load (conversion included) may take before it fails with 503 (0: no limit).",
+        ),
+    ] = 1800.0
     block_on_unexpected_fields: Annotated[
         bool, _doc("Reject requests with unknown fields (400) instead of dropping them.")
     ] = False

@@ -62,6 +62,14 @@ class LoadedModel(abc.ABC):
         """Release weights, caches and threads. Called once, off the event loop,
         after the last request holding the model has finished."""
 
+    @property
+    def failure(self) -> str | None:
+        """Why this model can no longer serve (its engine died), else ``None``.
+
+        The registry replaces a failed model with a fresh load at the next request,
+        and health reports it meanwhile. Read on the event loop: keep it cheap."""
+        return None
+
     def stats(self) -> EngineStats | None:
         """Engine-level numbers for ``/metrics`` (``None``: the model has none).
 
