@@ -11,6 +11,7 @@ plain greedy loop over the model (no cache, no engine).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -188,5 +189,64 @@ async def test_a_request_queued_past_its_queue_timeout_gets_503_and_leaves(
             assert engine.stats()["waiting_sequences"] == 0
         await busy.aclose()
         await until(lambda: engine.stats()["active_sequences"] == 0 and engine.stats()["waiting_sequences"] == 0)
+    finally:
+        engine.close()
+
+
+async def test_a_failed_step_fails_its_batch_restarts_and_serves_the_waiting(tiny: tuple[Any, Any]) -> None:
+    from flexserv_core import ServiceUnavailable
+
+    model, tok = tiny
+    engine = endless_engine(model, kv_block_size=4, max_batch_size=1)
+    forward = engine.runner.forward
+    calls = {"n": 0}
+
+    def flaky(plan: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered (injected)")
+        return forward(plan)
+
+    engine.runner.forward = flaky  # type: ignore[method-assign]
+    try:
+        prompt = prompt_of(tok, "hello there")
+        expected = reference_greedy(model, prompt, 6)
+        running = engine.generate(prompt, SamplingParams(max_tokens=50, temperature=0))
+        assert (await anext(running)).finish_reason is None
+        waiting = asyncio.ensure_future(run(engine, prompt, 6))  # queued behind the batch of one
+        with pytest.raises(ServiceUnavailable) as caught:
+            async for _ in running:
+                pass
+        assert caught.value.code == "engine_restarted" and "illegal memory access" in caught.value.message
+        assert_same_or_tie(model, prompt, expected, await waiting)
+        assert engine.restarts == 1 and engine.failure is None and engine._thread.is_alive()
+        assert_same_or_tie(model, prompt, expected, await run(engine, prompt, 6))
+        await until(lambda: idle(engine))
+        assert engine.block_manager.used == 0
+    finally:
+        engine.close()
+
+
+async def test_an_engine_failing_every_step_stops_and_says_why(tiny: tuple[Any, Any]) -> None:
+    from flexserv_core import ServiceUnavailable
+
+    model, tok = tiny
+    engine = endless_engine(model, kv_block_size=4)
+
+    def broken(plan: Any) -> Any:
+        raise RuntimeError("device lost (injected)")
+
+    engine.runner.forward = broken  # type: ignore[method-assign]
+    try:
+        for _ in range(10):
+            with contextlib.suppress(ServiceUnavailable):
+                await run(engine, prompt_of(tok, "hi"), 3)
+            if engine.failure:
+                break
+        assert engine.failure and "device lost" in engine.failure
+        engine._thread.join(10)
+        assert not engine._thread.is_alive()
+        with pytest.raises(ServiceUnavailable):
+            await run(engine, prompt_of(tok, "hi"), 3)
     finally:
         engine.close()
