@@ -60,7 +60,7 @@ class HangingPlugin:
         return [self.backend]
 
     def flexserv_default_models(self, settings: Any) -> list[ModelSpec]:
-        return [ModelSpec(name="fake-model", kind=ModelKind.TEXT, source="fake")]
+        return [ModelSpec(name="fake-model", kind=ModelKind.TEXT, source="fake", backend="hanging")]
 
 
 def _hookimpls(plugin: Any) -> Any:

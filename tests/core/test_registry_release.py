@@ -24,7 +24,7 @@ from flexserv_core.models.spec import ModelKind, ModelSpec
 from flexserv_core.settings import CoreSettings
 from flexserv_core.testing.fakes import FakeTextModel
 
-SPEC = ModelSpec(name="m", kind=ModelKind.TEXT, source="m")
+SPEC = ModelSpec(name="m", kind=ModelKind.TEXT, source="m", backend="gated")
 
 
 class GatedBackend(Backend):
