@@ -102,6 +102,7 @@ def main() -> int:
     parser.add_argument("--pause-every", type=int, default=400)
     parser.add_argument("--model-timeout", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-queued", type=int, default=4, help="--max-queued-requests of the server (8-batch)")
     args = parser.parse_args()
 
     from flexserv_transformers.testing import build_tiny_llama
@@ -110,7 +111,16 @@ def main() -> int:
         model = build_tiny_llama(Path(tmp) / "tiny", max_position_embeddings=256)
         port = free_port()
         command = [sys.executable, "-m", "flexserv_core", "run", "--port", str(port), "--model", f"tiny={model}"]
-        command += ["--engine", "paged", "--dtype", "float32", "--max-batch-size", "8", "--max-queued-requests", "4"]
+        command += [
+            "--engine",
+            "paged",
+            "--dtype",
+            "float32",
+            "--max-batch-size",
+            "8",
+            "--max-queued-requests",
+            str(args.max_queued),
+        ]
         command += ["--model-timeout", str(args.model_timeout), "--cache-dir", str(Path(tmp) / "cache")]
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         url = f"http://127.0.0.1:{port}"
