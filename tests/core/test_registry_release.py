@@ -172,3 +172,12 @@ async def test_ttl_keeps_a_recently_used_model() -> None:
     await use_once(registry)
     assert await registry.evict_idle() == []
     assert registry.state_of("m") is ModelState.READY
+
+
+async def test_ensure_loaded_reuses_a_resident_model() -> None:
+    backend = GatedBackend()
+    registry, _ = make_registry(backend)
+    await registry.ensure_loaded(SPEC)
+    await registry.ensure_loaded(SPEC)
+    await use_once(registry)
+    assert len(backend.refs) == 1, "a resident model was loaded again"
