@@ -145,8 +145,8 @@ def main() -> int:
             "unintended_errors": sum(
                 n
                 for k, n in counts.items()
-                # a stream over capacity still answers 200 and an error event on this branch (the
-                # streaming 429 is fixed separately): it is the same intended rejection
+                # a stream over capacity answered 200 and an error event before the streaming
+                # 429 fix: the same intended rejection
                 if not (k.endswith((" 200", " done", " closed", " 429", "too_many_requests")) or k.startswith("unload"))
             ),
             "before": before,
