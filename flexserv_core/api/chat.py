@@ -57,7 +57,7 @@ async def create_chat_completion(request: Request[Any, Any, Any]) -> Response[An
     check_chat_bounds(body, server.settings.core)
     check_messages(body.messages)
     if body.stream:
-        return await sse_response(_stream(server, body, context), server)
+        return await sse_response(_stream(server, body, context), server, request)
     async with (
         TextRequestMetrics(server.metrics) as metrics,
         server.registry.acquire(body.model, TextGenerationModel) as lease,

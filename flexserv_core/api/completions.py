@@ -42,7 +42,7 @@ async def create_completion(request: Request[Any, Any, Any]) -> Response[Any]:
     server: FlexServer = request.app.state.flexserv
     check_completion_bounds(body, server.settings.core)
     if body.stream:
-        return await sse_response(_stream(server, body, context), server)
+        return await sse_response(_stream(server, body, context), server, request)
     async with (
         TextRequestMetrics(server.metrics) as metrics,
         server.registry.acquire(body.model, TextGenerationModel) as lease,

@@ -97,7 +97,7 @@ async def create_response(request: Request[Any, Any, Any]) -> Response[Any]:
     store = server_store(server)
     plan = plan_response(body, store, server.settings.core)
     if body.stream:
-        return await sse_response(_stream(server, plan, store, context), server)
+        return await sse_response(_stream(server, plan, store, context), server, request)
     async with (
         TextRequestMetrics(server.metrics) as metrics,
         server.registry.acquire(body.model, TextGenerationModel) as lease,

@@ -54,10 +54,13 @@ async def test_disconnects_cancel_running_and_queued_sequences(tmp_path: Path) -
                 while seen < 3:
                     if (await anext(lines)).startswith("data: {"):
                         seen += 1
-                async with client.stream("POST", "/v1/chat/completions", json=body) as queued:
-                    assert queued.status_code == 200
-                    await until(lambda: engine.stats()["waiting_sequences"] == 1)
-                # the queued stream is closed (its client went away) before it got a slot
+                # the second waits for a batch slot before its response starts (so that a full
+                # queue can still be a 429); its client goes away meanwhile
+                queued = asyncio.ensure_future(client.post("/v1/chat/completions", json=body))
+                await until(lambda: engine.stats()["waiting_sequences"] == 1)
+                queued.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await queued
                 await until(lambda: engine.stats()["waiting_sequences"] == 0)
             await until(lambda: engine.stats()["active_requests"] == 0)
             generated = engine.stats()["tokens_generated"] - before
