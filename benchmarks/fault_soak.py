@@ -102,7 +102,9 @@ def main() -> int:
     parser.add_argument("--pause-every", type=int, default=400)
     parser.add_argument("--model-timeout", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-queued", type=int, default=4, help="--max-queued-requests of the server (8-batch)")
+    parser.add_argument(
+        "--max-queued", type=int, default=4, help="--transformers-max-queued-requests of the server (batch 8)"
+    )
     args = parser.parse_args()
 
     from flexserv_transformers.testing import build_tiny_llama

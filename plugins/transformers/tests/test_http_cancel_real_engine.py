@@ -35,9 +35,9 @@ async def test_disconnects_cancel_running_and_queued_sequences(tmp_path: Path) -
         "cache_dir": str(tmp_path),
         "model": [f"tiny={tiny_dir}"],
         "dtype": "float32",
-        "engine": "paged",
-        "max_batch_size": 1,
-        "kv_block_size": 4,
+        "transformers_engine": "paged",
+        "transformers_max_batch_size": 1,
+        "transformers_kv_block_size": 4,
     }
     app = make_app(["transformers"], settings=settings)
     with ServedApp(app) as base_url:

@@ -261,10 +261,14 @@ class PagedEngine:
         self.restarts += 1
         s = self.settings
         self.block_manager = BlockManager(
-            self.block_manager.num_blocks, s.kv_block_size, enable_prefix_caching=s.prefix_caching
+            self.block_manager.num_blocks,
+            s.transformers_kv_block_size,
+            enable_prefix_caching=s.transformers_prefix_caching,
         )
         self.scheduler = Scheduler(
-            self.block_manager, max_batch_size=s.max_batch_size, max_batch_tokens=s.max_batch_tokens
+            self.block_manager,
+            max_batch_size=s.transformers_max_batch_size,
+            max_batch_tokens=s.transformers_max_batch_tokens,
         )
         error = ServiceUnavailable(
             f"The generation engine failed ({type(exc).__name__}: {exc}) and restarted; retry the request.",

@@ -39,7 +39,8 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
 
 def endless_engine(model: Any, **settings: Any) -> PagedEngine:
     """No EOS id: only ``max_tokens``, the context or a cancellation end a sequence."""
-    return PagedEngine(model, settings=EngineSettings(**settings), eos_token_ids=())
+    prefixed = {f"transformers_{name}": value for name, value in settings.items()}
+    return PagedEngine(model, settings=EngineSettings(**prefixed), eos_token_ids=())
 
 
 def reference_greedy(model: Any, prompt: list[int], n: int) -> list[int]:
