@@ -164,7 +164,7 @@ def build_peers(args: argparse.Namespace, gguf: Path, checkpoint: Path) -> list[
         elif name == "flexserv":
             for engine in args.engines:
                 command = [sys.executable, "-m", "flexserv_core", "run", "--host", "127.0.0.1", "--port", "{port}"]
-                command += ["--engine", engine, "--dtype", args.dtype, "--default-model", str(gguf)]
+                command += ["--transformers-engine", engine, "--dtype", args.dtype, "--default-model", str(gguf)]
                 command += shlex.split(args.flexserv_args)
                 # Only the built-in plugins: the text server alone, as the peers are.
                 env = {"FLEXSERV_PLUGINS": ""}

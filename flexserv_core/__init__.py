@@ -28,12 +28,15 @@ from flexserv_core.backends.base import (
     Transcription,
     TranscriptionModel,
     TranscriptionSegment,
+    TranscriptionTask,
+    TranscriptionWord,
 )
 from flexserv_core.batching import BatchRunner, MicroBatcher
 from flexserv_core.commands import Command, CommandContext
 from flexserv_core.errors import (
     ContextLengthExceeded,
     FlexServError,
+    GatewayTimeout,
     InvalidRequest,
     ModelLoadError,
     ModelNotFound,
@@ -43,6 +46,7 @@ from flexserv_core.errors import (
     PluginError,
     PluginHookError,
     PluginLoadError,
+    PluginNotInstalled,
     PluginStartupError,
     ServiceUnavailable,
     TooManyRequests,
@@ -107,6 +111,7 @@ __all__ = [
     "FlexServError",
     "FlexServPluginManager",
     "FlexServer",
+    "GatewayTimeout",
     "GpuInfo",
     "InvalidRequest",
     "Lease",
@@ -130,6 +135,7 @@ __all__ = [
     "PluginError",
     "PluginHookError",
     "PluginLoadError",
+    "PluginNotInstalled",
     "PluginStartupError",
     "ProgressCallback",
     "RamInfo",
@@ -151,6 +157,8 @@ __all__ = [
     "Transcription",
     "TranscriptionModel",
     "TranscriptionSegment",
+    "TranscriptionTask",
+    "TranscriptionWord",
     "UnloadResult",
     "UnsupportedParameter",
     "UsageError",

@@ -29,6 +29,7 @@ from flexserv_core.api.text_schemas import (
     Usage,
     encode,
 )
+from flexserv_core.api.timeouts import apply_timeouts
 from flexserv_core.api.tool_calls import ToolPlan, ToolStreamer, check_tool_history, split_output
 from flexserv_core.backends.base import TextGenerationModel
 from flexserv_core.metrics.text import TextRequestMetrics
@@ -58,7 +59,7 @@ async def create_chat_completion(request: Request[Any, Any, Any]) -> Response[An
     check_messages(body.messages)
     check_tool_history(body.messages)
     if body.stream:
-        return await sse_response(_stream(server, body, context), server)
+        return await sse_response(_stream(server, body, context), server, request)
     async with (
         TextRequestMetrics(server.metrics) as metrics,
         server.registry.acquire(body.model, TextGenerationModel) as lease,
@@ -67,6 +68,7 @@ async def create_chat_completion(request: Request[Any, Any, Any]) -> Response[An
         model = lease.model
         prompt_ids, jobs, plan = chat_plan(model, lease.spec, body, context)
         await prepare_jobs(jobs)
+        apply_timeouts(jobs, server.settings.core)
         metrics.start(len(prompt_ids), jobs)
         results = await until_disconnect(request, collect(jobs))
     completion_id = new_id("chatcmpl")
@@ -111,6 +113,7 @@ async def _stream(server: FlexServer, body: ChatCompletionRequest, context: Requ
         model = lease.model
         prompt_ids, jobs, plan = chat_plan(model, lease.spec, body, context)
         await prepare_jobs(jobs)
+        apply_timeouts(jobs, server.settings.core)
         metrics.start(len(prompt_ids), jobs)
         async with admitted(jobs):  # a refusal (429) must come before the response starts
             yield READY
@@ -154,8 +157,9 @@ async def _chunks(
                         if deltas:
                             finish = "tool_calls"
                     yield chunk([ChatChunkChoice(index=event.index, delta=ChatDelta(), finish_reason=finish)])
-    except Exception as exc:
+    except Exception as exc:  # the stream has started: the error becomes its last event
         yield error_event(exc)
+        yield DONE
         return
     if body.stream_options is not None and body.stream_options.include_usage:
         usage = Usage(

@@ -35,14 +35,6 @@ def _text_only(value: Any) -> bool:
     return value is None or value == ["text"]
 
 
-def _no_words(value: Any) -> bool:
-    return value is None or value in ("segment", ["segment"])
-
-
-def _false(value: Any) -> bool:
-    return value in (None, False, "false")
-
-
 #: endpoint -> parameter -> (is the value neutral?, why it is refused)
 UNSUPPORTED: dict[str, dict[str, tuple[Callable[[Any], bool], str]]] = {
     CHAT: {
@@ -61,12 +53,10 @@ UNSUPPORTED: dict[str, dict[str, tuple[Callable[[Any], bool], str]]] = {
     COMPLETIONS: {},
     EMBEDDINGS: {},
     TRANSCRIPTIONS: {
-        "stream": (_false, "streamed transcription is not supported"),
         "include": (_never, "'include' (token logprobs) is not supported"),
         "chunking_strategy": (_never, "'chunking_strategy' is not supported"),
         "known_speaker_names": (_never, "speaker diarization is not supported"),
         "known_speaker_references": (_never, "speaker diarization is not supported"),
-        "timestamp_granularities": (_no_words, "word timestamps are not supported; segments are always returned"),
     },
 }
 

@@ -14,7 +14,12 @@ from flexserv_core.api.structured import check_logit_bias, request_constraint
 from flexserv_core.api.text_bounds import default_budget
 from flexserv_core.api.text_generation import ChoiceJob, ChoiceResult
 from flexserv_core.api.text_schemas import ChatCompletionRequest, ChatMessage, CompletionRequest
-from flexserv_core.api.text_validation import check_token_ids, is_token_id, max_tokens_for
+from flexserv_core.api.text_validation import (
+    COMPLETIONS_DEFAULT_MAX_TOKENS,
+    check_token_ids,
+    is_token_id,
+    max_tokens_for,
+)
 from flexserv_core.api.tool_calls import ToolPlan, plan_tools, template_messages, template_tools
 from flexserv_core.backends.base import Constraint, SamplingParams, TextGenerationModel
 from flexserv_core.errors import InvalidRequest, UnsupportedParameter
@@ -239,7 +244,12 @@ def completion_jobs(
     for p, (ids, _text) in enumerate(prompts):
         param = "prompt" if len(prompts) == 1 else f"prompt[{p}]"
         max_tokens = max_tokens_for(
-            model.limits, len(ids), body.max_tokens, prompt_param=param, max_tokens_param="max_tokens"
+            model.limits,
+            len(ids),
+            body.max_tokens,
+            prompt_param=param,
+            max_tokens_param="max_tokens",
+            default=COMPLETIONS_DEFAULT_MAX_TOKENS,
         )
         if body.max_tokens is None:
             max_tokens = default_budget(max_tokens, len(prompts) * n, core)

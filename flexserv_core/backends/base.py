@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Literal
 
 import msgspec
 
-from flexserv_core.errors import UnsupportedParameter
+from flexserv_core.errors import InvalidRequest, UnsupportedParameter
 from flexserv_core.models.spec import ModelKind, ModelSpec
 
 #: ``progress(message, fraction)``: a long step reports what it does and, when it
@@ -61,6 +61,14 @@ class LoadedModel(abc.ABC):
     def unload(self) -> None:
         """Release weights, caches and threads. Called once, off the event loop,
         after the last request holding the model has finished."""
+
+    @property
+    def failure(self) -> str | None:
+        """Why this model can no longer serve (its engine died), else ``None``.
+
+        The registry replaces a failed model with a fresh load at the next request,
+        and health reports it meanwhile. Read on the event loop: keep it cheap."""
+        return None
 
     def stats(self) -> EngineStats | None:
         """Engine-level numbers for ``/metrics`` (``None``: the model has none).
@@ -179,6 +187,10 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     top_logprobs: int = 0
     logit_bias: dict[int, float] | None = None
     constraint: Constraint | None = None
+    #: Seconds the sequence may wait in the backend's queue before its first
+    #: forward pass (``None``: forever). A backend that queues fails it with
+    #: ``ServiceUnavailable(code="queue_timeout")`` after that and frees its place.
+    queue_timeout: float | None = None
 
     @property
     def greedy(self) -> bool:
@@ -285,6 +297,21 @@ class TextGenerationModel(LoadedModel):
         if params.logit_bias:
             raise UnsupportedParameter(f"The model '{self.spec.name}' does not support logit_bias.", param="logit_bias")
 
+    def tokenize(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        """Tokenize ``text`` for ``POST /tokenize``: with the model's special tokens
+        (BOS...) as :meth:`encode` adds them, or without. Override to support
+        ``add_special_tokens=False``; the default answers it with a 400."""
+        if add_special_tokens:
+            return self.encode(text)
+        raise InvalidRequest(
+            f"The model '{self.spec.name}' cannot tokenize without its special tokens.", param="add_special_tokens"
+        )
+
+    def token_text(self, token_id: int) -> str:
+        """One token as text, special tokens included where the backend can (``/tokenize``'s
+        ``token_strs``). The default decodes the token alone."""
+        return self.decode([token_id])
+
     @abc.abstractmethod
     def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[TokenDelta]:
         """Stream the completion of ``prompt_ids``.
@@ -336,11 +363,26 @@ class TranscriptionSegment(msgspec.Struct):
     no_speech_prob: float = 0.0
 
 
+class TranscriptionWord(msgspec.Struct):
+    """One word with its time in the audio (``timestamp_granularities=["word"]``)."""
+
+    word: str
+    start: float
+    end: float
+
+
 class Transcription(msgspec.Struct, kw_only=True):
     text: str
     language: str | None = None
     duration: float = 0.0
     segments: list[TranscriptionSegment] = msgspec.field(default_factory=list)
+    #: Filled when word timestamps were asked for: in order, within the audio.
+    words: list[TranscriptionWord] | None = None
+
+
+#: What a transcription model is asked to do: write down the speech in its own
+#: language, or translate it into English (``/v1/audio/translations``).
+TranscriptionTask = Literal["transcribe", "translate"]
 
 
 class TranscriptionModel(LoadedModel):
@@ -348,6 +390,9 @@ class TranscriptionModel(LoadedModel):
 
     #: Rate (Hz) the audio-loading hook must resample to.
     sampling_rate: int = 16_000
+    #: Whether ``task="translate"`` (speech in any language to English text) is served;
+    #: ``/v1/audio/translations`` answers a 400 for a model that cannot.
+    can_translate: bool = False
 
     @abc.abstractmethod
     async def transcribe(
@@ -357,5 +402,37 @@ class TranscriptionModel(LoadedModel):
         language: str | None = None,
         prompt: str | None = None,
         temperature: float = 0.0,
+        task: TranscriptionTask = "transcribe",
+        word_timestamps: bool = False,
     ) -> Transcription:
-        """Transcribe mono float32 ``audio`` (a numpy array at ``sampling_rate``)."""
+        """Transcribe mono float32 ``audio`` (a numpy array at ``sampling_rate``).
+
+        The core passes ``task`` and ``word_timestamps`` only when a request asks for
+        them (a translation; word timestamps), after checking ``can_translate``. A
+        model that cannot time words raises :class:`InvalidRequest` on
+        ``param="timestamp_granularities"``."""
+
+    def transcribe_stream(
+        self,
+        audio: Any,
+        *,
+        language: str | None = None,
+        prompt: str | None = None,
+        temperature: float = 0.0,
+    ) -> AsyncIterator[TranscriptionSegment]:
+        """The segments of a transcription as they are decoded (``stream=True``).
+
+        Check the request when called (raise :class:`InvalidRequest` then, before
+        the response starts); the iterator yields segments in order, and closing it
+        early must stop decoding. The default decodes everything with
+        :meth:`transcribe`, then yields its segments."""
+
+        async def segments() -> AsyncIterator[TranscriptionSegment]:
+            result = await self.transcribe(audio, language=language, prompt=prompt, temperature=temperature)
+            if result.segments:
+                for segment in result.segments:
+                    yield segment
+            elif result.text:
+                yield TranscriptionSegment(id=0, start=0.0, end=result.duration, text=result.text)
+
+        return segments()

@@ -32,12 +32,10 @@ CHAT_VALUES: dict[str, Any] = {
     "verbosity": "low",
 }
 TRANSCRIPTION_VALUES: dict[str, str] = {
-    "stream": "true",
     "include[]": "logprobs",
     "chunking_strategy": "auto",
     "known_speaker_names[]": "ada",
     "known_speaker_references[]": "data:audio/wav;base64,AAAA",
-    "timestamp_granularities[]": "word",
 }
 
 

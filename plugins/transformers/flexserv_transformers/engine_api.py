@@ -5,7 +5,7 @@ tokenizer, the chat template and incremental detokenization; an *engine* owns th
 forward passes, the KV cache, scheduling and sampling. They meet here:
 
 * The model wrapper builds an :class:`EngineModel` (the loaded ``PreTrainedModel``
-  and the facts an engine needs about it) and calls the factory the ``--engine``
+  and the facts an engine needs about it) and calls the factory the ``--transformers-engine``
   setting names (:data:`ENGINES`): ``factory(engine_model, settings) -> Engine``.
   The factory runs in the loading worker thread (no event loop there); it may
   start threads and allocate caches.
@@ -41,6 +41,8 @@ checks them against each registered engine):
    gives for the same weights and dtype (the parity tests hold every engine to it).
 6. After ``close()`` a running ``generate`` raises
    :class:`flexserv_core.errors.ServiceUnavailable`; new calls raise it at once.
+7. A sequence still waiting for its first step ``params.queue_timeout`` seconds
+   after ``generate`` ends with :func:`queue_timeout_error` (503) and leaves the queue.
 
 Adding an engine: write ``factory(engine_model, settings)`` returning an
 :class:`Engine` and list it in :data:`ENGINES` (``"module:attribute"`` strings, so
@@ -60,7 +62,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import msgspec
 
-from flexserv_core import FinishReason, SamplingParams
+from flexserv_core import FinishReason, SamplingParams, ServiceUnavailable
 
 if TYPE_CHECKING:
     import torch
@@ -79,6 +81,7 @@ __all__ = [
     "EngineToken",
     "engine_settings_structs",
     "load_engine_factory",
+    "queue_timeout_error",
 ]
 
 
@@ -164,7 +167,7 @@ class EngineEntry(msgspec.Struct, frozen=True):
     settings: str | None = None
 
 
-#: Engines selectable with ``--engine``.
+#: Engines selectable with ``--transformers-engine``.
 ENGINES: dict[str, EngineEntry] = {
     "simple": EngineEntry("flexserv_transformers.simple_engine:create_engine"),
     "paged": EngineEntry(
@@ -172,7 +175,7 @@ ENGINES: dict[str, EngineEntry] = {
         settings="flexserv_transformers.engine.settings:EngineSettings",
     ),
 }
-#: The engine used when ``--engine`` is not given.
+#: The engine used when ``--transformers-engine`` is not given.
 DEFAULT_ENGINE = "paged"
 
 
@@ -189,3 +192,12 @@ def load_engine_factory(name: str) -> EngineFactory:
 def engine_settings_structs() -> list[type[msgspec.Struct]]:
     """The settings structs of all engines (declared by the transformers plugin)."""
     return [_import(e.settings) for e in ENGINES.values() if e.settings]
+
+
+def queue_timeout_error(seconds: float, retry_after: float) -> ServiceUnavailable:
+    """What a request gets when it waited ``seconds`` (its ``queue_timeout``) without starting."""
+    return ServiceUnavailable(
+        f"The request waited in the queue past queue_timeout ({seconds:g} s); the server is busy, retry shortly.",
+        code="queue_timeout",
+        headers={"Retry-After": str(max(1, round(retry_after)))},
+    )

@@ -110,6 +110,9 @@ class TransformersTextModel(TextGenerationModel):
     def decode(self, token_ids: list[int]) -> str:
         return _text(self.tokenizer.decode(token_ids, skip_special_tokens=True))
 
+    def tokenize(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])
+
     def token_text(self, token_id: int) -> str:
         """One token as text (special tokens included), for ``top_logprobs``."""
         text = self._token_texts.get(token_id)
@@ -158,6 +161,12 @@ class TransformersTextModel(TextGenerationModel):
                 )
 
     # -- lifecycle ------------------------------------------------------------------
+
+    @property
+    def failure(self) -> str | None:
+        """The engine's, when it stopped by itself (see ``PagedEngine.failure``)."""
+        failure = getattr(self.engine, "failure", None)
+        return failure if isinstance(failure, str) else None
 
     def stats(self) -> EngineStats:
         """The engine's numbers under the core's names (the simple engine has no KV

@@ -29,9 +29,9 @@ def flexserv_add_settings() -> list[type[msgspec.Struct]]:
 @hookimpl
 def flexserv_configure(settings: Settings) -> None:
     ours = settings.get(TransformersSettings)
-    engine = engine_from_flag(ours, engine_given="engine" in settings.origins)
-    if engine != ours.engine:
-        settings.replace(TransformersSettings, engine=engine)
+    engine = engine_from_flag(ours, engine_given="transformers_engine" in settings.origins)
+    if engine != ours.transformers_engine:
+        settings.replace(TransformersSettings, transformers_engine=engine)
     check_settings(settings.get(TransformersSettings))
 
 
