@@ -40,8 +40,10 @@ def tiny_long_spec(tmp_path_factory: pytest.TempPathFactory) -> ModelSpec:
 @pytest.fixture(scope="module", params=["simple", "paged"])
 def engine_model(request: pytest.FixtureRequest, tiny_long_spec, tmp_path_factory: pytest.TempPathFactory, load_model):
     # a small KV cache (20 blocks of 8 tokens) makes concurrent paged sequences preempt each other
-    extra = {"kv_cache_blocks": 20, "kv_block_size": 8} if request.param == "paged" else {}
-    model = load_model(tiny_long_spec, tmp_path_factory.mktemp("cache"), dtype="float32", engine=request.param, **extra)
+    extra = {"transformers_kv_cache_blocks": 20, "transformers_kv_block_size": 8} if request.param == "paged" else {}
+    model = load_model(
+        tiny_long_spec, tmp_path_factory.mktemp("cache"), dtype="float32", transformers_engine=request.param, **extra
+    )
     yield model
     model.unload()
 
