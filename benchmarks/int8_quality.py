@@ -18,12 +18,11 @@ from pathlib import Path
 
 import flexserv_transformers  # noqa: F401  (OpenMP policy before torch)
 import torch
+from flexserv_core.bench.dataset import load_prompts
 from flexserv_transformers.backend import embedded_gguf
 from flexserv_transformers.int8 import quantize_linears
 from flexserv_transformers.loading import ensure_gguf_checkpoint
 from transformers import AutoModelForCausalLM, AutoTokenizer
-
-from flexserv_core.bench.dataset import load_prompts
 
 
 def main() -> None:

@@ -9,7 +9,9 @@ and reports the median time of the decode-only steps.
 
 ``STEP_BENCH_TORCH_FIRST=1`` in a configuration imports torch before the plugin,
 so OpenMP keeps its own defaults (spin-waiting) instead of the plugin's passive
-policy. ``--busy`` starts a busy-loop process (pure Python, one core's worth) for the
+policy; ``STEP_BENCH_BUSY=1`` runs that configuration's child next to a busy
+loop (so quiet and busy runs alternate in one invocation). ``STEP_BENCH_INT8=1`` quantizes the model's linear layers to int8 weight-only
+(``--quantization int8``). ``--busy`` starts a busy-loop process (pure Python, one core's worth) for the
 whole run, as another tenant of the machine would; it is stopped by PID at the end.
 
 Examples::
@@ -49,6 +51,10 @@ def child(args: argparse.Namespace) -> None:
     from engine_bench import load_model, prompts
 
     model, _ = load_model(args)
+    if os.environ.get("STEP_BENCH_INT8"):
+        from flexserv_transformers.int8 import quantize_linears
+
+        quantize_linears(model, model.dtype)
     out: dict[str, Any] = {"threads": torch.get_num_threads(), "batches": {}}
 
     async def run(engine: PagedEngine, batch: int) -> list[float]:
@@ -99,6 +105,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--busy", action="store_true", help="Keep one core busy with another process.")
+    parser.add_argument("--timeout", type=float, default=600, help="Seconds one child may take.")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--prefix-tokens", type=int, default=32)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -118,7 +125,25 @@ def main() -> None:
             for name, env in configs:
                 cmd = [sys.executable, __file__, "--child", "--batches", ",".join(map(str, args.batches))]
                 cmd += ["--steps", str(args.steps), "--dtype", args.dtype, "--prefix-tokens", str(args.prefix_tokens)]
-                proc = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, check=False)
+                hog = (
+                    subprocess.Popen([sys.executable, "-c", "while True: pass"]) if env.get("STEP_BENCH_BUSY") else None
+                )
+                try:
+                    proc = subprocess.run(
+                        cmd,
+                        env={**os.environ, **env},
+                        capture_output=True,
+                        text=True,
+                        check=False,
+                        timeout=args.timeout,
+                    )
+                except subprocess.TimeoutExpired:
+                    print(rep, name, f"timed out after {args.timeout:.0f} s", file=sys.stderr, flush=True)
+                    continue
+                finally:
+                    if hog is not None:
+                        hog.terminate()
+                        hog.wait()
                 if proc.returncode != 0:
                     print(name, "failed:", proc.stderr[-2000:], file=sys.stderr)
                     continue
