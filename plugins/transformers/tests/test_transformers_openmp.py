@@ -27,5 +27,5 @@ def test_an_explicit_wait_policy_wins():
 
 
 def test_too_late_once_torch_is_loaded():
-    code = "import torch, os\nfrom flexserv_transformers.openmp import configure_openmp\nprint(configure_openmp(), os.environ.get('OMP_WAIT_POLICY'))"
+    code = "import torch, os\nfrom flexserv_core import prefer_passive_openmp\nprint(prefer_passive_openmp(), os.environ.get('OMP_WAIT_POLICY'))"
     assert _run(code, _env()).split() == ["False", "None"]

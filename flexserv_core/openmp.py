@@ -10,9 +10,11 @@ waiting threads sleep instead and a step stays within a small factor of its
 quiet time (``docs/benchmarks.md``, "busy machine").
 
 The runtime reads its environment once, when the library is loaded (with
-``import torch``), so this runs when the plugin package is imported, before any
-of its modules imports torch. A value already in the environment wins: set
-``OMP_WAIT_POLICY=ACTIVE`` to get spinning back on a dedicated machine.
+``import torch``), so every plugin that imports torch calls
+:func:`prefer_passive_openmp` from its package ``__init__``, before any of its
+modules imports torch (whichever plugin loads first sets it for the process).
+The core itself never imports torch. A value already in the environment wins:
+set ``OMP_WAIT_POLICY=ACTIVE`` to get spinning back on a dedicated machine.
 """
 
 from __future__ import annotations
@@ -27,10 +29,10 @@ log = logging.getLogger(__name__)
 PASSIVE_ENV = {"OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0"}
 
 
-def configure_openmp() -> bool:
+def prefer_passive_openmp() -> bool:
     """Default the OpenMP wait policy to passive; False when torch is already loaded (too late)."""
     if "torch" in sys.modules:
-        log.debug("torch was imported before flexserv_transformers: OpenMP's wait policy is left as it is")
+        log.debug("torch is already imported: OpenMP's wait policy is left as it is")
         return False
     for name, value in PASSIVE_ENV.items():
         os.environ.setdefault(name, value)
