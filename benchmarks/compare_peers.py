@@ -68,7 +68,6 @@ class Peer:
     env: dict[str, str] = field(default_factory=dict)
     extra_body: dict[str, Any] = field(default_factory=dict)
     venv_packages: list[str] = field(default_factory=list)  # installed into --venv first
-    venv_no_deps: list[str] = field(default_factory=list)  # then these, without their dependencies
 
 
 @dataclass
@@ -127,7 +126,7 @@ def venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
-def ensure_venv(venv: Path, packages: list[str], log: Path, timeout: float, *, no_deps: bool = False) -> Path:
+def ensure_venv(venv: Path, packages: list[str], log: Path, timeout: float) -> Path:
     """Create ``venv`` (once), let it see the project's packages, pip-install ``packages``."""
     python = venv_python(venv)
     if not python.exists():
@@ -150,7 +149,6 @@ def ensure_venv(venv: Path, packages: list[str], log: Path, timeout: float, *, n
                 "pip",
                 "install",
                 "--disable-pip-version-check",
-                *(["--no-deps"] if no_deps else []),
                 *packages,
             ],
             check=True,
@@ -179,17 +177,12 @@ def build_peers(args: argparse.Namespace, gguf: Path, checkpoint: Path) -> list[
         elif name == "flexserv":
             for engine in args.engines:
                 command = [sys.executable, "-m", "flexserv_core", "run", "--host", "127.0.0.1", "--port", "{port}"]
-                model = str(args.checkpoint or gguf)
-                command += [
-                    "--engine",
-                    engine,
-                    "--dtype",
-                    args.dtype,
-                    "--device",
-                    args.device,
-                    "--default-model",
-                    model,
-                ]
+                command += ["--engine", engine, "--dtype", args.dtype, "--device", args.device]
+                if args.checkpoint:
+                    command += ["--model", f"{args.flexserv_model}={args.checkpoint}"]
+                    command += ["--default-model", args.flexserv_model]
+                else:
+                    command += ["--default-model", str(gguf)]
                 command += shlex.split(args.flexserv_args)
                 # Only the transformers plugin: the text server alone, as the peers are.
                 env = {"FLEXSERV_PLUGINS": "transformers"}
@@ -414,19 +407,12 @@ def embedding_peers(args: argparse.Namespace, path: Path) -> list[Peer]:
             command = [str(venv_python(args.venv)), "-m", "infinity_emb.cli", "v2", "--model-id", str(path)]
             command += ["--served-model-name", name, "--host", "127.0.0.1", "--port", "{port}", "--device", "cpu"]
             command += ["--engine", "torch", "--url-prefix", "/v1", *shlex.split(args.infinity_args)]
-            # Its server extras pin an older typer/click, with which pip settles on a huggingface_hub too old
-            # for the project's transformers: put the project's own version back, without dependencies.
-            import huggingface_hub
-
-            peers.append(
-                Peer(
-                    "infinity",
-                    command,
-                    model=name,
-                    venv_packages=[f"infinity-emb[server]=={INFINITY}"],
-                    venv_no_deps=[f"huggingface_hub=={huggingface_hub.__version__}"],
-                )
-            )
+            # Infinity 0.0.78 calls tokenizer methods transformers 5 removed, so its venv gets its own
+            # transformers 4 (with the sentence-transformers and huggingface_hub that go with it), which
+            # win over the project's through the .pth order.
+            packages = [f"infinity-emb[server]=={INFINITY}", "transformers>=4.51,<5", "sentence-transformers>=4,<6"]
+            packages.append("huggingface_hub<1.0")
+            peers.append(Peer("infinity", command, model=name, venv_packages=packages))
         elif peer == "inprocess":
             peers.append(Peer("inprocess", [], model=name))
         else:
@@ -472,8 +458,6 @@ def run_embedding_peer(args: argparse.Namespace, peer: Peer, out_dir: Path, path
     if peer.venv_packages:
         try:
             ensure_venv(args.venv, peer.venv_packages, log, args.install_timeout)
-            if peer.venv_no_deps:
-                ensure_venv(args.venv, peer.venv_no_deps, log, args.install_timeout, no_deps=True)
         except (subprocess.SubprocessError, OSError) as exc:
             result.status = f"install failed ({type(exc).__name__}; see {log.name})"
             return result
@@ -626,7 +610,7 @@ def main() -> int:
         "--checkpoint",
         type=Path,
         help="A transformers checkpoint every transformers-based server loads instead of the GGUF's conversion "
-        "(with its tokenizer; pass --flexserv-model to match the name FlexServ gives it).",
+        "(with its tokenizer); FlexServ serves it as --flexserv-model.",
     )
     parser.add_argument("--device", default="cpu", help="Device of the transformers-based servers (cpu, cuda).")
     parser.add_argument("--flexserv-model", default="SmolLM2-135M-Instruct")

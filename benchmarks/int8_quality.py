@@ -18,7 +18,7 @@ from pathlib import Path
 
 import flexserv_transformers  # noqa: F401  (OpenMP policy before torch)
 import torch
-from flexserv_core.bench.dataset import load_prompts
+from flexserv_bench.dataset import load_prompts
 from flexserv_transformers.backend import embedded_gguf
 from flexserv_transformers.int8 import quantize_linears
 from flexserv_transformers.loading import ensure_gguf_checkpoint

@@ -33,7 +33,7 @@ def load(url: str, args: argparse.Namespace, requests: int) -> dict:
     command = [sys.executable, "-m", "flexserv_core", "bench", "--url", url, "--model", args.model, "--json", "--quiet"]
     command += [
         "--concurrency",
-        str(args.concurrency),
+        str(min(args.concurrency, requests)),
         "--requests",
         str(requests),
         "--max-tokens",
