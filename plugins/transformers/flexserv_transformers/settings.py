@@ -64,10 +64,11 @@ class TransformersSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=T
     warm_imports: Annotated[
         bool,
         msgspec.Meta(
-            description="Import torch and transformers in the background as the server starts, "
-            "so the first request's model load does not wait for them."
+            description="Import torch and transformers on a background thread as the server starts, so the "
+            "first request's model load waits less for them. Off by default: on a busy 2-core machine it "
+            "did not shorten the time to the first token (docs/benchmarks.md)."
         ),
-    ] = True
+    ] = False
 
 
 def resolve_device(value: str) -> torch.device:

@@ -36,9 +36,9 @@ def test_checking_default_settings_does_not_import_torch():
     assert _run(CHECK_DEFAULTS) == ["False", "True"]
 
 
-def test_startup_imports_torch_and_transformers_in_the_background():
-    assert _run(PREWARM.replace("CLI", "{}")) == ["True"]
+def test_warm_imports_import_torch_and_transformers_in_the_background():
+    assert _run(PREWARM.replace("CLI", "{'warm_imports': True}")) == ["True"]
 
 
-def test_warm_imports_can_be_turned_off():
-    assert _run(PREWARM.replace("CLI", "{'warm_imports': False}")) == ["False"]
+def test_warm_imports_are_off_by_default():
+    assert _run(PREWARM.replace("CLI", "{}")) == ["False"]
