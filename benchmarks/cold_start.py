@@ -7,7 +7,7 @@ started: when the server answered, when the first token arrived. Configurations
 (``--config NAME:--flag value ...``, extra ``flexserv run`` arguments) alternate::
 
     HF_HUB_OFFLINE=1 python benchmarks/cold_start.py --repeat 3 \\
-        --config warm: --config plain:--no-warm-imports
+        --config warm:--transformers-warm-imports --config plain:--no-transformers-warm-imports
 """
 
 from __future__ import annotations

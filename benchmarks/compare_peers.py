@@ -177,7 +177,8 @@ def build_peers(args: argparse.Namespace, gguf: Path, checkpoint: Path) -> list[
         elif name == "flexserv":
             for engine in args.engines:
                 command = [sys.executable, "-m", "flexserv_core", "run", "--host", "127.0.0.1", "--port", "{port}"]
-                command += ["--engine", engine, "--dtype", args.dtype, "--device", args.device]
+                command += ["--transformers-engine", engine, "--transformers-dtype", args.dtype]
+                command += ["--transformers-device", args.device]
                 if args.checkpoint:
                     command += ["--model", f"{args.flexserv_model}={args.checkpoint}"]
                     command += ["--default-model", args.flexserv_model]

@@ -126,9 +126,9 @@ async def level(engine: Any, reqs: list[list[int]], concurrency: int, max_tokens
 def make_engine(kind: str, model: Any, args: argparse.Namespace, **overrides: Any) -> Any:
     if kind == "paged":
         settings = EngineSettings(
-            max_batch_size=args.max_batch_size,
-            max_batch_tokens=args.max_batch_tokens,
-            kv_cache_memory=args.kv_cache_mib,
+            transformers_max_batch_size=args.max_batch_size,
+            transformers_max_batch_tokens=args.max_batch_tokens,
+            transformers_kv_cache_memory=args.kv_cache_mib,
             **overrides,
         )
         return PagedEngine(model, settings=settings, eos_token_ids=())  # EOS ignored: fixed lengths
@@ -174,7 +174,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         reqs = prompts(3, args.prefix_tokens, vocab)
         ttft = {}
         for caching in (True, False):
-            engine = make_engine("paged", model, args, prefix_caching=caching)
+            engine = make_engine("paged", model, args, transformers_prefix_caching=caching)
             try:
                 await one(engine, reqs[0], 1, time.perf_counter())  # fills the cache (when on)
                 ttft[caching] = min([(await one(engine, r, 1, time.perf_counter()))[0] for r in reqs[1:]])

@@ -101,7 +101,7 @@ if $PY -c "import fastapi, transformers.cli.serve" >/dev/null 2>&1; then
   step "FlexServ vs transformers serve --continuous-batching, random 1B Llama"
   timeout 420 $PY benchmarks/compare_peers.py --peers flexserv,tf-serve-cb --engines paged --baseline tf-serve-cb \
     --device cuda --dtype bfloat16 --checkpoint "$CKPT" --flexserv-model llama1b \
-    --flexserv-args "--kv-cache-memory 16384 --max-batch-size 64" \
+    --flexserv-args "--transformers-kv-cache-memory 16384 --transformers-max-batch-size 64" \
     --levels 1:4,64:64 --max-tokens 128 --shared-prefix-tokens 300 --venv "$OUT/venv" \
     --out-dir "$OUT/peers" >"$OUT/peers_llama1b.md" 2>"$OUT/peers_llama1b.log"
   cat "$OUT/peers_llama1b.md" | tee -a "$OUT/summary.txt"

@@ -1,4 +1,4 @@
-"""How close is ``--quantization int8`` to the bf16 model? Greedy agreement and logit error.
+"""How close is ``--transformers-quantization int8`` to the bf16 model? Greedy agreement and logit error.
 
 Loads the embedded SmolLM2-135M-Instruct (the conversion cache) in bfloat16, runs
 ``model.generate`` greedily on the bench's built-in prompts, then quantizes the

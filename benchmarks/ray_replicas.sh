@@ -32,7 +32,7 @@ run_one() {  # $1 = label, rest = server command
   kill -TERM "$pid"; wait "$pid" || true
 }
 
-COMMON=(-p transformers --port "$PORT" --max-batch-size 8)
+COMMON=(-p transformers --port "$PORT" --transformers-max-batch-size 8)
 run_one direct "$BIN/flexserv" run "${COMMON[@]}"
 run_one ray1 "$BIN/flexserv" ray-serve -p ray "${COMMON[@]}" --ray-replicas 1 --ray-num-cpus 1 --ray-local-cpus 2
 run_one ray2 "$BIN/flexserv" ray-serve -p ray "${COMMON[@]}" --ray-replicas 2 --ray-num-cpus 1 --ray-local-cpus 2

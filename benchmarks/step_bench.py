@@ -11,7 +11,7 @@ and reports the median time of the decode-only steps.
 so OpenMP keeps its own defaults (spin-waiting) instead of the plugin's passive
 policy; ``STEP_BENCH_BUSY=1`` runs that configuration's child next to a busy
 loop (so quiet and busy runs alternate in one invocation). ``STEP_BENCH_INT8=1`` quantizes the model's linear layers to int8 weight-only
-(``--quantization int8``). ``--busy`` starts a busy-loop process (pure Python, one core's worth) for the
+(``--transformers-quantization int8``). ``--busy`` starts a busy-loop process (pure Python, one core's worth) for the
 whole run, as another tenant of the machine would; it is stopped by PID at the end.
 
 Examples::
@@ -79,7 +79,7 @@ def child(args: argparse.Namespace) -> None:
         return times
 
     async def main() -> None:
-        engine = PagedEngine(model, settings=EngineSettings(kv_cache_memory=256), eos_token_ids=())
+        engine = PagedEngine(model, settings=EngineSettings(transformers_kv_cache_memory=256), eos_token_ids=())
         try:
             await run(engine, 1)  # warm-up
             for batch in args.batches:

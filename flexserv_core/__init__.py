@@ -26,6 +26,8 @@ from flexserv_core.backends.base import (
     Transcription,
     TranscriptionModel,
     TranscriptionSegment,
+    TranscriptionTask,
+    TranscriptionWord,
 )
 from flexserv_core.batching import BatchRunner, MicroBatcher
 from flexserv_core.commands import Command, CommandContext
@@ -41,6 +43,7 @@ from flexserv_core.errors import (
     PluginError,
     PluginHookError,
     PluginLoadError,
+    PluginNotInstalled,
     PluginStartupError,
     ServiceUnavailable,
     TooManyRequests,
@@ -116,6 +119,7 @@ __all__ = [
     "PluginError",
     "PluginHookError",
     "PluginLoadError",
+    "PluginNotInstalled",
     "PluginStartupError",
     "ProgressCallback",
     "RamInfo",
@@ -136,6 +140,8 @@ __all__ = [
     "Transcription",
     "TranscriptionModel",
     "TranscriptionSegment",
+    "TranscriptionTask",
+    "TranscriptionWord",
     "UnloadResult",
     "UsageError",
     "__version__",

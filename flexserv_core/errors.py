@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 #: Most characters of a request value (a model id, a field's value) an error message quotes.
@@ -132,6 +133,19 @@ class PluginLoadError(PluginError):
             distribution,
         )
         self.cause = cause
+
+
+class PluginNotInstalled(UsageError):
+    """``-p NAME`` names no installed plugin and no importable module."""
+
+    def __init__(self, name: str, installed: Sequence[str], builtins: Sequence[str] = ()) -> None:
+        listed = ", ".join(installed) or "none"
+        extra = f"; built in: {', '.join(builtins)}" if builtins else ""
+        super().__init__(
+            f"plugin {name!r} is not installed (-p {name}): no installed plugin has that name and no module"
+            f" {name!r} can be imported. Installed plugins: {listed}{extra}"
+        )
+        self.name = name
 
 
 class PluginHookError(PluginError):

@@ -37,7 +37,7 @@ from flexserv_core.models.backend_choice import RegisteredBackend
 from flexserv_core.models.defaults import ModelOffer, is_first_party
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.resources import ResourceProbe
-from flexserv_core.settings import describe_fields, resolve_settings
+from flexserv_core.settings import describe_fields, resolve_settings, setting_prefix
 
 if TYPE_CHECKING:
     import numpy as np
@@ -203,19 +203,70 @@ def _merge_earlier_wins(pm: pluggy.PluginManager, hook: str, results: list[HookR
 # --- typed calls, one per hook ---------------------------------------------------------
 
 
-def settings_structs(pm: FlexServPluginManager) -> list[type[msgspec.Struct]]:
-    """Every plugin's settings structs; a malformed one fails naming its plugin."""
-    structs: list[type[msgspec.Struct]] = []
-    for plugin, value in call_hook(pm, "flexserv_add_settings", {}):
+def settings_by_plugin(pm: FlexServPluginManager) -> dict[str, list[type[msgspec.Struct]]]:
+    """Every plugin's settings structs, keyed by plugin, in call order.
+
+    A plugin returning something other than struct classes, a malformed struct, or
+    a setting name (or alias) another plugin or the core already uses fails with a
+    :class:`PluginLoadError` naming the plugin(s).
+    """
+    hook = "flexserv_add_settings"
+    by_plugin: dict[str, list[type[msgspec.Struct]]] = {}
+    for plugin, value in call_hook(pm, hook, {}):
         declared = list(value) if isinstance(value, list | tuple) else [value]
-        try:
-            for struct in declared:
+        for struct in declared:
+            if not (isinstance(struct, type) and issubclass(struct, msgspec.Struct)):
+                raise hook_error(pm, hook, plugin, f"returned {struct!r}, expected msgspec.Struct classes")
+            try:
                 describe_fields(struct)
-        except Exception as exc:
-            info = pm.infos.get(plugin)
-            raise PluginLoadError(plugin, info.distribution if info else None, f"invalid settings: {exc}") from exc
-        structs.extend(declared)
-    return structs
+            except Exception as exc:
+                raise _load_error(pm, plugin, f"invalid settings {struct.__name__}: {exc}") from exc
+        by_plugin.setdefault(plugin, []).extend(s for s in declared if s not in by_plugin.get(plugin, []))
+    _check_setting_clashes(pm, by_plugin)
+    return by_plugin
+
+
+def settings_structs(pm: FlexServPluginManager) -> list[type[msgspec.Struct]]:
+    """Every plugin's settings structs (see :func:`settings_by_plugin`), flattened."""
+    return list(dict.fromkeys(s for structs in settings_by_plugin(pm).values() for s in structs))
+
+
+def _load_error(pm: FlexServPluginManager, plugin: str, message: str) -> PluginLoadError:
+    info = pm.infos.get(plugin)
+    return PluginLoadError(plugin, info.distribution if info else None, message)
+
+
+def _check_setting_clashes(pm: FlexServPluginManager, by_plugin: Mapping[str, list[type[msgspec.Struct]]]) -> None:
+    """Two plugins (or a plugin and the core) declaring one setting name is an error
+    naming both: the built-ins are checked first, so the core keeps its names."""
+    builtin = {name for name, info in pm.infos.items() if info.builtin}
+    order = sorted(by_plugin, key=lambda p: p not in builtin)  # stable: call order within each
+    owners: dict[str, tuple[str, type[msgspec.Struct]]] = {}
+    for plugin in order:
+        seen_here: set[type[msgspec.Struct]] = set()
+        for struct in by_plugin[plugin]:
+            if struct in seen_here:
+                continue
+            seen_here.add(struct)
+            for f in describe_fields(struct):
+                for name in f.names:
+                    owner = owners.get(name)
+                    if owner is not None and owner[1] is not struct:
+                        other, _ = owner
+                        info = pm.infos.get(other)
+                        whose = (
+                            "the core's"
+                            if other in builtin
+                            else f'plugin "{other}"\'s (distribution {info.distribution if info else None})'
+                        )
+                        what = f"setting {name!r}" + (f" (alias of {f.name!r})" if name != f.name else "")
+                        raise _load_error(
+                            pm,
+                            plugin,
+                            f"{what} clashes with {whose} setting of that name; rename it, prefixed with the"
+                            f" plugin's name (e.g. {setting_prefix(plugin)}_{f.name})",
+                        )
+                    owners[name] = (plugin, struct)
 
 
 def resolve_plugin_settings(
@@ -229,10 +280,13 @@ def resolve_plugin_settings(
     resolves them: ``cli`` > ``env`` (default: the process environment) >
     ``config_file`` > defaults. Keys of ``cli`` that name no setting are ignored.
 
+    Settings of plugins blocked in ``pm`` (``-p no:NAME``) found in the config file
+    or the environment are ignored with one warning.
     It does not run ``flexserv_configure`` (:func:`configure`; ``create_app`` does).
     Raises :class:`UsageError` naming the setting when a value is invalid.
     """
-    return resolve_settings(settings_structs(pm), cli=cli, env=env, config_file=config_file)
+    blocked = [info.name for info in pm.plugin_infos() if info.status == "blocked"]
+    return resolve_settings(settings_structs(pm), cli=cli, env=env, config_file=config_file, blocked=blocked)
 
 
 def commands(pm: FlexServPluginManager) -> dict[str, PluginCommand]:

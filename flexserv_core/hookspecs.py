@@ -96,12 +96,17 @@ def flexserv_add_settings() -> type[msgspec.Struct] | list[type[msgspec.Struct]]
 
     Called once, while the command line is built (before ``--help`` is printed).
     Each field of a returned struct becomes a setting with a command-line flag
-    (``oom_ram_threshold`` -> ``--oom-ram-threshold``), an environment variable
-    (``FLEXSERV_OOM_RAM_THRESHOLD``) and a key in the TOML config file. Describe a
+    (``whisper_beam_size`` -> ``--whisper-beam-size``), an environment variable
+    (``FLEXSERV_WHISPER_BEAM_SIZE``) and a key in the TOML config file. Describe a
     field with ``Annotated[T, msgspec.Meta(description=...)]``; ``Meta(extra=...)``
     may set ``{"secret": True}`` (masked in ``/info``), ``{"cli_only": True}``
-    (never read from the environment or config file) or ``{"flag": "--name"}``.
-    Field names share one namespace: prefix them with the plugin's name.
+    (never read from the environment or config file), ``{"flag": "--name"}``,
+    ``{"metavar": "SECONDS"}`` (what ``--help`` shows for the value) or
+    ``{"aliases": ["old_name"]}`` (other names accepted in all three sources).
+    Field names share one namespace: prefix them with the plugin's name (``-``
+    becomes ``_``); a name or alias another plugin or the core already uses stops
+    start-up with an error naming both plugins. ``--help`` groups the settings by
+    plugin and shows each default and ``Literal`` choice.
 
     Read the validated values later with ``settings.get(MyStruct)``.
 

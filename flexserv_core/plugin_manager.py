@@ -5,8 +5,13 @@
 * Installed plugins are the entry points of the group ``flexserv``; all are loaded
   unless autoload is off (``FLEXSERV_DISABLE_PLUGIN_AUTOLOAD=1``) or
   ``FLEXSERV_PLUGINS=a,b`` lists the ones to load (``''`` loads none).
-* ``-p NAME`` loads a plugin by entry-point name or dotted module path;
-  ``-p no:NAME`` blocks one before anything is loaded.
+* ``-p NAME`` loads a plugin by entry-point name or dotted module path (the module
+  of an installed entry point means that plugin: it is registered once, under its
+  entry-point name); ``-p no:NAME`` blocks one before anything is loaded. A name
+  that is neither installed nor importable is a usage error listing what is.
+* Registration refuses hook-like functions that would never be called: a
+  ``flexserv_*`` function without ``@hookimpl``, a marked function that names no
+  FlexServ hook, a ``flexserv_*`` function marked by another project's marker.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import msgspec
 import pluggy
 
 from flexserv_core import hookspecs
-from flexserv_core.errors import PluginLoadError
+from flexserv_core.errors import PluginLoadError, PluginNotInstalled
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +100,9 @@ class FlexServPluginManager(pluggy.PluginManager):
         builtin: bool = False,
     ) -> None:
         """Register one plugin object; raise :class:`PluginLoadError` if it is invalid."""
+        already = self.get_name(plugin) if self.is_registered(plugin) else None
+        if already is not None:
+            raise self._failed(name, distribution, version, builtin, f"already registered as plugin {already!r}")
         try:
             self.register(plugin, name=name)
             self._check_hookimpls(plugin)
@@ -126,17 +134,53 @@ class FlexServPluginManager(pluggy.PluginManager):
         return PluginLoadError(name, distribution, error)
 
     def _check_hookimpls(self, plugin: object) -> None:
+        """Refuse what pluggy accepts silently but would never (or wrongly) call."""
         prefix = hookspecs.PROJECT_NAME + "_"
+        marker_attr = hookspecs.PROJECT_NAME + "_impl"
         for attr in dir(plugin):
-            if attr.startswith(prefix) and callable(getattr(plugin, attr, None)):
-                caller = getattr(self.hook, attr, None)
-                if caller is None or not caller.has_spec():
-                    raise pluggy.PluginValidationError(plugin, f"unknown hook {attr!r}: no such hookspec in flexserv")
+            value = getattr(plugin, attr, None)
+            if not attr.startswith(prefix) or not callable(value) or isinstance(value, type):
+                continue
+            caller = getattr(self.hook, attr, None)
+            known = caller is not None and caller.has_spec()
+            if getattr(value, marker_attr, None) is None:
+                foreign = _foreign_markers(value)
+                if foreign:
+                    raise pluggy.PluginValidationError(
+                        plugin,
+                        f"{attr} is marked with a hookimpl marker of project {foreign[0]!r}, not {hookspecs.PROJECT_NAME!r},"
+                        " so it would never be called: use 'from flexserv_core import hookimpl'",
+                    )
+                if known:
+                    raise pluggy.PluginValidationError(
+                        plugin,
+                        f"{attr} has no @hookimpl marker, so it would never be called: decorate it with @hookimpl",
+                    )
+                raise pluggy.PluginValidationError(
+                    plugin, f"{attr!r} is not a FlexServ hook (the {prefix} prefix is reserved for hooks)"
+                )
+            if not known:
+                raise pluggy.PluginValidationError(plugin, f"unknown hook {attr!r}: no such hookspec in flexserv")
         for caller in self.get_hookcallers(plugin) or []:
+            if not caller.has_spec():
+                impl_names = [i.function.__name__ for i in caller.get_hookimpls() if i.plugin is plugin]
+                raise pluggy.PluginValidationError(
+                    plugin,
+                    f"{', '.join(impl_names) or caller.name} is marked @hookimpl but {caller.name!r} is not a FlexServ"
+                    f" hook, so it would never be called: hook names start with {prefix!r}"
+                    " (see docs/hooks.md)",
+                )
             for impl in caller.get_hookimpls():
                 # the core calls implementations one by one (flexserv_core.hooks): a wrapper would never wrap
                 if impl.plugin is plugin and (impl.hookwrapper or impl.wrapper):
                     raise pluggy.PluginValidationError(plugin, f"{caller.name}: FlexServ hooks do not support wrappers")
+
+    def mark_failed(self, name: str, error: str) -> None:
+        """Record a registered plugin as failed after the fact (a hook it implements
+        failed while ``flexserv plugins`` was listing it)."""
+        info = self.infos.get(name)
+        if info is not None:
+            self.infos[name] = msgspec.structs.replace(info, status=PluginStatus.FAILED, error=error)
 
     def mark_blocked(self, name: str, distribution: str | None = None, version: str | None = None) -> None:
         self.set_blocked(name)
@@ -160,7 +204,9 @@ class FlexServPluginManager(pluggy.PluginManager):
                 self._guard(strict, lambda n=name, m=module: self._load_module(n, m, builtin=True))
 
         eps = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+        by_module = {ep.module: ep.name for ep in eps.values()}
         for name in selection.block:
+            name = by_module.get(name, name)
             if name in eps:
                 self.mark_blocked(name, *_dist_of(eps[name]))
         wanted: list[str] = []
@@ -169,19 +215,20 @@ class FlexServPluginManager(pluggy.PluginManager):
         elif selection.autoload:
             wanted.extend(eps)
         wanted.extend(selection.enable)
-        for name in dict.fromkeys(wanted):
+        installed = sorted(eps)
+        for name in dict.fromkeys(by_module.get(n, n) for n in wanted):
             if self.is_blocked(name) or self.has_plugin(name):
                 continue
             if name in eps:
                 self._guard(strict, lambda ep=eps[name]: self._load_entry_point(ep))
             else:
-                self._guard(strict, lambda n=name: self._load_module(n, n))
+                self._guard(strict, lambda n=name: self._load_module(n, n, installed=installed))
 
     @staticmethod
     def _guard(strict: bool, action: Any) -> None:
         try:
             action()
-        except PluginLoadError as exc:
+        except (PluginLoadError, PluginNotInstalled) as exc:
             if strict:
                 raise
             log.debug("%s", exc)
@@ -194,16 +241,26 @@ class FlexServPluginManager(pluggy.PluginManager):
             raise self._failed(ep.name, dist, version, False, f"{type(exc).__name__}: {exc}") from exc
         self.register_plugin(plugin, ep.name, distribution=dist, version=version)
 
-    def _load_module(self, name: str, module: str, *, builtin: bool = False) -> None:
+    def _load_module(self, name: str, module: str, *, builtin: bool = False, installed: Sequence[str] = ()) -> None:
         from flexserv_core import __version__
 
         dist, version = ("flexserv-core", __version__) if builtin else (None, None)
         try:
             plugin = importlib.import_module(module)
         except Exception as exc:
-            hint = "" if "." in module or builtin else " (no installed plugin has that name either)"
-            raise self._failed(name, dist, version, builtin, f"{type(exc).__name__}: {exc}{hint}") from exc
+            if not builtin and _is_missing(exc, module):
+                raise self._not_installed(name, installed) from None
+            raise self._failed(name, dist, version, builtin, f"{type(exc).__name__}: {exc}") from exc
         self.register_plugin(plugin, name, distribution=dist, version=version, builtin=builtin)
+
+    def _not_installed(self, name: str, installed: Sequence[str]) -> PluginNotInstalled:
+        """Record ``-p name`` as failed; the error lists the plugins that are installed."""
+        builtins = [n for n, info in self.infos.items() if info.builtin]
+        error = PluginNotInstalled(name, installed, builtins)
+        self.infos[name] = PluginInfo(
+            name=name, distribution=None, version=None, status=PluginStatus.FAILED, error=str(error)
+        )
+        return error
 
     # -- introspection --------------------------------------------------------------
 
@@ -212,6 +269,26 @@ class FlexServPluginManager(pluggy.PluginManager):
 
     def loaded_names(self) -> Iterable[str]:
         return (i.name for i in self.infos.values() if i.status is PluginStatus.LOADED)
+
+
+def _is_missing(exc: Exception, module: str) -> bool:
+    """Whether importing ``module`` failed because it (or a parent package) does not
+    exist, rather than because the module raised while being imported."""
+    if not isinstance(exc, ModuleNotFoundError) or exc.name is None:
+        return False
+    return module == exc.name or module.startswith(exc.name + ".")
+
+
+def _foreign_markers(function: object) -> list[str]:
+    """Project names of pluggy hookimpl markers on ``function`` other than FlexServ's
+    (a marker of project P sets a ``P_impl`` dict of hookimpl options)."""
+    found = []
+    for attr in dir(function):
+        if attr.endswith("_impl") and attr != hookspecs.PROJECT_NAME + "_impl":
+            opts = getattr(function, attr, None)
+            if isinstance(opts, dict) and {"tryfirst", "trylast", "hookwrapper"} <= set(opts):
+                found.append(attr[: -len("_impl")])
+    return found
 
 
 def _dist_of(ep: EntryPoint) -> tuple[str | None, str | None]:

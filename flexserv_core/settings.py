@@ -2,16 +2,27 @@
 
 The core declares :class:`CoreSettings`; plugins declare their own structs through
 ``flexserv_add_settings``. Every field of every struct is one setting with one
-name in all three sources, so ``--oom-ram-threshold``, ``FLEXSERV_OOM_RAM_THRESHOLD``
-and ``oom_ram_threshold = 95`` in the config file are the same thing.
+name in all three sources, so ``--oom-monitor-ram-threshold``,
+``FLEXSERV_OOM_MONITOR_RAM_THRESHOLD`` and ``oom_monitor_ram_threshold = 95`` in the
+config file are the same thing. A field may declare aliases
+(``Meta(extra={"aliases": ["oom_ram_threshold"]})``), accepted in all three sources
+too (the canonical name wins when both are given).
+
+Field names share one namespace: the core's (and its built-in plugins') are bare,
+every other plugin's start with the plugin's name (``-`` becomes ``_``). A plugin
+blocked with ``-p no:NAME`` is never imported, so its settings are recognised by
+that prefix: found in the config file or the environment they are ignored with one
+warning.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import re
 import tomllib
+import types
 import typing
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -21,6 +32,8 @@ import msgspec
 
 from flexserv_core.errors import UsageError
 from flexserv_core.models.spec import ModelKind, ModelSpec
+
+log = logging.getLogger(__name__)
 
 ENV_PREFIX = "FLEXSERV_"
 StructT = TypeVar("StructT", bound=msgspec.Struct)
@@ -33,8 +46,13 @@ def _doc(text: str, **extra: Any) -> msgspec.Meta:
 class CoreSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Settings of the server itself and of the model registry."""
 
-    host: Annotated[str, _doc("Interface to listen on.")] = "127.0.0.1"
-    port: Annotated[int, msgspec.Meta(ge=0, le=65535, description="TCP port to listen on (0 picks a free one).")] = 8000
+    host: Annotated[str, _doc("Interface to listen on.", metavar="HOST")] = "127.0.0.1"
+    port: Annotated[
+        int,
+        msgspec.Meta(
+            ge=0, le=65535, description="TCP port to listen on (0 picks a free one).", extra={"metavar": "PORT"}
+        ),
+    ] = 8000
     log_level: Annotated[Literal["critical", "error", "warning", "info", "debug"], _doc("Logging level.")] = "info"
     log_format: Annotated[
         Literal["text", "json"], _doc("Log format: text lines, or one JSON object per line (access log too).")
@@ -45,37 +63,63 @@ class CoreSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             "Require 'Authorization: Bearer KEY' on API routes; repeatable (comma-separated in the environment)."
             " A key given here has every scope.",
             secret=True,
+            metavar="KEY",
         ),
     ] = msgspec.field(default_factory=list)
     api_keys_file: Annotated[
         str | None,
-        _doc("File of API keys, one 'KEY [SCOPE,...]' a line (scopes: inference, operations, metrics; none = all)."),
+        _doc(
+            "File of API keys, one 'KEY [SCOPE,...]' a line (scopes: inference, operations, metrics; none = all).",
+            metavar="PATH",
+        ),
     ] = None
     cors_allow_origins: Annotated[
-        list[str], _doc("Enable CORS for these origins ('*' for any); repeatable. Empty: no CORS headers.")
+        list[str],
+        _doc("Enable CORS for these origins ('*' for any); repeatable. Empty: no CORS headers.", metavar="ORIGIN"),
     ] = msgspec.field(default_factory=list)
-    cors_allow_methods: Annotated[list[str], _doc("Methods CORS allows (default: any).")] = msgspec.field(
+    cors_allow_methods: Annotated[list[str], _doc("Methods CORS allows.", metavar="METHOD")] = msgspec.field(
         default_factory=lambda: ["*"]
     )
-    cors_allow_headers: Annotated[list[str], _doc("Request headers CORS allows (default: any).")] = msgspec.field(
+    cors_allow_headers: Annotated[list[str], _doc("Request headers CORS allows.", metavar="HEADER")] = msgspec.field(
         default_factory=lambda: ["*"]
     )
     cors_allow_credentials: Annotated[bool, _doc("Let browsers send credentials on CORS requests.")] = False
-    ssl_keyfile: Annotated[str | None, _doc("Serve HTTPS with this PEM private key (with --ssl-certfile).")] = None
-    ssl_certfile: Annotated[str | None, _doc("Serve HTTPS with this PEM certificate (chain).")] = None
-    default_model: Annotated[
-        str | None, _doc("Text model served when none is configured: a --model name, Hub id, directory or GGUF file.")
+    ssl_keyfile: Annotated[
+        str | None, _doc("Serve HTTPS with this PEM private key (with --ssl-certfile).", metavar="PATH")
     ] = None
-    default_embedding_model: Annotated[str | None, _doc("Default embedding model (name or source).")] = None
-    default_transcription_model: Annotated[str | None, _doc("Default transcription model (name or source).")] = None
+    ssl_certfile: Annotated[str | None, _doc("Serve HTTPS with this PEM certificate (chain).", metavar="PATH")] = None
+    default_model: Annotated[
+        str | None,
+        _doc(
+            "Text model served when none is configured: a --model name, Hub id, directory or GGUF file.",
+            metavar="MODEL",
+        ),
+    ] = None
+    default_embedding_model: Annotated[
+        str | None, _doc("Default embedding model (name or source).", metavar="MODEL")
+    ] = None
+    default_transcription_model: Annotated[
+        str | None, _doc("Default transcription model (name or source).", metavar="MODEL")
+    ] = None
     model: Annotated[
         list[str],
         _doc(
             "Configure a model: [KIND:]NAME=SOURCE, KIND one of text (default), embedding, transcription or a"
-            " plugin's kind. Repeatable; [[models]] tables in the config file configure them in full."
+            " plugin's kind. Repeatable; [[models]] tables in the config file configure them in full.",
+            metavar="NAME=SOURCE",
         ),
     ] = msgspec.field(default_factory=list)
-    force_model: Annotated[str | None, _doc("Serve this text model whatever the request's 'model' says.")] = None
+    model_alias: Annotated[
+        list[str],
+        _doc(
+            "Another name for a served model: ALIAS=NAME (e.g. whisper-1=whisper-tiny.en), NAME a configured,"
+            " default or embedded model. Repeatable; listed by /v1/models.",
+            metavar="ALIAS=NAME",
+        ),
+    ] = msgspec.field(default_factory=list)
+    force_model: Annotated[
+        str | None, _doc("Serve this text model whatever the request's 'model' says.", metavar="MODEL")
+    ] = None
     allow_hub_models: Annotated[bool, _doc("Let requests name Hub model ids that are not configured.")] = False
     model_timeout: Annotated[
         float, msgspec.Meta(ge=0, description="Unload a model idle this many seconds (0 keeps it forever).")
@@ -83,14 +127,15 @@ class CoreSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     block_on_unexpected_fields: Annotated[
         bool, _doc("Reject requests with unknown fields (400) instead of dropping them.")
     ] = False
-    cache_dir: Annotated[str | None, _doc("Where FlexServ caches converted models (default: ~/.cache/flexserv).")] = (
-        None
-    )
+    cache_dir: Annotated[
+        str | None, _doc("Where FlexServ caches converted models (default: ~/.cache/flexserv).", metavar="PATH")
+    ] = None
     preload: Annotated[
         list[str],
         _doc(
             "Load these models at start-up, in the background (model names, or 'all' for every configured and"
-            " default model); /v1/flexserv/health answers 503 until they are ready. Repeatable."
+            " default model); /v1/flexserv/health answers 503 until they are ready. Repeatable.",
+            metavar="MODEL",
         ),
     ] = msgspec.field(default_factory=list)
     shutdown_timeout: Annotated[
@@ -172,10 +217,25 @@ class SettingField(msgspec.Struct, frozen=True):
     secret: bool
     cli_only: bool
     flag: str
+    aliases: tuple[str, ...] = ()
+    metavar: str | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The canonical name, then the aliases: each is a config-file key."""
+        return (self.name, *self.aliases)
+
+    @property
+    def flags(self) -> list[str]:
+        return [self.flag, *("--" + a.replace("_", "-") for a in self.aliases)]
 
     @property
     def env_var(self) -> str:
         return ENV_PREFIX + self.name.upper()
+
+    @property
+    def env_vars(self) -> list[str]:
+        return [ENV_PREFIX + n.upper() for n in self.names]
 
     @property
     def is_bool(self) -> bool:
@@ -185,10 +245,16 @@ class SettingField(msgspec.Struct, frozen=True):
     def is_list(self) -> bool:
         return typing.get_origin(_strip_optional(self.type)) is list
 
+    @property
+    def choices(self) -> tuple[Any, ...] | None:
+        """The values of a ``Literal`` type, else ``None``."""
+        tp = _strip_optional(self.type)
+        return typing.get_args(tp) if typing.get_origin(tp) is Literal else None
+
 
 def _strip_optional(tp: Any) -> Any:
     args = [a for a in typing.get_args(tp) if a is not type(None)]
-    if typing.get_origin(tp) in (typing.Union, __import__("types").UnionType) and len(args) == 1:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1:
         return args[0]
     return tp
 
@@ -203,6 +269,9 @@ def describe_fields(struct: type[msgspec.Struct]) -> list[SettingField]:
         default = f.default if f.default is not msgspec.NODEFAULT else None
         if f.default_factory is not msgspec.NODEFAULT:
             default = f.default_factory()
+        aliases = extra.get("aliases") or ()
+        if isinstance(aliases, str) or not all(isinstance(a, str) and a.isidentifier() for a in aliases):
+            raise TypeError(f"{struct.__name__}.{f.name}: 'aliases' must be a list of setting names")
         fields.append(
             SettingField(
                 owner=struct,
@@ -213,6 +282,8 @@ def describe_fields(struct: type[msgspec.Struct]) -> list[SettingField]:
                 secret=bool(extra.get("secret")),
                 cli_only=bool(extra.get("cli_only")),
                 flag=extra.get("flag") or "--" + f.name.replace("_", "-"),
+                aliases=tuple(aliases),
+                metavar=extra.get("metavar"),
             )
         )
     return fields
@@ -240,11 +311,15 @@ class Settings:
         fields: list[SettingField],
         origins: Mapping[str, str],
         models: Iterable[ModelSpec] = (),
+        *,
+        ignored: Iterable[tuple[str, str]] = (),
     ) -> None:
         self._values = dict(values)
         self.fields = fields
         self.origins = dict(origins)
         self.models = list(models)
+        #: ``(key, source)`` of blocked plugins' settings found and ignored.
+        self.ignored = list(ignored)
 
     @property
     def core(self) -> CoreSettings:
@@ -273,28 +348,82 @@ class Settings:
         return resolve_settings([CoreSettings, *structs], cli={}, env={}, config_file=None)
 
 
-def add_arguments(parser: argparse.ArgumentParser, structs: Iterable[type[msgspec.Struct]]) -> None:
-    """Add one flag per setting; values are left as given (validated later)."""
+#: Metavars guessed from a setting's name when it declares none (``extra={"metavar": ...}``).
+_METAVAR_SUFFIXES = (
+    (("_seconds", "_timeout", "_interval"), "SECONDS"),
+    (("_ms",), "MS"),
+    (("_bytes",), "BYTES"),
+    (("_dir", "_path", "_file"), "PATH"),
+)
+
+
+def metavar_of(f: SettingField) -> str:
+    """What the value is, for ``--help``: the declared metavar, a ``{a,b}`` choice,
+    a unit guessed from the name, else ``N``, ``NUMBER`` or ``TEXT``."""
+    if f.metavar:
+        return f.metavar
+    if f.choices:
+        return "{" + ",".join(str(c) for c in f.choices) + "}"
+    for suffixes, metavar in _METAVAR_SUFFIXES:
+        if f.name.endswith(suffixes):
+            return metavar
+    tp = _strip_optional(f.type)
+    if f.is_list:
+        tp = (typing.get_args(tp) or (str,))[0]
+    return {int: "N", float: "NUMBER"}.get(tp, "TEXT")
+
+
+def _default_text(f: SettingField) -> str:
+    if f.secret or f.default is None or f.default == [] or f.default == {}:
+        return ""
+    if f.is_bool:
+        return f" (default: {'on' if f.default else 'off'})"
+    if isinstance(f.default, float) and f.default.is_integer():
+        return f" (default: {int(f.default)})"
+    if isinstance(f.default, list):
+        return f" (default: {','.join(map(str, f.default))})"
+    return f" (default: {f.default})"
+
+
+def help_text(f: SettingField) -> str:
+    """A setting's ``--help`` line: description, default, and where else it can be set."""
+    where = f" [env {', '.join(f.env_vars)}]" if not f.cli_only else " [command line only]"
+    return (f.description + _default_text(f)).replace("%", "%%") + where
+
+
+def add_arguments(
+    parser: argparse.ArgumentParser,
+    structs: Iterable[type[msgspec.Struct]],
+    titles: Mapping[type[msgspec.Struct], str] | None = None,
+) -> None:
+    """Add one flag per setting (plus its aliases); values are left as given
+    (validated later). Structs with the same title (by default the struct's name)
+    share one argument group, in the order the titles first appear."""
+    titles = titles or {}
+    groups: dict[str, argparse._ArgumentGroup] = {}
     for struct in structs:
-        group = parser.add_argument_group(f"{struct.__name__} ({struct.__module__.split('.')[0]})")
+        title = titles.get(struct) or struct.__name__
+        if title not in groups:
+            groups[title] = parser.add_argument_group(title)
+        group = groups[title]
         for f in describe_fields(struct):
-            help_text = f.description.replace("%", "%%") + (
-                f" [env {f.env_var}]" if not f.cli_only else " [command line only]"
-            )
             if f.is_bool:
                 group.add_argument(
-                    f.flag,
+                    *f.flags,
                     dest=f.name,
                     action=argparse.BooleanOptionalAction,
                     default=argparse.SUPPRESS,
-                    help=help_text,
-                )
-            elif f.is_list:
-                group.add_argument(
-                    f.flag, dest=f.name, action="append", default=argparse.SUPPRESS, help=help_text, metavar="VALUE"
+                    help=help_text(f),
                 )
             else:
-                group.add_argument(f.flag, dest=f.name, default=argparse.SUPPRESS, help=help_text, metavar="VALUE")
+                group.add_argument(
+                    *f.flags,
+                    dest=f.name,
+                    action="append" if f.is_list else "store",
+                    default=argparse.SUPPRESS,
+                    help=help_text(f),
+                    metavar=metavar_of(f),
+                )
 
 
 MODELS_KEY = "models"
@@ -313,15 +442,28 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     return {str(k).replace("-", "_"): v for k, v in table.items()}
 
 
+def setting_prefix(plugin: str) -> str:
+    """The prefix of a plugin's setting names: ``oom-monitor`` -> ``oom_monitor``."""
+    return plugin.replace("-", "_").replace(".", "_")
+
+
+def _owned_by(name: str, plugin: str) -> bool:
+    prefix = setting_prefix(plugin)
+    return name == prefix or name.startswith(prefix + "_")
+
+
 def resolve_settings(
     structs: Iterable[type[msgspec.Struct]],
     *,
     cli: Mapping[str, Any],
     env: Mapping[str, str] | None = None,
     config_file: str | os.PathLike[str] | None = None,
+    blocked: Iterable[str] = (),
 ) -> Settings:
     """Merge the sources (CLI > environment > config file > defaults) and validate.
 
+    ``blocked`` names plugins blocked with ``-p no:NAME``: config keys and
+    environment variables carrying their prefix are ignored with one warning.
     Raises :class:`UsageError` naming the setting when a value is invalid.
     """
     env = os.environ if env is None else env
@@ -329,30 +471,52 @@ def resolve_settings(
     config = read_config_file(config_file) if config_file else {}
     models = decode_model_tables(config.pop(MODELS_KEY, []), config_file)
     fields = [f for s in structs for f in describe_fields(s)]
-    known = {f.name for f in fields}
-    unknown = sorted(set(config) - known)
+    known = {n for f in fields for n in f.names}
+    ignored = _blocked_settings(blocked, set(config) - known, env, known)
+    unknown = sorted(set(config) - known - {key for key, _ in ignored})
     if unknown:
         raise UsageError(f"unknown setting(s) in config file {config_file}: {', '.join(unknown)}")
+    if ignored:
+        listed = ", ".join(f"{key} ({where})" for key, where in ignored)
+        log.warning("ignoring settings of blocked plugin(s) %s: %s", ", ".join(sorted(set(blocked))), listed)
 
     values: dict[type[msgspec.Struct], msgspec.Struct] = {}
     origins: dict[str, str] = {}
+    given_as: dict[str, str] = {}
     for struct in structs:
         raw: dict[str, Any] = {}
         for f in (f for f in fields if f.owner is struct):
-            if f.name in cli:
-                raw[f.name], origins[f.name] = cli[f.name], "cli"
-            elif not f.cli_only and f.env_var in env:
-                raw[f.name], origins[f.name] = _from_env(f, env[f.env_var]), "env"
-            elif not f.cli_only and f.name in config:
-                raw[f.name], origins[f.name] = config[f.name], "config"
+            env_var = next((v for v in f.env_vars if v in env), None)
+            key = next((k for k in f.names if k in config), None)
+            cli_key = next((k for k in f.names if k in cli), None)
+            if cli_key is not None:
+                raw[f.name], origins[f.name] = cli[cli_key], "cli"
+            elif not f.cli_only and env_var is not None:
+                raw[f.name], origins[f.name], given_as[f.name] = _from_env(f, env[env_var]), "env", env_var
+            elif not f.cli_only and key is not None:
+                raw[f.name], origins[f.name] = config[key], "config"
         for f in (f for f in fields if f.owner is struct and f.is_list):
             if isinstance(raw.get(f.name), str):  # one value where a list is expected: api_key = "KEY"
                 raw[f.name] = [raw[f.name]]
         try:
             values[struct] = msgspec.convert(raw, struct, strict=False)
         except msgspec.ValidationError as exc:
-            raise UsageError(_explain(exc, fields, origins)) from None
-    return Settings(values, fields, origins, models)
+            raise UsageError(_explain(exc, fields, origins, given_as)) from None
+    return Settings(values, fields, origins, models, ignored=ignored)
+
+
+def _blocked_settings(
+    blocked: Iterable[str], config_keys: Iterable[str], env: Mapping[str, str], known: set[str]
+) -> list[tuple[str, str]]:
+    """``(key, source)`` of every config key and environment variable that belongs
+    to a blocked plugin by its prefix (and to no loaded one)."""
+    plugins = list(blocked)
+    found = [(k, "config file") for k in sorted(config_keys) if any(_owned_by(k, p) for p in plugins)]
+    for var in sorted(env):
+        name = var[len(ENV_PREFIX) :].lower()
+        if var.startswith(ENV_PREFIX) and name not in known and any(_owned_by(name, p) for p in plugins):
+            found.append((var, "environment"))
+    return found
 
 
 def decode_model_tables(tables: Any, config_file: str | os.PathLike[str] | None) -> list[ModelSpec]:
@@ -381,7 +545,9 @@ def _from_env(f: SettingField, value: str) -> Any:
     return value
 
 
-def _explain(exc: msgspec.ValidationError, fields: list[SettingField], origins: Mapping[str, str]) -> str:
+def _explain(
+    exc: msgspec.ValidationError, fields: list[SettingField], origins: Mapping[str, str], given_as: Mapping[str, str]
+) -> str:
     match = re.search(r"at `\$\.(\w+)", str(exc))
     if not match:
         return f"invalid settings: {exc}"
@@ -390,7 +556,8 @@ def _explain(exc: msgspec.ValidationError, fields: list[SettingField], origins: 
     reason = str(exc).split(" - at ")[0]
     if f is None:
         return f"invalid setting '{name}': {reason}"
-    where = {"cli": f.flag, "env": f.env_var, "config": "config file"}.get(origins.get(name, ""), f.flag)
+    env_var = given_as.get(name, f.env_var)
+    where = {"cli": f.flag, "env": env_var, "config": "config file"}.get(origins.get(name, ""), f.flag)
     return f"invalid value for setting '{name}' ({where}): {reason}"
 
 

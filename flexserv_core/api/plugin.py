@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from flexserv_core.api import chat, completions, embeddings, models_routes, transcriptions
+from flexserv_core.api import chat, completions, embeddings, models_routes, tokenize, transcriptions
 from flexserv_core.api.responses import routes as responses
 from flexserv_core.api.responses.store import ResponsesSettings
 from flexserv_core.hookspecs import hookimpl
@@ -26,5 +26,6 @@ def flexserv_register_routes(settings: Settings) -> list[Any]:
         *responses.ROUTES,
         *completions.ROUTES,
         *embeddings.ROUTES,
+        *tokenize.ROUTES,
         *transcriptions.routes(settings),
     ]

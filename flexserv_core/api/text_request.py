@@ -13,7 +13,12 @@ from flexserv_core import hooks
 from flexserv_core.api.text_bounds import default_budget
 from flexserv_core.api.text_generation import ChoiceJob
 from flexserv_core.api.text_schemas import ChatCompletionRequest, ChatMessage, CompletionRequest
-from flexserv_core.api.text_validation import check_token_ids, is_token_id, max_tokens_for
+from flexserv_core.api.text_validation import (
+    COMPLETIONS_DEFAULT_MAX_TOKENS,
+    check_token_ids,
+    is_token_id,
+    max_tokens_for,
+)
 from flexserv_core.backends.base import SamplingParams, TextGenerationModel
 from flexserv_core.errors import InvalidRequest
 from flexserv_core.models.spec import ModelSpec
@@ -182,7 +187,12 @@ def completion_jobs(
     for p, (ids, _text) in enumerate(prompts):
         param = "prompt" if len(prompts) == 1 else f"prompt[{p}]"
         max_tokens = max_tokens_for(
-            model.limits, len(ids), body.max_tokens, prompt_param=param, max_tokens_param="max_tokens"
+            model.limits,
+            len(ids),
+            body.max_tokens,
+            prompt_param=param,
+            max_tokens_param="max_tokens",
+            default=COMPLETIONS_DEFAULT_MAX_TOKENS,
         )
         if body.max_tokens is None:
             max_tokens = default_budget(max_tokens, len(prompts) * n, core)

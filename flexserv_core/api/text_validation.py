@@ -18,6 +18,10 @@ from typing import Any
 from flexserv_core.backends.base import TextLimits
 from flexserv_core.errors import ContextLengthExceeded, InvalidRequest, quote
 
+#: ``max_tokens`` of a ``/v1/completions`` request that sets none: OpenAI's legacy
+#: default (chat completions keep the model's ``default_max_tokens``).
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+
 
 def is_token_id(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
@@ -51,13 +55,20 @@ def check_prompt(limits: TextLimits, prompt_len: int, param: str) -> None:
 
 
 def max_tokens_for(
-    limits: TextLimits, prompt_len: int, requested: int | None, *, prompt_param: str, max_tokens_param: str
+    limits: TextLimits,
+    prompt_len: int,
+    requested: int | None,
+    *,
+    prompt_param: str,
+    max_tokens_param: str,
+    default: int | None = None,
 ) -> int:
-    """Check the prompt and return the completion budget: the request's, else the
-    model's ``default_max_tokens`` capped by what is left of the context.
+    """Check the prompt and return the completion budget: the request's, else
+    ``default`` and the model's ``default_max_tokens``, capped by what is left of the context.
 
     ``prompt_param`` names the prompt (``messages``, ``prompt``, ``prompt[i]``),
-    ``max_tokens_param`` the field the request set the budget with.
+    ``max_tokens_param`` the field the request set the budget with, ``default`` the
+    endpoint's own default (:data:`COMPLETIONS_DEFAULT_MAX_TOKENS`), if it has one.
     """
     check_prompt(limits, prompt_len, prompt_param)
     limit = limits.context_length
@@ -79,7 +90,7 @@ def max_tokens_for(
             )
         return requested
     budget = left
-    for cap in (limits.default_max_tokens, limits.max_max_tokens):
+    for cap in (default, limits.default_max_tokens, limits.max_max_tokens):
         if cap is not None:
             budget = min(budget, cap)
     return budget

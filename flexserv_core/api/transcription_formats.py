@@ -35,13 +35,16 @@ def to_vtt(result: Transcription) -> str:
     return "WEBVTT\n\n" + "\n".join(blocks)
 
 
-def to_verbose_json(result: Transcription) -> dict[str, Any]:
-    return {
-        "task": "transcribe",
+def to_verbose_json(result: Transcription, *, task: str = "transcribe", segments: bool = True) -> dict[str, Any]:
+    """OpenAI's ``verbose_json``: ``segments`` unless only words were asked for, ``words`` when timed."""
+    body: dict[str, Any] = {
+        "task": task,
         "language": result.language or "unknown",
         "duration": round(result.duration, 3),
         "text": result.text,
-        "segments": [
+    }
+    if segments:
+        body["segments"] = [
             {
                 "id": s.id,
                 "seek": s.seek,
@@ -55,18 +58,25 @@ def to_verbose_json(result: Transcription) -> dict[str, Any]:
                 "no_speech_prob": s.no_speech_prob,
             }
             for s in _segments(result)
-        ],
-    }
+        ]
+    if result.words is not None:
+        body["words"] = [{"word": w.word, "start": round(w.start, 3), "end": round(w.end, 3)} for w in result.words]
+    return body
 
 
-def render(result: Transcription, response_format: str) -> tuple[Any, str]:
-    """``(content, media_type)`` for a Litestar response."""
+def render(
+    result: Transcription, response_format: str, *, task: str = "transcribe", segments: bool = True
+) -> tuple[Any, str]:
+    """``(content, media_type)`` for a Litestar response.
+
+    Text media types carry no charset here: Litestar appends ``; charset=utf-8`` to
+    every ``text/*`` type itself (naming it here doubled it)."""
     if response_format == "text":
-        return result.text, "text/plain; charset=utf-8"
+        return result.text, "text/plain"
     if response_format == "srt":
-        return to_srt(result), "text/plain; charset=utf-8"
+        return to_srt(result), "text/plain"
     if response_format == "vtt":
-        return to_vtt(result), "text/vtt; charset=utf-8"
+        return to_vtt(result), "text/vtt"
     if response_format == "verbose_json":
-        return to_verbose_json(result), "application/json"
+        return to_verbose_json(result, task=task, segments=segments), "application/json"
     return {"text": result.text}, "application/json"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 from litestar import Request, Response, post
@@ -22,8 +22,15 @@ from litestar.handlers import HTTPRouteHandler
 
 from flexserv_core import hooks
 from flexserv_core.api.body import UnsupportedMediaType, validate
+from flexserv_core.api.streaming import DONE, READY, SSEGenerator, error_event, sse_event, sse_response
 from flexserv_core.api.transcription_formats import render
-from flexserv_core.api.wire_schemas import TranscriptionForm, TranscriptionJson, TranscriptionVerboseJson
+from flexserv_core.api.wire_schemas import (
+    TranscriptionForm,
+    TranscriptionJson,
+    TranscriptionStreamEvent,
+    TranscriptionVerboseJson,
+    TranslationForm,
+)
 from flexserv_core.backends.base import TranscriptionModel
 from flexserv_core.errors import FlexServError, InvalidRequest, PayloadTooLarge
 from flexserv_core.plugin_manager import PluginStatus
@@ -31,8 +38,10 @@ from flexserv_core.server import FlexServer
 from flexserv_core.settings import Settings
 
 log = logging.getLogger(__name__)
+RequestT = TypeVar("RequestT", bound=msgspec.Struct)
 
 ENDPOINT = "/v1/audio/transcriptions"
+TRANSLATIONS = "/v1/audio/translations"
 #: Room for the form's other fields and boundaries on top of the file itself.
 MULTIPART_OVERHEAD = 64 * 1024
 
@@ -50,11 +59,25 @@ class TranscriptionSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=
     ] = 1800.0
 
 
+Granularity = Literal["word", "segment"]
+
+
 class TranscriptionRequest(msgspec.Struct, kw_only=True):
     """The non-file fields of the multipart form (OpenAI's names)."""
 
     model: str | None = None
     language: str | None = None
+    prompt: str | None = None
+    temperature: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.0
+    response_format: ResponseFormat = "json"
+    stream: bool = False
+    timestamp_granularities: list[Granularity] = msgspec.field(default_factory=list)
+
+
+class TranslationRequest(msgspec.Struct, kw_only=True):
+    """The non-file fields of ``/v1/audio/translations`` (no ``language``: it is detected)."""
+
+    model: str | None = None
     prompt: str | None = None
     temperature: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.0
     response_format: ResponseFormat = "json"
@@ -80,7 +103,7 @@ def _has_audio_decoder(server: FlexServer) -> bool:
     )
 
 
-async def _read_form(request: Request[Any, Any, Any], limit: int) -> dict[str, Any]:
+async def _read_form(request: Request[Any, Any, Any], limit: int) -> list[tuple[str, Any]]:
     media_type, _ = request.content_type
     if media_type != "multipart/form-data":
         raise UnsupportedMediaType(
@@ -95,12 +118,10 @@ async def _read_form(request: Request[Any, Any, Any], limit: int) -> dict[str, A
         raise _too_large(limit) from None
     except ClientException as exc:
         raise InvalidRequest(f"The multipart body could not be parsed: {exc.detail}", param="file") from None
-    return dict(form.multi_items())
+    return list(form.multi_items())
 
 
-async def _read_file(upload: Any, limit: int) -> tuple[bytes, str | None, str | None]:
-    if not isinstance(upload, UploadFile):
-        raise InvalidRequest("'file' must be an uploaded file (a multipart part with a filename).", param="file")
+async def _read_file(upload: UploadFile, limit: int) -> tuple[bytes, str | None, str | None]:
     try:
         data = await upload.read(limit + 1)
     finally:
@@ -112,55 +133,203 @@ async def _read_file(upload: Any, limit: int) -> tuple[bytes, str | None, str | 
     return data, upload.filename, upload.content_type
 
 
-async def create_transcription(request: Request[Any, Any, Any]) -> Response[Any]:
-    server: FlexServer = request.app.state.flexserv
-    limits = server.settings.get(TranscriptionSettings)
-    fields = await _read_form(request, limits.max_audio_bytes)
-    if "file" not in fields:
+#: Multipart fields whose value is a list: OpenAI's SDK sends ``name[]`` once per item.
+LIST_FIELDS = frozenset({"timestamp_granularities"})
+BOOL_FIELDS = frozenset({"stream"})
+#: Fields OpenAI's SDK may send that this server does not act on.
+IGNORED_FIELDS = frozenset({"include", "chunking_strategy", "known_speaker_names", "known_speaker_references"})
+
+
+class AudioRequest(msgspec.Struct, kw_only=True):
+    """A decoded upload, ready for a model's ``transcribe``."""
+
+    audio: Any
+    seconds: float
+
+
+def _form_fields(items: list[tuple[str, Any]]) -> tuple[UploadFile, dict[str, Any]]:
+    """The ``file`` part and the other fields, list fields gathered (``name[]`` or repeated ``name``)."""
+    uploads = [value for key, value in items if key == "file"]
+    if not uploads:
         raise InvalidRequest("Missing the 'file' part: upload the audio as multipart field 'file'.", param="file")
-    upload = fields.pop("file")
-    data, filename, content_type = await _read_file(upload, limits.max_audio_bytes)
-    if any(not isinstance(v, str) for v in fields.values()):
-        bad = next(k for k, v in fields.items() if not isinstance(v, str))
-        raise InvalidRequest(f"'{bad}' must be a plain form field, not a file.", param=bad)
+    upload = uploads[0]
+    if not isinstance(upload, UploadFile):
+        raise InvalidRequest("'file' must be an uploaded file (a multipart part with a filename).", param="file")
+    fields: dict[str, Any] = {}
+    for key, value in items:
+        name = key.removesuffix("[]")
+        if key == "file":
+            continue
+        if not isinstance(value, str):
+            raise InvalidRequest(f"'{name}' must be a plain form field, not a file.", param=name)
+        if name in IGNORED_FIELDS:
+            continue
+        if name in LIST_FIELDS:
+            fields.setdefault(name, []).append(value)
+        elif key.endswith("[]"):
+            continue  # another list field this server does not know
+        else:
+            fields[name] = value
+    for name in BOOL_FIELDS & fields.keys():
+        fields[name] = _as_bool(fields[name], name)
     if "temperature" in fields:
         fields["temperature"] = _as_float(fields["temperature"], "temperature")
-    for key in [k for k in fields if k.endswith("[]")]:
-        fields.pop(key)  # e.g. timestamp_granularities[]: segments are always returned
-    params = validate(
-        fields, TranscriptionRequest, block_unknown=server.settings.core.block_on_unexpected_fields, endpoint=ENDPOINT
-    )
+    return upload, fields
+
+
+async def _decoded_audio(
+    server: FlexServer, model: TranscriptionModel, data: bytes, filename: str | None, content_type: str | None
+) -> AudioRequest:
+    limits = server.settings.get(TranscriptionSettings)
+    rate = model.sampling_rate
+    audio = await asyncio.to_thread(hooks.load_audio, server.pm, data, filename, content_type, rate)
+    if audio is None:
+        raise InvalidRequest(
+            f"The uploaded file ({filename or 'unnamed'}) is not in an audio format any plugin decodes.",
+            param="file",
+            code="invalid_audio",
+        )
+    seconds = len(audio) / rate
+    if seconds == 0:
+        raise InvalidRequest("The uploaded audio contains no samples.", param="file", code="invalid_audio")
+    if seconds > limits.max_audio_seconds:
+        raise InvalidRequest(
+            f"The audio is {seconds:.1f} s long; this server accepts at most {limits.max_audio_seconds:g} s (--max-audio-seconds).",
+            param="file",
+            code="audio_too_long",
+        )
+    return AudioRequest(audio=audio, seconds=seconds)
+
+
+async def _read_upload(
+    request: Request[Any, Any, Any], schema: type[RequestT], endpoint: str
+) -> tuple[FlexServer, RequestT, tuple[bytes, str | None, str | None]]:
+    server: FlexServer = request.app.state.flexserv
+    limits = server.settings.get(TranscriptionSettings)
+    form = await _read_form(request, limits.max_audio_bytes)
+    upload, fields = _form_fields(form)
+    file = await _read_file(upload, limits.max_audio_bytes)
+    params = validate(fields, schema, block_unknown=server.settings.core.block_on_unexpected_fields, endpoint=endpoint)
     if not _has_audio_decoder(server):
         raise NoAudioDecoder(
             "No plugin decodes audio: install and enable the 'audio' plugin (distribution flexserv-audio)."
         )
+    return server, params, file
+
+
+def _check_transcription(params: TranscriptionRequest) -> None:
+    if params.timestamp_granularities and params.response_format != "verbose_json":
+        raise InvalidRequest(
+            "'timestamp_granularities' needs 'response_format' verbose_json.", param="timestamp_granularities"
+        )
+    if params.stream and params.response_format not in ("json", "text"):
+        raise InvalidRequest(
+            f"'stream' is served with response_format json or text, not {params.response_format!r}.", param="stream"
+        )
+
+
+async def create_transcription(request: Request[Any, Any, Any]) -> Response[Any]:
+    server, params, (data, filename, content_type) = await _read_upload(request, TranscriptionRequest, ENDPOINT)
+    _check_transcription(params)
+    if params.stream:
+        return await sse_response(_stream(server, params, data, filename, content_type), server)
+    granularities = set(params.timestamp_granularities)
     async with server.registry.acquire(params.model, TranscriptionModel) as lease:
-        model = lease.model
-        rate = model.sampling_rate
-        audio = await asyncio.to_thread(hooks.load_audio, server.pm, data, filename, content_type, rate)
-        if audio is None:
-            raise InvalidRequest(
-                f"The uploaded file ({filename or 'unnamed'}) is not in an audio format any plugin decodes.",
-                param="file",
-                code="invalid_audio",
-            )
-        seconds = len(audio) / rate
-        if seconds == 0:
-            raise InvalidRequest("The uploaded audio contains no samples.", param="file", code="invalid_audio")
-        if seconds > limits.max_audio_seconds:
-            raise InvalidRequest(
-                f"The audio is {seconds:.1f} s long; this server accepts at most {limits.max_audio_seconds:g} s (--max-audio-seconds).",
-                param="file",
-                code="audio_too_long",
-            )
-        result = await model.transcribe(
-            audio, language=params.language, prompt=params.prompt, temperature=params.temperature
+        decoded = await _decoded_audio(server, lease.model, data, filename, content_type)
+        options: dict[str, Any] = {"word_timestamps": True} if "word" in granularities else {}
+        result = await lease.model.transcribe(
+            decoded.audio, language=params.language, prompt=params.prompt, temperature=params.temperature, **options
         )
     if not result.duration:
-        result.duration = seconds
-    server.metrics.transcription_audio_seconds.labels(lease.spec.name).inc(seconds)
-    content, media_type = render(result, params.response_format)
+        result.duration = decoded.seconds
+    server.metrics.transcription_audio_seconds.labels(lease.spec.name).inc(decoded.seconds)
+    segments = not granularities or "segment" in granularities
+    content, media_type = render(result, params.response_format, segments=segments)
     return Response(content=content, media_type=media_type, status_code=200)
+
+
+async def _stream(
+    server: FlexServer, params: TranscriptionRequest, data: bytes, filename: str | None, content_type: str | None
+) -> SSEGenerator:
+    """OpenAI's ``transcript.text.delta`` events, one per decoded segment, then
+    ``transcript.text.done``; the deltas join to the done event's text, which is
+    the text a non-streamed request gets."""
+    async with server.registry.acquire(params.model, TranscriptionModel) as lease:
+        decoded = await _decoded_audio(server, lease.model, data, filename, content_type)
+        segments = lease.model.transcribe_stream(
+            decoded.audio, language=params.language, prompt=params.prompt, temperature=params.temperature
+        )
+        yield READY
+        joiner = DeltaJoiner()
+        # closing the segments (a disconnect, the shutdown cut) stops the decode
+        close = getattr(segments, "aclose", None)
+        try:
+            async for segment in segments:
+                delta = joiner.add(segment.text)
+                if delta:
+                    yield sse_event(msgspec.json.encode({"type": "transcript.text.delta", "delta": delta}))
+        except Exception as exc:
+            yield error_event(exc)
+            yield DONE
+            return
+        finally:
+            if close is not None:
+                await close()
+        server.metrics.transcription_audio_seconds.labels(lease.spec.name).inc(decoded.seconds)
+        yield sse_event(msgspec.json.encode({"type": "transcript.text.done", "text": joiner.text}))
+        yield DONE
+
+
+class DeltaJoiner:
+    """Segment texts -> deltas whose concatenation is the stripped full text, as
+    the non-streamed ``text`` is: leading space dropped, trailing space held
+    back until more text follows."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self._held = ""
+
+    def add(self, piece: str) -> str:
+        if not self.text:
+            piece = piece.lstrip()
+        body = piece.rstrip()
+        if not body:
+            self._held += piece
+            return ""
+        delta = self._held + body
+        self._held = piece[len(body) :]
+        self.text += delta
+        return delta
+
+
+async def create_translation(request: Request[Any, Any, Any]) -> Response[Any]:
+    server, params, (data, filename, content_type) = await _read_upload(request, TranslationRequest, TRANSLATIONS)
+    async with server.registry.acquire(params.model, TranscriptionModel) as lease:
+        if not lease.model.can_translate:
+            raise InvalidRequest(
+                f"The model '{lease.spec.name}' cannot translate (an English-only model); "
+                "serve a multilingual Whisper model for /v1/audio/translations.",
+                param="model",
+                code="translation_unsupported",
+            )
+        decoded = await _decoded_audio(server, lease.model, data, filename, content_type)
+        result = await lease.model.transcribe(
+            decoded.audio, prompt=params.prompt, temperature=params.temperature, task="translate"
+        )
+    if not result.duration:
+        result.duration = decoded.seconds
+    server.metrics.transcription_audio_seconds.labels(lease.spec.name).inc(decoded.seconds)
+    content, media_type = render(result, params.response_format, task="translate")
+    return Response(content=content, media_type=media_type, status_code=200)
+
+
+def _as_bool(value: str, param: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("true", "1"):
+        return True
+    if lowered in ("false", "0", ""):
+        return False
+    raise InvalidRequest(f"Invalid value for '{param}': expected true or false, got {value!r}.", param=param)
 
 
 def _as_float(value: str, param: str) -> float:
@@ -171,21 +340,25 @@ def _as_float(value: str, param: str) -> float:
 
 
 def routes(settings: Settings) -> list[HTTPRouteHandler]:
-    """The route, with Litestar's body limit set from ``--max-audio-bytes``."""
+    """The routes, with Litestar's body limit set from ``--max-audio-bytes``."""
     limit = settings.get(TranscriptionSettings).max_audio_bytes
-    handler = post(
+    formats: dict[str, Any] = {
+        "application/json": (TranscriptionJson, TranscriptionVerboseJson),
+        "text/plain": None,
+        "text/vtt": None,
+    }
+    transcriptions = post(
         ENDPOINT,
         status_code=200,
         summary="Transcribe audio",
-        opt={
-            "form": TranscriptionForm,
-            "response": {
-                "application/json": (TranscriptionJson, TranscriptionVerboseJson),
-                "text/plain": None,
-                "text/vtt": None,
-            },
-            "scope": "inference",
-        },
+        opt={"form": TranscriptionForm, "response": formats, "stream": TranscriptionStreamEvent, "scope": "inference"},
         request_max_body_size=limit + MULTIPART_OVERHEAD,
     )(create_transcription)
-    return [handler]
+    translations = post(
+        TRANSLATIONS,
+        status_code=200,
+        summary="Translate audio into English",
+        opt={"form": TranslationForm, "response": formats, "scope": "inference"},
+        request_max_body_size=limit + MULTIPART_OVERHEAD,
+    )(create_translation)
+    return [transcriptions, translations]

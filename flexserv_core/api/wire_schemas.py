@@ -50,6 +50,7 @@ class ModelObject(Struct, kw_only=True):
     kind: str
     state: str
     root: str
+    max_model_len: int | None = None  # a text model's context length, once loaded
 
 
 class ModelList(Struct, kw_only=True):
@@ -58,11 +59,26 @@ class ModelList(Struct, kw_only=True):
 
 
 class TranscriptionForm(Struct, kw_only=True):
-    """The multipart form of ``/v1/audio/transcriptions`` (``file`` is the audio)."""
+    """The multipart form of ``/v1/audio/transcriptions`` (``file`` is the audio).
+
+    ``timestamp_granularities[]`` (repeat the field per item) needs ``verbose_json``;
+    ``stream`` (``json``/``text`` only) answers with server-sent events."""
 
     file: bytes
     model: str | None = None
     language: str | None = None
+    prompt: str | None = None
+    temperature: float = 0.0
+    response_format: Literal["json", "text", "srt", "verbose_json", "vtt"] = "json"
+    stream: bool = False
+    timestamp_granularities: list[Literal["word", "segment"]] = []
+
+
+class TranslationForm(Struct, kw_only=True):
+    """The multipart form of ``/v1/audio/translations``: speech in any language to English text."""
+
+    file: bytes
+    model: str | None = None
     prompt: str | None = None
     temperature: float = 0.0
     response_format: Literal["json", "text", "srt", "verbose_json", "vtt"] = "json"
@@ -85,12 +101,30 @@ class TranscriptionSegmentJson(Struct, kw_only=True):
     no_speech_prob: float
 
 
-class TranscriptionVerboseJson(Struct, kw_only=True):
-    task: Literal["transcribe"] = "transcribe"
+class TranscriptionWordJson(Struct, kw_only=True):
+    word: str
+    start: float
+    end: float
+
+
+class TranscriptionVerboseJson(Struct, kw_only=True, omit_defaults=True):
+    """``segments`` unless only word timestamps were asked for; ``words`` when they were."""
+
+    task: Literal["transcribe", "translate"] = "transcribe"
     language: str
     duration: float
     text: str
-    segments: list[TranscriptionSegmentJson]
+    segments: list[TranscriptionSegmentJson] | None = None
+    words: list[TranscriptionWordJson] | None = None
+
+
+class TranscriptionStreamEvent(Struct, kw_only=True, omit_defaults=True):
+    """One event of a streamed transcription: ``transcript.text.delta`` events carry
+    ``delta`` (they join to the full text), the last, ``transcript.text.done``, ``text``."""
+
+    type: Literal["transcript.text.delta", "transcript.text.done"]
+    delta: str | None = None
+    text: str | None = None
 
 
 class UnloadRequest(Struct, kw_only=True):

@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Literal
 
 import msgspec
 
+from flexserv_core.errors import InvalidRequest
 from flexserv_core.models.spec import ModelKind, ModelSpec
 
 #: ``progress(message, fraction)``: a long step reports what it does and, when it
@@ -229,6 +230,21 @@ class TextGenerationModel(LoadedModel):
     def decode(self, token_ids: list[int]) -> str:
         """Detokenize, skipping special tokens."""
 
+    def tokenize(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        """Tokenize ``text`` for ``POST /tokenize``: with the model's special tokens
+        (BOS...) as :meth:`encode` adds them, or without. Override to support
+        ``add_special_tokens=False``; the default answers it with a 400."""
+        if add_special_tokens:
+            return self.encode(text)
+        raise InvalidRequest(
+            f"The model '{self.spec.name}' cannot tokenize without its special tokens.", param="add_special_tokens"
+        )
+
+    def token_text(self, token_id: int) -> str:
+        """One token as text, special tokens included where the backend can (``/tokenize``'s
+        ``token_strs``). The default decodes the token alone."""
+        return self.decode([token_id])
+
     @abc.abstractmethod
     def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[TokenDelta]:
         """Stream the completion of ``prompt_ids``.
@@ -280,11 +296,26 @@ class TranscriptionSegment(msgspec.Struct):
     no_speech_prob: float = 0.0
 
 
+class TranscriptionWord(msgspec.Struct):
+    """One word with its time in the audio (``timestamp_granularities=["word"]``)."""
+
+    word: str
+    start: float
+    end: float
+
+
 class Transcription(msgspec.Struct, kw_only=True):
     text: str
     language: str | None = None
     duration: float = 0.0
     segments: list[TranscriptionSegment] = msgspec.field(default_factory=list)
+    #: Filled when word timestamps were asked for: in order, within the audio.
+    words: list[TranscriptionWord] | None = None
+
+
+#: What a transcription model is asked to do: write down the speech in its own
+#: language, or translate it into English (``/v1/audio/translations``).
+TranscriptionTask = Literal["transcribe", "translate"]
 
 
 class TranscriptionModel(LoadedModel):
@@ -292,6 +323,9 @@ class TranscriptionModel(LoadedModel):
 
     #: Rate (Hz) the audio-loading hook must resample to.
     sampling_rate: int = 16_000
+    #: Whether ``task="translate"`` (speech in any language to English text) is served;
+    #: ``/v1/audio/translations`` answers a 400 for a model that cannot.
+    can_translate: bool = False
 
     @abc.abstractmethod
     async def transcribe(
@@ -301,5 +335,37 @@ class TranscriptionModel(LoadedModel):
         language: str | None = None,
         prompt: str | None = None,
         temperature: float = 0.0,
+        task: TranscriptionTask = "transcribe",
+        word_timestamps: bool = False,
     ) -> Transcription:
-        """Transcribe mono float32 ``audio`` (a numpy array at ``sampling_rate``)."""
+        """Transcribe mono float32 ``audio`` (a numpy array at ``sampling_rate``).
+
+        The core passes ``task`` and ``word_timestamps`` only when a request asks for
+        them (a translation; word timestamps), after checking ``can_translate``. A
+        model that cannot time words raises :class:`InvalidRequest` on
+        ``param="timestamp_granularities"``."""
+
+    def transcribe_stream(
+        self,
+        audio: Any,
+        *,
+        language: str | None = None,
+        prompt: str | None = None,
+        temperature: float = 0.0,
+    ) -> AsyncIterator[TranscriptionSegment]:
+        """The segments of a transcription as they are decoded (``stream=True``).
+
+        Check the request when called (raise :class:`InvalidRequest` then, before
+        the response starts); the iterator yields segments in order, and closing it
+        early must stop decoding. The default decodes everything with
+        :meth:`transcribe`, then yields its segments."""
+
+        async def segments() -> AsyncIterator[TranscriptionSegment]:
+            result = await self.transcribe(audio, language=language, prompt=prompt, temperature=temperature)
+            if result.segments:
+                for segment in result.segments:
+                    yield segment
+            elif result.text:
+                yield TranscriptionSegment(id=0, start=0.0, end=result.duration, text=result.text)
+
+        return segments()

@@ -32,8 +32,9 @@ def server_of(request: Request[Any, Any, Any]) -> FlexServer:
     return server
 
 
-@get("/health", opt={"public": True, "response": Liveness}, summary="Liveness")
+@get(["/health", "/v1/health"], opt={"public": True, "response": Liveness}, summary="Liveness")
 async def liveness() -> dict[str, str]:
+    """``/v1/health`` is the OpenAI-style path ``transformers serve`` answers."""
     return {"status": "ok"}
 
 

@@ -48,13 +48,38 @@ def _selection_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def settings_groups(pm: FlexServPluginManager) -> tuple[list[type[Any]], dict[type[Any], str]]:
+    """Settings structs for ``--help``: the core's built-ins first, then every other
+    plugin by name; each group titled by plugin name and distribution."""
+    by_plugin = hooks.settings_by_plugin(pm)
+    infos = {info.name: info for info in pm.plugin_infos()}
+    builtin_order = [name for name, info in infos.items() if info.builtin]
+
+    def rank(plugin: str) -> tuple[int, int, str]:
+        if plugin in builtin_order:
+            return (0, builtin_order.index(plugin), plugin)
+        return (1, 0, plugin)
+
+    structs: list[type[Any]] = []
+    titles: dict[type[Any], str] = {}
+    for plugin in sorted(by_plugin, key=rank):
+        info = infos.get(plugin)
+        dist = " ".join(x for x in (info.distribution, info.version) if x) if info else ""
+        title = f"{plugin} ({dist})" if dist else plugin
+        for struct in by_plugin[plugin]:
+            if struct not in titles:
+                structs.append(struct)
+                titles[struct] = title
+    return structs, titles
+
+
 def cmd_run(argv: Sequence[str]) -> int:
     selection, _ = _selection_parser().parse_known_args(argv)
     pm = create_plugin_manager(selection.plugins)
     parser = argparse.ArgumentParser(
         prog="flexserv run", parents=[_selection_parser()], description="Serve models over an OpenAI-compatible API."
     )
-    add_arguments(parser, hooks.settings_structs(pm))
+    add_arguments(parser, *settings_groups(pm))
     args = parser.parse_args(argv)
     settings = hooks.resolve_plugin_settings(pm, cli=vars(args), config_file=args.config)
     core = settings.core
@@ -91,12 +116,15 @@ def plugin_listing(pm: FlexServPluginManager, settings: Settings | None) -> list
             commands.setdefault(plugin, []).append(name)
     except PluginError as exc:  # still list the plugins
         logging.getLogger("flexserv").warning("could not list commands: %s", exc)
+        pm.mark_failed(exc.name, str(exc))
     if settings is not None:
         try:
             hooks.configure(pm, settings)
             routes = dict(hooks.routes_by_plugin(pm, settings))
         except (PluginError, UsageError) as exc:  # still list the plugins
             logging.getLogger("flexserv").warning("could not list routes: %s", exc)
+            if isinstance(exc, PluginError):
+                pm.mark_failed(exc.name, str(exc))
     report = plugin_report(pm, routes)
     for entry in report:
         entry["commands"] = sorted(commands.get(entry["name"], []))
@@ -117,12 +145,24 @@ def cmd_plugins(argv: Sequence[str]) -> int:
     pm = create_plugin_manager(args.plugins, strict=False)
     try:
         settings = hooks.resolve_plugin_settings(pm, cli={}, config_file=args.config)
-    except UsageError:
+    except (UsageError, PluginError) as exc:
+        logging.getLogger("flexserv").warning("could not read settings: %s", exc)
+        if isinstance(exc, PluginError):
+            pm.mark_failed(exc.name, str(exc))
         settings = None
     report = plugin_listing(pm, settings)
+    failed = [p["name"] for p in report if p["status"] == PluginStatus.FAILED]
     if args.json:
         print(json.dumps(report, indent=2))
-        return 0
+    else:
+        _print_table(report)
+    if failed:
+        print(f"flexserv: {len(failed)} plugin(s) failed: {', '.join(failed)}", file=sys.stderr)
+        return EXIT_PLUGIN
+    return 0
+
+
+def _print_table(report: list[dict[str, Any]]) -> None:
     for p in report:
         dist = f"{p['distribution']} {p['version'] or ''}".strip() if p["distribution"] else "-"
         print(f"{p['name']:<22} {p['status']:<8} {dist}")
@@ -134,7 +174,6 @@ def cmd_plugins(argv: Sequence[str]) -> int:
             print(f"    commands: {', '.join(p['commands'])}")
         if p["error"]:
             print(f"    error:  {p['error']}")
-    return 0
 
 
 def cmd_plugins_new(argv: Sequence[str]) -> int:
@@ -214,7 +253,7 @@ def run_plugin_command(name: str, argv: Sequence[str]) -> int:
     )
     if command.settings:
         pm = create_plugin_manager(plugin_args)  # as strict as `flexserv run`: a broken plugin stops it
-        add_arguments(parser, hooks.settings_structs(pm))
+        add_arguments(parser, *settings_groups(pm))
     else:
         parser.add_argument("-p", dest="plugins", action="append", default=[], metavar="NAME", help="Load plugin NAME.")
     try:

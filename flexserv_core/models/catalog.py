@@ -59,6 +59,43 @@ def _with_known_kind(spec: ModelSpec, where: str, kinds: Iterable[str]) -> Model
     return msgspec.structs.replace(spec, kind=found)
 
 
+def parse_alias_option(value: str) -> tuple[str, str]:
+    """``ALIAS=NAME`` from ``--model-alias``."""
+    alias, sep, name = value.partition("=")
+    alias, name = alias.strip(), name.strip()
+    if not sep or not alias or not name:
+        raise UsageError(f"invalid value for setting 'model_alias' (--model-alias): {value!r} is not ALIAS=NAME")
+    return alias, name
+
+
+def _with_aliases(specs: list[ModelSpec], options: Sequence[str], where_declared: dict[str, str]) -> list[ModelSpec]:
+    """``specs`` with the ``--model-alias`` names added to the models they name.
+
+    An alias may not reuse a name configuration declared; it may take a name an
+    embedded default offers (say ``whisper-1``): configuration wins.
+    """
+    by_name = {spec.name: spec for spec in specs}
+    extra: dict[str, list[str]] = {}
+    seen: set[str] = set()
+    for value in options:
+        alias, name = parse_alias_option(value)
+        where = f"--model-alias {value}"
+        if alias in where_declared or alias in seen:
+            raise UsageError(
+                f"model name {alias!r} is declared twice: by {where_declared.get(alias, where)} and by {where}"
+            )
+        target = by_name.get(name) or next((s for s in specs if name in s.aliases), None)
+        if target is None:
+            known = ", ".join(sorted(by_name)) or "none"
+            raise UsageError(f"{where}: no model is named {name!r} (models: {known})")
+        seen.add(alias)
+        extra.setdefault(target.name, []).append(alias)
+    return [
+        msgspec.structs.replace(s, aliases=tuple(dict.fromkeys((*extra[s.name], *s.aliases)))) if s.name in extra else s
+        for s in specs
+    ]
+
+
 class ModelCatalog:
     """Name or alias -> :class:`ModelSpec`, plus the default model of each kind."""
 
@@ -148,6 +185,10 @@ class ModelCatalog:
                 specs.append(offer.spec)
                 names[name] = offer.spec
         defaults = pick_defaults(user_defaults, offers, configured_specs)
+        specs = _with_aliases(specs, core.model_alias, where_declared)
+        for spec in specs:
+            for alias in spec.aliases:
+                names.setdefault(alias, spec)
         force = core.force_model
         if force is not None:
             if force not in names:

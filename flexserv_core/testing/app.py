@@ -13,7 +13,7 @@ from litestar import Litestar
 from flexserv_core import hooks
 from flexserv_core.app import create_app
 from flexserv_core.plugin_manager import FlexServPluginManager, PluginSelection
-from flexserv_core.settings import Settings
+from flexserv_core.settings import Settings, describe_fields
 
 BASE_URL = "http://flexserv.test"
 
@@ -31,7 +31,13 @@ def make_plugin_manager(plugins: Iterable[object | str] = (), *, block: Iterable
 
 
 def make_settings(pm: FlexServPluginManager, overrides: Mapping[str, Any] | None = None) -> Settings:
-    """Settings from defaults plus ``overrides`` (by setting name); no env, no file."""
+    """Settings from defaults plus ``overrides`` (by setting name or alias); no env,
+    no file. An override no loaded plugin declares is a ``KeyError`` (a renamed
+    setting must not be ignored silently)."""
+    known = {name for struct in hooks.settings_structs(pm) for f in describe_fields(struct) for name in f.names}
+    unknown = sorted(set(overrides or {}) - known)
+    if unknown:
+        raise KeyError(f"no loaded plugin declares the setting(s) {', '.join(unknown)}")
     return hooks.resolve_plugin_settings(pm, cli=dict(overrides or {}), env={}, config_file=None)
 
 

@@ -114,6 +114,9 @@ class FakeTextModel(TextGenerationModel):
     def decode(self, token_ids: list[int]) -> str:
         return "".join(chr(t) for t in token_ids)
 
+    def tokenize(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        return self.encode(text)  # the fake has no special tokens
+
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[TokenDelta]:
         assert prompt_ids and len(prompt_ids) + params.max_tokens <= self.limits.context_length
         self.generated_sequences += 1

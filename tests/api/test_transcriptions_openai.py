@@ -4,6 +4,8 @@ and the audio plugin, through the official ``openai`` client."""
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -184,6 +186,36 @@ def _post(client: Any, *, files: dict[str, Any] | None = None, data: dict[str, A
             "language",
             None,
         ),
+        (
+            {"file": ("speech.ogg", (DATA / "speech.ogg").read_bytes(), "audio/ogg")},
+            {"model": MODEL, "timestamp_granularities[]": "word"},
+            "timestamp_granularities",
+            None,
+        ),
+        (
+            {"file": ("speech.ogg", (DATA / "speech.ogg").read_bytes(), "audio/ogg")},
+            {"model": MODEL, "timestamp_granularities[]": "phoneme", "response_format": "verbose_json"},
+            "timestamp_granularities[0]",
+            "invalid_value",
+        ),
+        (
+            {"file": ("speech.ogg", (DATA / "speech.ogg").read_bytes(), "audio/ogg")},
+            {"model": MODEL, "stream": "true", "response_format": "srt"},
+            "stream",
+            None,
+        ),
+        (
+            {"file": ("speech.ogg", (DATA / "speech.ogg").read_bytes(), "audio/ogg")},
+            {"model": MODEL, "stream": "maybe"},
+            "stream",
+            None,
+        ),
+        (
+            {"file": ("speech.ogg", (DATA / "speech.ogg").read_bytes(), "audio/ogg")},
+            {"model": MODEL, "stream": "true", "language": "fr"},
+            "language",
+            None,
+        ),
     ],
     ids=[
         "text-file",
@@ -196,6 +228,11 @@ def _post(client: Any, *, files: dict[str, Any] | None = None, data: dict[str, A
         "nan-temperature",
         "french-on-english-model",
         "unknown-language",
+        "words-without-verbose-json",
+        "unknown-granularity",
+        "stream-srt",
+        "stream-not-bool",
+        "stream-french-on-english-model",
     ],
 )
 async def test_bad_requests_are_400_with_param(
@@ -240,3 +277,72 @@ async def test_listed_loaded_and_unloadable(asr_client: Any, asr_app: Litestar) 
         {"model_id": MODEL, "was_loaded": True, "had_active_requests": False, "pending": False}
     ]
     assert (await asr_client.get("/v1/flexserv/models/loaded")).json()["models"] == []
+
+
+async def test_streamed_transcription_equals_the_non_streamed_text(asr_openai: Any) -> None:
+    audio = ("speech.flac", (DATA / "speech.flac").read_bytes())
+    plain = await asr_openai.audio.transcriptions.create(file=audio, model=MODEL)
+    stream = await asr_openai.audio.transcriptions.create(file=audio, model=MODEL, stream=True)
+    events = [event async for event in stream]
+    assert [e.type for e in events[:-1]] == ["transcript.text.delta"] * (len(events) - 1) and len(events) >= 2
+    assert events[-1].type == "transcript.text.done"
+    assert "".join(e.delta for e in events[:-1]) == events[-1].text == plain.text
+    assert wer(events[-1].text) <= 0.35
+
+
+async def test_streamed_text_format_and_raw_events(asr_client: Any) -> None:
+    files = {"file": ("speech.ogg", (DATA / "speech.ogg").read_bytes(), "audio/ogg")}
+    r = await _post(asr_client, files=files, data={"model": MODEL, "stream": "true", "response_format": "text"})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    chunks = [line.removeprefix("data: ") for line in r.text.split("\n\n") if line]
+    assert chunks[-1] == "[DONE]"
+
+    done = json.loads(chunks[-2])
+    assert done["type"] == "transcript.text.done" and wer(done["text"]) <= 0.35
+
+
+@pytest.mark.parametrize("granularities", [["word"], ["word", "segment"], ["segment"]])
+async def test_timestamp_granularities(asr_openai: Any, granularities: list[str]) -> None:
+    result = await asr_openai.audio.transcriptions.create(
+        file=("speech.wav", (DATA / "speech.wav").read_bytes()),
+        model=MODEL,
+        response_format="verbose_json",
+        timestamp_granularities=granularities,
+    )
+    assert wer(result.text) <= 0.35
+    if "word" in granularities:
+        words = result.words
+        assert words and wer(" ".join(w.word for w in words)) <= 0.35
+        assert all(0 <= w.start <= w.end <= result.duration for w in words)
+        assert all(a.start <= b.start and a.end <= b.end for a, b in itertools.pairwise(words))
+        assert words[-1].end > result.duration / 2  # they span the speech, not one instant
+    else:
+        assert result.words is None
+    assert (result.segments is not None) == ("segment" in granularities)
+
+
+async def test_whisper_1_selects_the_embedded_model(asr_openai: Any, asr_client: Any) -> None:
+    result = await asr_openai.audio.transcriptions.create(
+        file=("speech.ogg", (DATA / "speech.ogg").read_bytes()), model="whisper-1"
+    )
+    assert wer(result.text) <= 0.35
+    listed = {m.id: m for m in (await asr_openai.models.list()).data}
+    assert (
+        listed["whisper-1"].model_extra["root"] == MODEL and listed["whisper-1"].model_extra["kind"] == "transcription"
+    )
+
+
+@pytest.mark.filterwarnings("ignore:deprecated:DeprecationWarning")  # the SDK marks translations deprecated
+async def test_translation_on_an_english_only_model_is_a_clear_400(asr_openai: Any) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        await asr_openai.audio.translations.create(file=("speech.ogg", (DATA / "speech.ogg").read_bytes()), model=MODEL)
+    error = info.value.body
+    assert error["param"] == "model" and error["code"] == "translation_unsupported"
+    assert "English-only" in error["message"] and MODEL in error["message"]
+
+
+async def test_text_transcription_has_one_charset(asr_client: Any) -> None:
+    files = {"file": ("speech.ogg", (DATA / "speech.ogg").read_bytes(), "audio/ogg")}
+    for fmt, media in (("text", "text/plain"), ("srt", "text/plain"), ("vtt", "text/vtt")):
+        r = await _post(asr_client, files=files, data={"model": MODEL, "response_format": fmt})
+        assert r.headers["content-type"] == f"{media}; charset=utf-8", r.headers

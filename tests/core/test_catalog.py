@@ -103,3 +103,43 @@ def test_text_kind_is_text_and_serve_only_on_the_loaded_route() -> None:
 
     assert ModelKind.TEXT == "text" and loaded_wire_kind(ModelKind.TEXT) == "serve"
     assert loaded_wire_kind("embedding") == "embedding" and loaded_wire_kind("rerank") == "rerank"
+
+
+def test_model_alias_option_names_configured_and_embedded_models() -> None:
+    cat = catalog(model=["mine=/m/mine"], model_alias=["gpt-4o-mini=mine", "small-embed=tiny-embed"])
+    assert cat.resolve("gpt-4o-mini", ModelKind.TEXT).name == "mine"
+    assert cat.resolve("small-embed", ModelKind.EMBEDDING).name == "tiny-embed"
+    assert cat.get("mine") is cat.get("gpt-4o-mini")
+
+
+def test_configuration_takes_a_name_an_embedded_default_offers() -> None:
+    embedded = [ModelSpec(name="w", kind=ModelKind.TRANSCRIPTION, source="pkg://w", aliases=("whisper-1",))]
+    core = CoreSettings(model=["transcription:big=/m/big"], model_alias=["whisper-1=big"])
+    cat = ModelCatalog.from_settings(core, embedded, lambda model_id, kind: None)
+    assert cat.resolve("whisper-1", ModelKind.TRANSCRIPTION).name == "big"
+    plain = ModelCatalog.from_settings(CoreSettings(), embedded, lambda model_id, kind: None)
+    assert plain.resolve("whisper-1", ModelKind.TRANSCRIPTION).name == "w"
+
+
+@pytest.mark.parametrize(
+    ("aliases", "match"),
+    [
+        (["nope"], "ALIAS=NAME"),
+        (["=mine"], "ALIAS=NAME"),
+        (["a=unknown"], "no model is named 'unknown'"),
+        (["mine=tiny-chat"], "declared twice"),
+        (["a=mine", "a=tiny-chat"], "declared twice"),
+    ],
+)
+def test_bad_model_alias_options(aliases: list[str], match: str) -> None:
+    with pytest.raises(UsageError, match=match):
+        catalog(model=["mine=/m/mine"], model_alias=aliases)
+
+
+async def test_alias_option_is_listed_once_under_its_model() -> None:
+    app = make_app([FakeBackendPlugin()], settings={"model_alias": ["gpt-4o-mini=fake-model"]})
+    async with app_client(app) as client:
+        models = (await client.get("/v1/models")).json()["data"]
+        assert [(m["id"], m["root"]) for m in models] == [("fake-model", "fake-model"), ("gpt-4o-mini", "fake-model")]
+        r = await client.post("/v1/completions", json={"model": "gpt-4o-mini", "prompt": "a", "max_tokens": 2})
+        assert r.status_code == 200 and r.json()["model"] == "fake-model"

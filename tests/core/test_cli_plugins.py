@@ -11,9 +11,9 @@ from flexserv_core.testing.process import free_port, run_flexserv
 pytestmark = pytest.mark.slow  # runs the flexserv CLI as processes
 
 
-def plugins_json(*args: str, env: dict[str, str] | None = None) -> dict[str, dict]:
+def plugins_json(*args: str, env: dict[str, str] | None = None, returncode: int = 0) -> dict[str, dict]:
     result = run_flexserv("plugins", "--json", *args, env=env)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == returncode, result.stderr
     return {p["name"]: p for p in json.loads(result.stdout)}
 
 
@@ -57,7 +57,10 @@ def test_dotted_module_path_plugin(make_distribution) -> None:
     )
     env["FLEXSERV_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     plugins = plugins_json("-p", "my_local_plugin", env=env)
-    assert plugins["my_local_plugin"]["hooks"] == ["flexserv_health"]
+    # the module of an installed entry point is that plugin, under its entry-point name
+    assert plugins["unused"]["hooks"] == ["flexserv_health"]
+    assert plugins["unused"]["distribution"] == "local-thing"
+    assert "my_local_plugin" not in plugins
 
 
 BROKEN = {
@@ -74,8 +77,46 @@ def test_broken_plugin_stops_run_naming_plugin_and_distribution(make_distributio
     assert result.returncode != 0
     assert 'Error loading plugin "broken-example" (distribution flexserv-broken-example)' in result.stderr
     assert "-p no:broken-example" in result.stderr
-    listed = plugins_json(env=env)["broken-example"]
+    listed = plugins_json(env=env, returncode=3)["broken-example"]
     assert listed["status"] == "failed" and listed["error"]
+
+
+def test_plugins_exits_non_zero_when_a_plugin_failed_and_still_prints_the_table(make_distribution) -> None:
+    env = make_distribution(
+        "flexserv-broken-example", "broken-example", "flexserv_broken_example", BROKEN["import error"]
+    )
+    result = run_flexserv("plugins", env=env)
+    assert result.returncode == 3
+    assert "broken-example" in result.stdout and "failed" in result.stdout
+    assert "core" in result.stdout and "transformers" in result.stdout  # the others are still listed
+    assert "1 plugin(s) failed: broken-example" in result.stderr
+    assert run_flexserv("plugins", "-p", "no:broken-example", env=env).returncode == 0
+
+
+def test_unknown_plugin_is_a_usage_error_listing_the_installed_ones() -> None:
+    result = run_flexserv("run", "-p", "nosuchplugin", "--port", str(free_port()))
+    assert result.returncode == 2
+    assert "plugin 'nosuchplugin' is not installed" in result.stderr
+    assert "request-policy" in result.stderr and "transformers" in result.stderr
+    assert "no:nosuchplugin" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_dotted_module_of_an_installed_plugin_is_registered_once() -> None:
+    plugins = plugins_json("-p", "flexserv_request_policy.plugin")
+    assert "flexserv_request_policy.plugin" not in plugins
+    assert plugins["request-policy"]["status"] == "loaded"
+
+
+def test_blocked_plugins_config_setting_is_ignored_with_one_warning(tmp_path) -> None:
+    config = tmp_path / "flexserv.toml"
+    config.write_text("request_policy_max_tokens_cap = 5\n")
+    env = {"FLEXSERV_REQUEST_POLICY_DEFAULT_TEMPERATURE": "0.5"}
+    result = run_flexserv("plugins", "--config", str(config), "-p", "no:request-policy", env=env)
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if "ignoring settings of blocked plugin" in line]
+    assert len(warnings) == 1
+    assert "request_policy_max_tokens_cap (config file)" in warnings[0]
+    assert "FLEXSERV_REQUEST_POLICY_DEFAULT_TEMPERATURE (environment)" in warnings[0]
 
 
 def test_blocking_the_broken_plugin_lets_settings_validation_run(make_distribution) -> None:

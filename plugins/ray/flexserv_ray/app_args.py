@@ -45,7 +45,7 @@ def explicit_settings(settings: Settings, *, include_secrets: bool) -> dict[str,
 
 
 def setting_value(settings: Settings, name: str, default: Any = None) -> Any:
-    """A setting by name, whichever plugin declares it (``max_batch_size``...)."""
+    """A setting by name, whichever plugin declares it (``transformers_max_batch_size``...)."""
     for field in settings.fields:
         if field.name == name:
             return getattr(settings.get(field.owner), name)

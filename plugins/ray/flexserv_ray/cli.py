@@ -37,7 +37,10 @@ def _check_unsupported(settings: Settings) -> None:
 
 
 def _deployment(options: RayOptions, settings: Settings) -> dict[str, Any]:
-    engine_limits = {name: setting_value(settings, name) for name in ("max_batch_size", "max_queued_requests")}
+    # the transformers engine's limits, under the names deployment_options reads
+    engine_limits = {
+        name: setting_value(settings, f"transformers_{name}") for name in ("max_batch_size", "max_queued_requests")
+    }
     try:
         return deployment_options(
             options,

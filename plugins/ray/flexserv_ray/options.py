@@ -121,10 +121,10 @@ def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
     add("--ray-memory", dest="memory", type=parse_size, default=None, metavar="SIZE",
         help="Memory reserved per replica for scheduling, e.g. 4GiB.")  # fmt: skip
     add("--ray-max-ongoing-requests", dest="max_ongoing_requests", type=_positive_int, default=None, metavar="N",
-        help="Requests Ray sends one replica at once (default: the engine's --max-batch-size).")  # fmt: skip
+        help="Requests Ray sends one replica at once (default: the engine's --transformers-max-batch-size).")  # fmt: skip
     add("--ray-max-queued-requests", dest="max_queued_requests", type=int, default=None, metavar="N",
         help="Requests the proxy holds while every replica is full; more are refused "
-        "(default: the engine's --max-queued-requests; -1 never refuses).")  # fmt: skip
+        "(default: the engine's --transformers-max-queued-requests; -1 never refuses).")  # fmt: skip
     add("--ray-overload-status", dest="overload_status", type=int, choices=(429, 503), default=429,
         help="Status of a request refused by the proxy when the queue is full.")  # fmt: skip
     add("--ray-retry-after", dest="retry_after", type=_non_negative_float, default=1.0, metavar="S",

@@ -163,7 +163,8 @@ def test_render_round_trips() -> None:
 
 def test_the_plugin_registers_one_command_with_settings() -> None:
     pm = make_plugin_manager(["flexserv_ray.plugin"])
-    assert "flexserv_ray.plugin" in list(pm.loaded_names())
+    # the module of the installed entry point is that plugin, registered once under its name
+    assert "ray" in list(pm.loaded_names()) and "flexserv_ray.plugin" not in list(pm.loaded_names())
     [command] = ray_plugin.flexserv_register_commands()
     assert command.name == "ray-serve" and command.settings
     parser = argparse.ArgumentParser()
@@ -203,16 +204,26 @@ def test_bad_settings_and_flags_exit_2_before_anything_is_deployed() -> None:
 
 @pytest.mark.slow
 def test_engine_limits_reach_the_deployment_and_ray_flags_override_them() -> None:
-    common = ["ray-serve", "-p", "ray", "-p", "transformers", "--max-batch-size", "6", "--max-queued-requests", "7"]
+    common = [
+        "ray-serve",
+        "-p",
+        "ray",
+        "-p",
+        "transformers",
+        "--transformers-max-batch-size",
+        "6",
+        "--transformers-max-queued-requests",
+        "7",
+    ]
     derived = _flexserv(*common, "--emit-config", "-")
     assert derived.returncode == 0, derived.stderr
     app = yaml.safe_load(derived.stdout)["applications"][0]
-    assert app["args"]["settings"]["max_queued_requests"] == 7
+    assert app["args"]["settings"]["transformers_max_queued_requests"] == 7
     assert (app["deployments"][0]["max_ongoing_requests"], app["deployments"][0]["max_queued_requests"]) == (6, 7)
     overridden = _flexserv(*common, "--ray-max-queued-requests", "3", "--emit-config", "-")
     assert overridden.returncode == 0, overridden.stderr
     app = yaml.safe_load(overridden.stdout)["applications"][0]
-    assert app["args"]["settings"]["max_queued_requests"] == 7  # the engine's setting is untouched
+    assert app["args"]["settings"]["transformers_max_queued_requests"] == 7  # the engine's setting is untouched
     assert app["deployments"][0]["max_queued_requests"] == 3
 
 

@@ -80,8 +80,8 @@ class TransformersBackend(Backend):
         if self._placement is None:
             ts = self.settings.get(TransformersSettings)
             try:
-                device = resolve_device(ts.device)
-                dtype = resolve_dtype(ts.dtype, device)
+                device = resolve_device(ts.transformers_device)
+                dtype = resolve_dtype(ts.transformers_dtype, device)
             except UsageError:
                 return None
             self._placement = Placement(device=str(device), dtype=str(dtype).removeprefix("torch."))
@@ -102,24 +102,29 @@ class TransformersBackend(Backend):
 
         ts = self.settings.get(TransformersSettings)
         try:
-            device = resolve_device(ts.device)
-            dtype = resolve_dtype(ts.dtype, device)
-            check_quantization(ts.quantization, device, dtype)
+            device = resolve_device(ts.transformers_device)
+            dtype = resolve_dtype(ts.transformers_dtype, device)
+            check_quantization(ts.transformers_quantization, device, dtype)
         except UsageError as exc:
             raise ModelLoadError(f"Model '{spec.name}': {exc}") from exc
         options = LoadOptions(
             device=device,
             dtype=dtype,
             cache_dir=default_cache_dir(self.settings),
-            attn_implementation=ts.attn_implementation,
-            trust_remote_code=ts.trust_remote_code,
-            quantization=ts.quantization,
+            attn_implementation=ts.transformers_attn_implementation,
+            trust_remote_code=ts.transformers_trust_remote_code,
+            quantization=ts.transformers_quantization,
         )
         started = time.perf_counter()
         model, tokenizer = load_model_and_tokenizer(spec, options, progress)
-        progress(f"starting the {ts.engine} engine", None)
+        progress(f"starting the {ts.transformers_engine} engine", None)
         text_model = TransformersTextModel(
-            spec, model, tokenizer, settings=self.settings, engine=ts.engine, default_max_tokens=ts.default_max_tokens
+            spec,
+            model,
+            tokenizer,
+            settings=self.settings,
+            engine=ts.transformers_engine,
+            default_max_tokens=ts.transformers_default_max_tokens,
         )
         log.info(
             "model '%s' loaded in %.2f s on %s (%s), engine %s",
@@ -127,6 +132,6 @@ class TransformersBackend(Backend):
             time.perf_counter() - started,
             text_model.device,
             text_model.dtype,
-            ts.engine,
+            ts.transformers_engine,
         )
         return text_model

@@ -5,7 +5,7 @@ tokenizer, the chat template and incremental detokenization; an *engine* owns th
 forward passes, the KV cache, scheduling and sampling. They meet here:
 
 * The model wrapper builds an :class:`EngineModel` (the loaded ``PreTrainedModel``
-  and the facts an engine needs about it) and calls the factory the ``--engine``
+  and the facts an engine needs about it) and calls the factory the ``--transformers-engine``
   setting names (:data:`ENGINES`): ``factory(engine_model, settings) -> Engine``.
   The factory runs in the loading worker thread (no event loop there); it may
   start threads and allocate caches.
@@ -159,7 +159,7 @@ class EngineEntry(msgspec.Struct, frozen=True):
     settings: str | None = None
 
 
-#: Engines selectable with ``--engine``.
+#: Engines selectable with ``--transformers-engine``.
 ENGINES: dict[str, EngineEntry] = {
     "simple": EngineEntry("flexserv_transformers.simple_engine:create_engine"),
     "paged": EngineEntry(
@@ -167,7 +167,7 @@ ENGINES: dict[str, EngineEntry] = {
         settings="flexserv_transformers.engine.settings:EngineSettings",
     ),
 }
-#: The engine used when ``--engine`` is not given.
+#: The engine used when ``--transformers-engine`` is not given.
 DEFAULT_ENGINE = "paged"
 
 

@@ -1,4 +1,4 @@
-"""Weight-only int8 for CPU decoding (``--quantization int8``, opt-in).
+"""Weight-only int8 for CPU decoding (``--transformers-quantization int8``, opt-in).
 
 A batch-1 decode step is a chain of matrix-vector products: its time is the time
 to stream every weight from memory once. Storing each ``nn.Linear`` weight as
@@ -20,6 +20,10 @@ __all__ = ["Int8Linear", "quantize_linears"]
 
 class Int8Linear(nn.Module):
     """``y = x @ (q * scale).T + bias`` with ``q`` int8 ``[out, in]`` and ``scale`` ``[out]``."""
+
+    qweight: torch.Tensor
+    scale: torch.Tensor
+    bias: torch.Tensor | None
 
     def __init__(self, linear: nn.Linear, compute_dtype: torch.dtype) -> None:
         super().__init__()
@@ -44,7 +48,7 @@ class Int8Linear(nn.Module):
         flat = x.reshape(-1, shape[-1])
         if flat.dtype != self.compute_dtype:
             flat = flat.to(self.compute_dtype)
-        out = torch.ops.aten._weight_int8pack_mm(flat, self.qweight, self.scale)
+        out: torch.Tensor = torch.ops.aten._weight_int8pack_mm(flat, self.qweight, self.scale)
         if self.bias is not None:
             out = out + self.bias
         return out.reshape(*shape[:-1], self.out_features)

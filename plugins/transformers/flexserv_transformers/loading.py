@@ -311,7 +311,7 @@ def _bnb_config(options: LoadOptions) -> Any:
 
     if options.device.type != "cuda":
         raise ModelLoadError(
-            f"--quantization {options.quantization} needs a CUDA GPU (bitsandbytes); the device is {options.device.type}."
+            f"--transformers-quantization {options.quantization} needs a CUDA GPU (bitsandbytes); the device is {options.device.type}."
         )
     if options.quantization == "bnb-4bit":
         return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=options.dtype)

@@ -105,6 +105,9 @@ class TransformersTextModel(TextGenerationModel):
     def decode(self, token_ids: list[int]) -> str:
         return _text(self.tokenizer.decode(token_ids, skip_special_tokens=True))
 
+    def tokenize(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])
+
     def token_text(self, token_id: int) -> str:
         """One token as text (special tokens included), for ``top_logprobs``."""
         text = self._token_texts.get(token_id)

@@ -29,15 +29,15 @@ def flexserv_add_settings() -> list[type[msgspec.Struct]]:
 @hookimpl
 def flexserv_configure(settings: Settings) -> None:
     ours = settings.get(TransformersSettings)
-    engine = engine_from_flag(ours, engine_given="engine" in settings.origins)
-    if engine != ours.engine:
-        settings.replace(TransformersSettings, engine=engine)
+    engine = engine_from_flag(ours, engine_given="transformers_engine" in settings.origins)
+    if engine != ours.transformers_engine:
+        settings.replace(TransformersSettings, transformers_engine=engine)
     check_settings(settings.get(TransformersSettings))
 
 
 @hookimpl
 def flexserv_startup(server: FlexServer) -> None:
-    if server.settings.get(TransformersSettings).warm_imports:
+    if server.settings.get(TransformersSettings).transformers_warm_imports:
         from flexserv_transformers import prewarm
 
         prewarm.start()

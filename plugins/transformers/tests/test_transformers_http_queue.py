@@ -21,9 +21,9 @@ async def test_full_queue_answers_429_then_serves(tiny_dir: Path, tmp_path: Path
         "cache_dir": str(tmp_path),
         "model": [f"tiny={tiny_dir}"],
         "dtype": "float32",
-        "engine": "paged",
-        "max_batch_size": 1,
-        "max_queued_requests": 1,
+        "transformers_engine": "paged",
+        "transformers_max_batch_size": 1,
+        "transformers_max_queued_requests": 1,
     }
     with ServedApp(make_app(["transformers"], settings=settings)) as base_url:
         async with httpx.AsyncClient(base_url=base_url, timeout=120) as client:

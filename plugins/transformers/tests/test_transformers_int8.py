@@ -1,4 +1,4 @@
-"""int8 weight-only layers (``--quantization int8``) and where they are allowed."""
+"""int8 weight-only layers (``--transformers-quantization int8``) and where they are allowed."""
 
 from __future__ import annotations
 

@@ -203,9 +203,23 @@ def test_settings_from_environment():
         env={"FLEXSERV_DEVICE": "cpu", "FLEXSERV_DTYPE": "float32", "FLEXSERV_TRUST_REMOTE_CODE": "1"},
     )
     ts = s.get(TransformersSettings)
-    assert ts.device == "cpu" and ts.dtype == "float32"
-    assert ts.trust_remote_code is False  # command line only
-    assert s.get(TransformersSettings).engine == DEFAULT_ENGINE == "paged"
+    assert ts.transformers_device == "cpu" and ts.transformers_dtype == "float32"  # the spec's spellings
+    assert ts.transformers_trust_remote_code is False  # command line only
+    assert s.get(TransformersSettings).transformers_engine == DEFAULT_ENGINE == "paged"
+
+
+def test_prefixed_names_win_over_the_spec_aliases(tmp_path):
+    config = tmp_path / "flexserv.toml"
+    config.write_text('dtype = "bfloat16"\ntransformers_default_max_tokens = 7\ndefault_max_tokens = 9\n')
+    env = {"FLEXSERV_DEVICE": "cuda", "FLEXSERV_TRANSFORMERS_DEVICE": "cpu"}
+    ts = resolve_settings([CoreSettings, TransformersSettings], cli={}, env=env, config_file=config).get(
+        TransformersSettings
+    )
+    assert (ts.transformers_device, ts.transformers_dtype, ts.transformers_default_max_tokens) == (
+        "cpu",
+        "bfloat16",
+        7,
+    )
 
 
 def test_auto_dtype_on_cpu():
@@ -223,8 +237,8 @@ def test_auto_dtype_on_cpu():
     ("settings", "message"),
     [
         ({"quantization": "bnb-4bit", "device": "cpu"}, r"bitsandbytes quantization needs a CUDA GPU"),
-        ({"engine": "warp-drive"}, r"invalid value for setting 'engine'"),
-        ({"device": "tpu"}, r"invalid value for setting 'device'"),
+        ({"transformers_engine": "warp-drive"}, r"invalid value for setting 'transformers_engine'"),
+        ({"device": "tpu"}, r"invalid value for setting 'transformers_device' \(--transformers-device\)"),
     ],
 )
 def test_bad_settings_stop_start_up(settings, message):

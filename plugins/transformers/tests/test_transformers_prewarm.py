@@ -10,7 +10,7 @@ import sys
 from flexserv_transformers.settings import TransformersSettings, check_settings
 check_settings(TransformersSettings())
 print("torch" in sys.modules)
-check_settings(TransformersSettings(device="cpu"))
+check_settings(TransformersSettings(transformers_device="cpu"))
 print("torch" in sys.modules)
 """
 
@@ -37,7 +37,7 @@ def test_checking_default_settings_does_not_import_torch():
 
 
 def test_warm_imports_import_torch_and_transformers_in_the_background():
-    assert _run(PREWARM.replace("CLI", "{'warm_imports': True}")) == ["True"]
+    assert _run(PREWARM.replace("CLI", "{'transformers_warm_imports': True}")) == ["True"]
 
 
 def test_warm_imports_are_off_by_default():

@@ -5,13 +5,24 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Callable
+import dataclasses
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from flexserv_core import InvalidRequest, ModelLoadError, ModelSpec, Transcription, TranscriptionModel
+from flexserv_core import (
+    InvalidRequest,
+    ModelLoadError,
+    ModelSpec,
+    Transcription,
+    TranscriptionModel,
+    TranscriptionSegment,
+    TranscriptionTask,
+    TranscriptionWord,
+)
 
 T = TypeVar("T")
 
@@ -63,11 +74,37 @@ class SerialWorker:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DecodeRequest:
+    """One decode, checked: ``language`` is an ISO code, or ``None`` to detect it."""
+
+    language: str | None
+    prompt: str | None
+    temperature: float
+    task: TranscriptionTask = "transcribe"
+    word_timestamps: bool = False
+
+
+@dataclasses.dataclass(kw_only=True)
+class Decoded:
+    """A decode under way: ``pieces`` yields each segment with its words (lazily
+    where the library decodes lazily); ``language`` is the ISO code used or detected."""
+
+    pieces: Iterator[tuple[TranscriptionSegment, list[TranscriptionWord]]]
+    language: str | None
+    duration: float
+
+
+_END = object()
+
+
 class SerialWhisperModel(TranscriptionModel):
     """A loaded Whisper model that decodes on a :class:`SerialWorker` of its own.
 
-    Subclasses set ``backend_name`` and ``multilingual`` and implement :meth:`_run`,
-    the blocking decode of one request (called on the worker thread).
+    Subclasses set ``backend_name``, ``multilingual`` and ``can_translate`` (the same:
+    English-only ``*.en`` models never learnt to translate) and implement :meth:`_decode`,
+    which starts the decode of one request (on the worker thread, where its
+    ``pieces`` are also consumed).
     """
 
     backend_name: ClassVar[str]
@@ -78,17 +115,92 @@ class SerialWhisperModel(TranscriptionModel):
         self._languages = whisper_languages()
         self._worker = SerialWorker(worker_name)
 
-    async def transcribe(
-        self, audio: Any, *, language: str | None = None, prompt: str | None = None, temperature: float = 0.0
-    ) -> Transcription:
+    def _request(
+        self, language: str | None, prompt: str | None, temperature: float, task: TranscriptionTask, words: bool
+    ) -> DecodeRequest:
         code = check_language(language, multilingual=self.multilingual, languages=self._languages)
+        if task == "translate" and not self.multilingual:
+            raise InvalidRequest(
+                f"The model '{self.spec.name}' is English-only and cannot translate; serve a multilingual Whisper model.",
+                param="model",
+                code="translation_unsupported",
+            )
+        if words:
+            self._check_word_timestamps()
+        return DecodeRequest(language=code, prompt=prompt, temperature=temperature, task=task, word_timestamps=words)
+
+    def _check_word_timestamps(self) -> None:
+        """Raise :class:`InvalidRequest` if this model cannot time words."""
+
+    async def transcribe(
+        self,
+        audio: Any,
+        *,
+        language: str | None = None,
+        prompt: str | None = None,
+        temperature: float = 0.0,
+        task: TranscriptionTask = "transcribe",
+        word_timestamps: bool = False,
+    ) -> Transcription:
+        request = self._request(language, prompt, temperature, task, word_timestamps)
         samples = np.asarray(audio, dtype=np.float32)
-        return await self._worker.run(lambda: self._run(samples, code, prompt, temperature))
+        return await self._worker.run(lambda: self._collect(samples, request))
+
+    def _collect(self, audio: np.ndarray, request: DecodeRequest) -> Transcription:
+        decoded = self._decode(audio, request)
+        segments: list[TranscriptionSegment] = []
+        words: list[TranscriptionWord] = []
+        for segment, segment_words in decoded.pieces:
+            segments.append(segment)
+            words.extend(segment_words)
+        return Transcription(
+            text="".join(s.text for s in segments).strip(),
+            language=self._languages.get(decoded.language or "", decoded.language),
+            duration=decoded.duration,
+            segments=segments,
+            words=words if request.word_timestamps else None,
+        )
+
+    def transcribe_stream(
+        self, audio: Any, *, language: str | None = None, prompt: str | None = None, temperature: float = 0.0
+    ) -> AsyncIterator[TranscriptionSegment]:
+        request = self._request(language, prompt, temperature, "transcribe", False)
+        return self._stream(np.asarray(audio, dtype=np.float32), request)
+
+    async def _stream(self, audio: np.ndarray, request: DecodeRequest) -> AsyncIterator[TranscriptionSegment]:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        stop = threading.Event()
+
+        def produce() -> None:
+            # on the worker: hand each segment to the event loop as it is decoded;
+            # a closed stream sets ``stop`` and the decode ends after this segment
+            try:
+                for segment, _words in self._decode(audio, request).pieces:
+                    loop.call_soon_threadsafe(queue.put_nowait, segment)
+                    if stop.is_set():
+                        return
+                loop.call_soon_threadsafe(queue.put_nowait, _END)
+            except BaseException as exc:  # handed to the consumer, raised there
+                loop.call_soon_threadsafe(queue.put_nowait, exc)
+
+        job = asyncio.ensure_future(self._worker.run(produce))
+        try:
+            while True:
+                item = await queue.get()
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stop.set()
+            # the worker finishes its current segment; don't wait for it here
+            job.add_done_callback(lambda f: f.cancelled() or f.exception())
 
     @abc.abstractmethod
-    def _run(self, audio: np.ndarray, language: str | None, prompt: str | None, temperature: float) -> Transcription:
-        """Decode ``audio`` (float32 at ``sampling_rate``); ``language`` is an ISO
-        code, or ``None`` to detect it."""
+    def _decode(self, audio: np.ndarray, request: DecodeRequest) -> Decoded:
+        """Start decoding ``audio`` (float32 at ``sampling_rate``). Runs on the worker."""
 
     def unload(self) -> None:
         """Stop the worker; subclasses then drop their weights."""

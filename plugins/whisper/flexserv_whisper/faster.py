@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +14,10 @@ from flexserv_core import (
     ModelKind,
     ModelSpec,
     ProgressCallback,
-    Transcription,
     TranscriptionSegment,
+    TranscriptionWord,
 )
-from flexserv_whisper.common import SerialWhisperModel, load_error, pick_device
+from flexserv_whisper.common import Decoded, DecodeRequest, SerialWhisperModel, load_error, pick_device
 from flexserv_whisper.settings import WhisperSettings
 
 #: Model sizes faster-whisper downloads by name (when Hub access is allowed).
@@ -50,6 +51,30 @@ def is_faster_whisper_source(source: str) -> bool:
     return is_ctranslate2_dir(source) or source in SIZE_NAMES or "faster-whisper" in source.lower()
 
 
+def _segments(pieces: Iterable[Any], duration: float) -> Iterator[tuple[TranscriptionSegment, list[TranscriptionWord]]]:
+    """faster-whisper's lazy segments as ours, each with its words (clamped to the audio)."""
+    for i, s in enumerate(pieces):
+        segment = TranscriptionSegment(
+            id=i,
+            start=float(s.start),
+            end=float(s.end),
+            text=s.text,
+            seek=int(s.seek),
+            tokens=list(s.tokens),
+            temperature=float(s.temperature or 0.0),
+            avg_logprob=float(s.avg_logprob),
+            compression_ratio=float(s.compression_ratio),
+            no_speech_prob=float(s.no_speech_prob),
+        )
+        words = [
+            TranscriptionWord(
+                word=w.word, start=min(float(w.start), duration), end=min(max(float(w.end), float(w.start)), duration)
+            )
+            for w in s.words or ()
+        ]
+        yield segment, words
+
+
 class FasterWhisperModel(SerialWhisperModel):
     backend_name = "faster-whisper"
 
@@ -58,42 +83,25 @@ class FasterWhisperModel(SerialWhisperModel):
         self._model = model
         self.beam_size = beam_size
         self.multilingual = bool(model.model.is_multilingual)
+        self.can_translate = self.multilingual
 
-    def _run(self, audio: np.ndarray, language: str | None, prompt: str | None, temperature: float) -> Transcription:
+    def _decode(self, audio: np.ndarray, request: DecodeRequest) -> Decoded:
         # temperature 0 means what it means at OpenAI: start greedy, fall back to
         # higher temperatures when decoding fails the quality thresholds
+        temperature = request.temperature
         temperatures: Any = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0) if temperature == 0 else temperature
         pieces, info = self._model.transcribe(
             audio,
-            language=language,
-            task="transcribe",
-            initial_prompt=prompt or None,
+            language=request.language,
+            task=request.task,
+            initial_prompt=request.prompt or None,
             temperature=temperatures,
             beam_size=self.beam_size,
             vad_filter=False,
+            word_timestamps=request.word_timestamps,
         )
-        segments = [
-            TranscriptionSegment(
-                id=i,
-                start=float(s.start),
-                end=float(s.end),
-                text=s.text,
-                seek=int(s.seek),
-                tokens=list(s.tokens),
-                temperature=float(s.temperature or 0.0),
-                avg_logprob=float(s.avg_logprob),
-                compression_ratio=float(s.compression_ratio),
-                no_speech_prob=float(s.no_speech_prob),
-            )
-            for i, s in enumerate(pieces)
-        ]
-        text = "".join(s.text for s in segments).strip()
-        return Transcription(
-            text=text,
-            language=self._languages.get(info.language, info.language),
-            duration=float(info.duration),
-            segments=segments,
-        )
+        duration = float(info.duration)
+        return Decoded(pieces=_segments(pieces, duration), language=info.language, duration=duration)
 
     def unload(self) -> None:
         super().unload()

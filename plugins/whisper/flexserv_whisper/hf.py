@@ -8,20 +8,42 @@ import numpy as np
 
 from flexserv_core import (
     Backend,
+    InvalidRequest,
     LoadedModel,
     ModelKind,
     ModelLoadError,
     ModelSpec,
     ProgressCallback,
-    Transcription,
     TranscriptionSegment,
+    TranscriptionWord,
 )
-from flexserv_whisper.common import SerialWhisperModel, load_error, pick_device
+from flexserv_whisper.common import Decoded, DecodeRequest, SerialWhisperModel, load_error, pick_device
 from flexserv_whisper.faster import is_faster_whisper_source
 from flexserv_whisper.settings import WhisperSettings
 
 #: Whisper attends to 30 s windows; longer audio is decoded window by window.
 WINDOW_SECONDS = 30.0
+
+
+def _timed(chunks: list[dict[str, Any]], duration: float, temperature: float) -> list[TranscriptionSegment]:
+    """The pipeline's ``chunks`` as segments: a missing end is the audio's end, times
+    stay within the audio and in order."""
+    segments: list[TranscriptionSegment] = []
+    for i, chunk in enumerate(chunks):
+        start, end = chunk.get("timestamp") or (None, None)
+        start = float(start) if start is not None else (segments[-1].end if segments else 0.0)
+        end = float(end) if end is not None else duration
+        start = min(start, duration)
+        segments.append(
+            TranscriptionSegment(
+                id=i,
+                start=start,
+                end=min(max(start, end), duration),
+                text=chunk.get("text", ""),
+                temperature=temperature,
+            )
+        )
+    return segments
 
 
 class TransformersWhisperModel(SerialWhisperModel):
@@ -33,17 +55,26 @@ class TransformersWhisperModel(SerialWhisperModel):
         self._pipe = pipe
         generation = pipe.model.generation_config
         self.multilingual = bool(getattr(generation, "is_multilingual", False))
+        self.can_translate = self.multilingual
         self.timestamps = getattr(generation, "no_timestamps_token_id", None) is not None
         self.sampling_rate = int(pipe.feature_extractor.sampling_rate)
 
-    def _run(self, audio: np.ndarray, language: str | None, prompt: str | None, temperature: float) -> Transcription:
-        generate: dict[str, Any] = {"task": "transcribe"} if self.multilingual else {}
-        if language and self.multilingual:
-            generate["language"] = language
-        if temperature > 0:
-            generate.update(do_sample=True, temperature=temperature)
-        if prompt:
-            generate["prompt_ids"] = self._pipe.tokenizer.get_prompt_ids(prompt, return_tensors="pt").to(
+    def _check_word_timestamps(self) -> None:
+        # transformers times words by cross-attention: it needs the checkpoint's alignment heads
+        if not self.timestamps or not getattr(self._pipe.model.generation_config, "alignment_heads", None):
+            raise InvalidRequest(
+                f"The model '{self.spec.name}' cannot time words (its generation config has no alignment_heads).",
+                param="timestamp_granularities",
+            )
+
+    def _decode(self, audio: np.ndarray, request: DecodeRequest) -> Decoded:
+        generate: dict[str, Any] = {"task": request.task} if self.multilingual else {}
+        if request.language and self.multilingual:
+            generate["language"] = request.language
+        if request.temperature > 0:
+            generate.update(do_sample=True, temperature=request.temperature)
+        if request.prompt:
+            generate["prompt_ids"] = self._pipe.tokenizer.get_prompt_ids(request.prompt, return_tensors="pt").to(
                 self._pipe.device
             )
         duration = len(audio) / self.sampling_rate
@@ -51,23 +82,20 @@ class TransformersWhisperModel(SerialWhisperModel):
         if duration > WINDOW_SECONDS:
             kwargs["chunk_length_s"] = WINDOW_SECONDS
         out = self._pipe({"raw": audio, "sampling_rate": self.sampling_rate}, **kwargs)
-        segments: list[TranscriptionSegment] = []
-        for i, chunk in enumerate(out.get("chunks") or []):
-            start, end = chunk.get("timestamp") or (None, None)
-            start = float(start) if start is not None else (segments[-1].end if segments else 0.0)
-            end = float(end) if end is not None else duration
-            segments.append(
-                TranscriptionSegment(
-                    id=i, start=start, end=max(start, end), text=chunk.get("text", ""), temperature=temperature
-                )
+        segments = _timed(out.get("chunks") or [], duration, request.temperature)
+        words: list[TranscriptionWord] = []
+        if request.word_timestamps:
+            kwargs["return_timestamps"] = "word"
+            timed_words = _timed(
+                self._pipe({"raw": audio, "sampling_rate": self.sampling_rate}, **kwargs)["chunks"], duration, 0.0
             )
-        detected = language or ("en" if not self.multilingual else None)
-        return Transcription(
-            text=str(out.get("text", "")).strip(),
-            language=self._languages.get(detected or "", detected),
-            duration=duration,
-            segments=segments,
-        )
+            words = [TranscriptionWord(word=w.text, start=w.start, end=w.end) for w in timed_words]
+        detected = request.language or ("en" if not self.multilingual else None)
+        pieces = [(segment, words if i == 0 else []) for i, segment in enumerate(segments)]
+        if not pieces and words:
+            text = str(out.get("text", ""))
+            pieces = [(TranscriptionSegment(id=0, start=0.0, end=duration, text=text), words)]
+        return Decoded(pieces=iter(pieces), language=detected, duration=duration)
 
     def unload(self) -> None:
         super().unload()

@@ -13,6 +13,9 @@ from flexserv_whisper.settings import WhisperSettings
 
 #: The name clients use for the embedded default model.
 DEFAULT_MODEL_NAME = "whisper-tiny.en"
+#: OpenAI's model name, which clients hard-code; the embedded default answers to it
+#: unless configuration gives the name to another model (``--model-alias``, ``aliases``).
+OPENAI_MODEL_NAME = "whisper-1"
 
 
 def embedded_model_path() -> Path | None:
@@ -48,6 +51,7 @@ def flexserv_default_models(settings: Settings) -> list[ModelSpec]:
             kind=ModelKind.TRANSCRIPTION,
             source=str(path),
             backend="faster-whisper",
+            aliases=(OPENAI_MODEL_NAME,),
             origin="embedded",
         )
     ]

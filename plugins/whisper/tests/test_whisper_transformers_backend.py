@@ -4,6 +4,7 @@ any Hub checkpoint."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,11 @@ DATA = Path(__file__).resolve().parents[3] / "tests" / "data"
 NAME = "tiny-random-whisper"
 
 
-def build_tiny_random_whisper(out: Path) -> None:
-    """An English-only Whisper with random weights, a byte-level tokenizer with
-    Whisper's special and timestamp tokens, and the standard feature extractor."""
+def build_tiny_random_whisper(out: Path, *, multilingual: bool = False) -> None:
+    """An English-only (or, ``multilingual``, English, German and French) Whisper
+    with random weights, a byte-level tokenizer with Whisper's special and timestamp
+    tokens, and the standard feature extractor. The multilingual one has alignment
+    heads, so transformers can time words."""
     import torch
     from transformers import (
         GenerationConfig,
@@ -31,10 +34,11 @@ def build_tiny_random_whisper(out: Path) -> None:
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 
     vocab = {char: i for i, char in enumerate(bytes_to_unicode().values())}
+    languages = ["<|en|>", "<|de|>", "<|fr|>"] if multilingual else ["<|en|>"]
     specials = [
         "<|endoftext|>",
         "<|startoftranscript|>",
-        "<|en|>",
+        *languages,
         "<|translate|>",
         "<|transcribe|>",
         "<|startoflm|>",
@@ -69,13 +73,21 @@ def build_tiny_random_whisper(out: Path) -> None:
     )
     torch.manual_seed(0)
     model = WhisperForConditionalGeneration(config).eval()
+    extra: dict[str, Any] = {}
+    if multilingual:
+        extra = {
+            "lang_to_id": {token: vocab[token] for token in languages},
+            "task_to_id": {"transcribe": vocab["<|transcribe|>"], "translate": vocab["<|translate|>"]},
+            "alignment_heads": [[0, 0], [0, 1]],
+        }
     model.generation_config = GenerationConfig(
+        **extra,
         decoder_start_token_id=start,
         bos_token_id=eos,
         eos_token_id=eos,
         pad_token_id=eos,
         no_timestamps_token_id=vocab["<|notimestamps|>"],
-        is_multilingual=False,
+        is_multilingual=multilingual,
         max_initial_timestamp_index=50,
         begin_suppress_tokens=[eos],
         suppress_tokens=[],
@@ -149,3 +161,84 @@ async def test_a_directory_that_is_not_whisper_fails_to_load_with_a_clear_error(
     spec = ModelSpec(name="broken", kind=ModelKind.TRANSCRIPTION, source=str(tmp_path))
     with pytest.raises(ModelLoadError, match="broken"):
         TransformersWhisperBackend(WhisperSettings()).load(spec, lambda message, fraction: None)
+
+
+MULTI = "tiny-random-whisper-multilingual"
+
+
+@pytest.fixture(scope="module")
+def multilingual_whisper_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tiny-whisper-multilingual")
+    build_tiny_random_whisper(out, multilingual=True)
+    return out
+
+
+class PipelineSpy:
+    """Delegates to the real pipeline, keeping each call's keyword arguments."""
+
+    def __init__(self, pipe: Any) -> None:
+        self.pipe = pipe
+        self.calls: list[dict[str, Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.pipe, name)
+
+    def __call__(self, inputs: Any, **kwargs: Any) -> Any:
+        self.calls.append(kwargs)
+        return self.pipe(inputs, **kwargs)
+
+
+@pytest.mark.filterwarnings("ignore:deprecated:DeprecationWarning")  # the SDK marks translations deprecated
+async def test_multilingual_whisper_translates_and_english_only_refuses(
+    tiny_whisper_dir: Path, multilingual_whisper_dir: Path
+) -> None:
+    import openai
+
+    from flexserv_core.testing import make_app, openai_client, running_app_client
+
+    app = make_app(
+        ["audio", "whisper"],
+        settings={
+            "model": [f"transcription:{NAME}={tiny_whisper_dir}", f"transcription:{MULTI}={multilingual_whisper_dir}"]
+        },
+    )
+    audio = ("speech.ogg", (DATA / "speech.ogg").read_bytes())
+    async with running_app_client(app) as client:
+        sdk = openai_client(client)
+        with pytest.raises(openai.BadRequestError) as info:
+            await sdk.audio.translations.create(file=audio, model=NAME)
+        assert info.value.body["code"] == "translation_unsupported" and info.value.body["param"] == "model"
+        await sdk.audio.transcriptions.create(file=audio, model=MULTI)  # loads it
+        model = app.state.flexserv.registry.model_if_loaded(MULTI)
+        assert isinstance(model, TransformersWhisperModel) and model.multilingual and model.can_translate
+        spy = PipelineSpy(model._pipe)
+        model._pipe = spy
+        result = await sdk.audio.translations.create(file=audio, model=MULTI, response_format="verbose_json")
+        assert result.task == "translate" and isinstance(result.text, str)
+        assert abs(result.duration - 3.73) < 0.1
+        assert spy.calls[-1]["generate_kwargs"]["task"] == "translate"
+        german = await sdk.audio.transcriptions.create(file=audio, model=MULTI, language="de")
+        assert isinstance(german.text, str)
+        assert spy.calls[-1]["generate_kwargs"] == {"task": "transcribe", "language": "de"}
+        r = await client.post("/v1/audio/translations", files={"file": audio}, data={"model": MULTI, "language": "de"})
+        assert r.status_code == 200  # 'language' is not a translation field: dropped like any unknown field
+
+
+async def test_transformers_word_timestamps_and_stream(multilingual_whisper_dir: Path) -> None:
+    from flexserv_core.testing import make_app, openai_client, running_app_client
+
+    app = make_app(["audio", "whisper"], settings={"model": [f"transcription:{MULTI}={multilingual_whisper_dir}"]})
+    audio = ("speech.ogg", (DATA / "speech.ogg").read_bytes())
+    async with running_app_client(app) as client:
+        sdk = openai_client(client)
+        result = await sdk.audio.transcriptions.create(
+            file=audio, model=MULTI, language="en", response_format="verbose_json", timestamp_granularities=["word"]
+        )
+        assert result.words is not None and result.segments is None
+        assert all(0 <= w.start <= w.end <= result.duration for w in result.words)
+        assert all(a.start <= b.start for a, b in itertools.pairwise(result.words))
+        plain = await sdk.audio.transcriptions.create(file=audio, model=MULTI, language="en")
+        stream = await sdk.audio.transcriptions.create(file=audio, model=MULTI, language="en", stream=True)
+        events = [event async for event in stream]
+        assert events[-1].type == "transcript.text.done" and events[-1].text == plain.text
+        assert "".join(e.delta for e in events[:-1]) == plain.text

@@ -58,3 +58,18 @@ def test_language_checks() -> None:
     assert info.value.param == "language"
     with pytest.raises(InvalidRequest):
         check_language("xx-nope", multilingual=True, languages=langs)
+
+
+async def test_embedded_default_answers_to_whisper_1_unless_configuration_takes_it(tmp_path: Path) -> None:
+    from flexserv_whisper.plugin import OPENAI_MODEL_NAME
+
+    from flexserv_core.testing import app_client
+
+    server = make_app(["whisper"]).state.flexserv
+    assert server.catalog.resolve(OPENAI_MODEL_NAME, ModelKind.TRANSCRIPTION).name == DEFAULT_MODEL_NAME
+    app = make_app(["whisper"], settings={"model": [f"transcription:big={tmp_path}"], "model_alias": ["whisper-1=big"]})
+    assert app.state.flexserv.catalog.resolve(OPENAI_MODEL_NAME, ModelKind.TRANSCRIPTION).name == "big"
+    async with app_client(app) as client:
+        listed = [(m["id"], m["root"]) for m in (await client.get("/v1/models")).json()["data"]]
+    assert listed.count((OPENAI_MODEL_NAME, "big")) == 1 and (OPENAI_MODEL_NAME, DEFAULT_MODEL_NAME) not in listed
+    assert (DEFAULT_MODEL_NAME, DEFAULT_MODEL_NAME) in listed

@@ -49,14 +49,18 @@ class PagedEngine:
         dtype = next(model.parameters()).dtype
         device = next(model.parameters()).device
         per_block = PagedKVCache.bytes_per_block(
-            num_layers=num_layers, block_size=s.kv_block_size, kv_heads=kv_heads, head_dim=head_dim, dtype=dtype
+            num_layers=num_layers,
+            block_size=s.transformers_kv_block_size,
+            kv_heads=kv_heads,
+            head_dim=head_dim,
+            dtype=dtype,
         )
         self.context_length: int = context_length or int(getattr(model.config, "max_position_embeddings", 1 << 30))
-        num_blocks = s.kv_cache_blocks or self._auto_blocks(per_block, device)
+        num_blocks = s.transformers_kv_cache_blocks or self._auto_blocks(per_block, device)
         cache = PagedKVCache(
             num_layers=num_layers,
             num_blocks=num_blocks,
-            block_size=s.kv_block_size,
+            block_size=s.transformers_kv_block_size,
             kv_heads=kv_heads,
             head_dim=head_dim,
             dtype=dtype,
@@ -65,9 +69,13 @@ class PagedEngine:
         self.device = str(device)
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.eos_token_ids = frozenset(eos_token_ids)
-        self.block_manager = BlockManager(num_blocks, s.kv_block_size, enable_prefix_caching=s.prefix_caching)
+        self.block_manager = BlockManager(
+            num_blocks, s.transformers_kv_block_size, enable_prefix_caching=s.transformers_prefix_caching
+        )
         self.scheduler = Scheduler(
-            self.block_manager, max_batch_size=s.max_batch_size, max_batch_tokens=s.max_batch_tokens
+            self.block_manager,
+            max_batch_size=s.transformers_max_batch_size,
+            max_batch_tokens=s.transformers_max_batch_tokens,
         )
         self.runner = ModelRunner(model, cache)
         self._inbox: list[Sequence] = []
@@ -82,13 +90,13 @@ class PagedEngine:
         self._thread.start()
 
     def _auto_blocks(self, per_block: int, device: torch.device) -> int:
-        """Blocks for ``kv_cache_memory`` MiB; when it is 0, the device's default,
-        but no more than a full batch of full-context sequences needs."""
+        """Blocks for ``transformers_kv_cache_memory`` MiB; when it is 0, the device's
+        default, but no more than a full batch of full-context sequences needs."""
         s = self.settings
-        if s.kv_cache_memory:
-            return max(1, int(s.kv_cache_memory * 2**20 // per_block))
+        if s.transformers_kv_cache_memory:
+            return max(1, int(s.transformers_kv_cache_memory * 2**20 // per_block))
         budget = CPU_KV_CACHE_MIB if device.type == "cpu" else GPU_KV_CACHE_MIB
-        most = s.max_batch_size * -(-self.context_length // s.kv_block_size)
+        most = s.transformers_max_batch_size * -(-self.context_length // s.transformers_kv_block_size)
         return max(1, min(int(budget * 2**20 // per_block), most))
 
     # --- event-loop side ------------------------------------------------------------
@@ -115,7 +123,7 @@ class PagedEngine:
             vocab_size=self.vocab_size,
             device=self.device,
         )
-        limit = self.settings.max_batch_size + self.settings.max_queued_requests
+        limit = self.settings.transformers_max_batch_size + self.settings.transformers_max_queued_requests
         with self._wake:
             if self._closed:
                 raise ServiceUnavailable("The engine is shut down.")
@@ -131,7 +139,7 @@ class PagedEngine:
 
     def _retry_after(self) -> float:
         per_step = self._step_time / self._steps if self._steps else 0.05
-        return max(1.0, per_step * self.settings.max_batch_size)
+        return max(1.0, per_step * self.settings.transformers_max_batch_size)
 
     def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncGenerator[EngineToken, None]:
         """Submit now (call it on the event loop) and stream outputs for ``prompt_ids``; the last one has ``finish_reason`` set.
@@ -273,7 +281,7 @@ class PagedEngine:
 
 
 def create_engine(engine_model: EngineModel, settings: Any) -> PagedEngine:
-    """The factory ``--engine paged`` names (see ``engine_api``)."""
+    """The factory ``--transformers-engine paged`` names (see ``engine_api``)."""
     try:
         engine_settings = settings.get(EngineSettings)
     except (KeyError, LookupError):

@@ -39,7 +39,7 @@ class PagedKVCache:
     prefix cache keeping freed blocks, a lazily touched pool grows towards its
     whole budget under traffic (RSS +20% over the first thousand requests), while
     a pre-touched one holds memory flat from the first request. The budget is
-    therefore sized to be resident (``EngineSettings.kv_cache_memory``).
+    therefore sized to be resident (``EngineSettings.transformers_kv_cache_memory``).
     """
 
     def __init__(

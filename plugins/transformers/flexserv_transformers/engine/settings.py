@@ -16,24 +16,32 @@ GPU_KV_CACHE_MIB = 8192.0
 class EngineSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Batching limits and KV-cache budget of the paged engine."""
 
-    max_batch_size: Annotated[int, msgspec.Meta(description="Most sequences decoded together in one step.", ge=1)] = 32
-    max_batch_tokens: Annotated[
+    transformers_max_batch_size: Annotated[
+        int, msgspec.Meta(description="Most sequences decoded together in one step.", ge=1)
+    ] = 32
+    transformers_max_batch_tokens: Annotated[
         int, msgspec.Meta(description="Most new tokens (prefill chunks plus decodes) computed in one step.", ge=16)
     ] = 512
-    max_queued_requests: Annotated[
+    transformers_max_queued_requests: Annotated[
         int,
         msgspec.Meta(description="Requests allowed to wait beyond a full batch; more get 429 with Retry-After.", ge=0),
     ] = 256
-    kv_cache_memory: Annotated[
+    transformers_kv_cache_memory: Annotated[
         float,
         msgspec.Meta(
             description="KV-cache budget in MiB, allocated and touched in full at load so memory stays flat under "
             f"traffic; 0: {CPU_KV_CACHE_MIB:.0f} on CPU, {GPU_KV_CACHE_MIB:.0f} on a GPU.",
             ge=0,
+            extra={"metavar": "MIB"},
         ),
     ] = 0.0
-    kv_cache_blocks: Annotated[
-        int, msgspec.Meta(description="KV-cache size in blocks; overrides --kv-cache-memory unless 0.", ge=0)
+    transformers_kv_cache_blocks: Annotated[
+        int,
+        msgspec.Meta(description="KV-cache size in blocks; overrides --transformers-kv-cache-memory unless 0.", ge=0),
     ] = 0
-    kv_block_size: Annotated[int, msgspec.Meta(description="Tokens per KV-cache block.", ge=1, le=1024)] = 16
-    prefix_caching: Annotated[bool, msgspec.Meta(description="Reuse KV blocks of shared prompt prefixes.")] = True
+    transformers_kv_block_size: Annotated[
+        int, msgspec.Meta(description="Tokens per KV-cache block.", ge=1, le=1024)
+    ] = 16
+    transformers_prefix_caching: Annotated[
+        bool, msgspec.Meta(description="Reuse KV blocks of shared prompt prefixes.")
+    ] = True

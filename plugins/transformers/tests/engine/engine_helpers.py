@@ -28,7 +28,9 @@ def chat_prompt(tokenizer: Any, user: str, system: str | None = None) -> list[in
 
 
 def make_engine(model: Any, tokenizer: Any, **settings: Any) -> PagedEngine:
-    return PagedEngine(model, settings=EngineSettings(**settings), eos_token_ids={tokenizer.eos_token_id})
+    """An engine with ``EngineSettings`` given without their ``transformers_`` prefix."""
+    prefixed = {f"transformers_{name}": value for name, value in settings.items()}
+    return PagedEngine(model, settings=EngineSettings(**prefixed), eos_token_ids={tokenizer.eos_token_id})
 
 
 async def greedy(engine: PagedEngine, prompt: list[int], max_tokens: int) -> list[int]:

@@ -40,12 +40,12 @@ def test_the_automatic_budget_on_cpu():
     finally:
         engine.close()
     # A short one: a full batch of full-context sequences (32 x 64 tokens) is all it can use.
-    engine = PagedEngine(model, settings=EngineSettings(max_batch_size=32))
+    engine = PagedEngine(model, settings=EngineSettings(transformers_max_batch_size=32))
     try:
         assert engine.stats()["kv_cache"]["total_blocks"] == 32 * 64 // 16
     finally:
         engine.close()
-    engine = PagedEngine(model, settings=EngineSettings(kv_cache_memory=1))
+    engine = PagedEngine(model, settings=EngineSettings(transformers_kv_cache_memory=1))
     try:
         assert engine.stats()["kv_cache"]["total_blocks"] == MiB // per_block
     finally:

@@ -1,0 +1,112 @@
+"""``POST /tokenize`` and ``POST /detokenize``, in vLLM's shapes, for text models.
+
+A prompt is tokenized as ``/v1/completions`` would (``add_special_tokens``
+defaults to true), chat ``messages`` as ``/v1/chat/completions`` renders them
+(through the model's chat template, ending with the generation prompt). The
+answer carries ``max_model_len`` so a client can budget its request.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from litestar import MediaType, Request, Response, post
+from msgspec import Meta, Struct
+
+from flexserv_core.api.body import parse_body, request_context
+from flexserv_core.api.text_request import chat_messages, chat_template_kwargs
+from flexserv_core.api.text_schemas import ChatMessage, encode
+from flexserv_core.api.text_validation import check_token_ids
+from flexserv_core.backends.base import TextGenerationModel
+from flexserv_core.errors import InvalidRequest
+from flexserv_core.server import FlexServer
+
+TOKENIZE = "/tokenize"
+DETOKENIZE = "/detokenize"
+
+
+class TokenizeRequest(Struct, kw_only=True):
+    """Either ``prompt`` (a completion prompt) or ``messages`` (a chat), not both."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: Annotated[list[ChatMessage], Meta(min_length=1)] | None = None
+    add_special_tokens: bool | None = None
+    add_generation_prompt: bool = True
+    return_token_strs: bool = False
+
+
+class TokenizeResponse(Struct, kw_only=True):
+    count: int
+    max_model_len: int
+    tokens: list[int]
+    token_strs: list[str] | None = None
+
+
+class DetokenizeRequest(Struct, kw_only=True):
+    model: str | None = None
+    tokens: list[int]
+
+
+class DetokenizeResponse(Struct, kw_only=True):
+    prompt: str
+
+
+def _prompt_ids(model: TextGenerationModel, body: TokenizeRequest, template_kwargs: dict[str, Any]) -> list[int]:
+    if (body.prompt is None) == (body.messages is None):
+        raise InvalidRequest("Send exactly one of 'prompt' and 'messages'.", param="prompt")
+    if body.prompt is not None:
+        add = True if body.add_special_tokens is None else body.add_special_tokens
+        return model.tokenize(body.prompt, add_special_tokens=add)
+    assert body.messages is not None
+    if body.add_special_tokens:
+        raise InvalidRequest(
+            "'add_special_tokens' must be false with 'messages': the chat template places the special tokens.",
+            param="add_special_tokens",
+        )
+    if not body.add_generation_prompt:
+        raise InvalidRequest(
+            "'add_generation_prompt' false is not supported: chat prompts end with the generation prompt here.",
+            param="add_generation_prompt",
+        )
+    return model.render_chat(chat_messages(body.messages), template_kwargs)
+
+
+@post(
+    TOKENIZE,
+    status_code=200,
+    summary="Tokenize a prompt or chat messages",
+    opt={"body": TokenizeRequest, "response": TokenizeResponse, "scope": "inference"},
+)
+async def tokenize(request: Request[Any, Any, Any]) -> Response[Any]:
+    context = request_context(request, TOKENIZE)
+    body = await parse_body(request, TokenizeRequest, context)
+    server: FlexServer = request.app.state.flexserv
+    async with server.registry.acquire(body.model, TextGenerationModel) as lease:
+        model = lease.model
+        kwargs = chat_template_kwargs(lease.spec, context) if body.messages is not None else {}
+        ids = _prompt_ids(model, body, kwargs)
+        strs = [model.token_text(t) for t in ids] if body.return_token_strs else None
+        answer = TokenizeResponse(
+            count=len(ids), max_model_len=model.limits.context_length, tokens=ids, token_strs=strs
+        )
+    return Response(content=encode(answer), media_type=MediaType.JSON)
+
+
+@post(
+    DETOKENIZE,
+    status_code=200,
+    summary="Detokenize token ids",
+    opt={"body": DetokenizeRequest, "response": DetokenizeResponse, "scope": "inference"},
+)
+async def detokenize(request: Request[Any, Any, Any]) -> Response[Any]:
+    context = request_context(request, DETOKENIZE)
+    body = await parse_body(request, DetokenizeRequest, context)
+    server: FlexServer = request.app.state.flexserv
+    async with server.registry.acquire(body.model, TextGenerationModel) as lease:
+        ids = check_token_ids(lease.model.limits, body.tokens, "tokens")
+        text = lease.model.decode(ids)
+    return Response(content=encode(DetokenizeResponse(prompt=text)), media_type=MediaType.JSON)
+
+
+ROUTES = [tokenize, detokenize]

@@ -1,0 +1,81 @@
+"""Streamed transcription with the embedded tiny.en over a real socket: segments
+are sent as faster-whisper decodes them, and closing the stream stops the decode."""
+
+from __future__ import annotations
+
+import io
+import wave
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from flexserv_whisper.faster import FasterWhisperModel
+from flexserv_whisper.plugin import DEFAULT_MODEL_NAME
+
+from flexserv_core.testing import ServedApp, make_app
+
+pytestmark = pytest.mark.slow
+
+DATA = Path(__file__).resolve().parents[3] / "tests" / "data"
+#: Repeats of the 3.7 s sentence, each followed by 11 s of silence: about 88 s,
+#: three of Whisper's 30 s windows with two sentences each. (Denser repeats make a
+#: window's text compress so well that Whisper falls back to sampling, which
+#: varies from run to run.)
+REPEATS = 6
+SILENCE_SECONDS = 11
+
+
+def long_speech() -> bytes:
+    with wave.open(str(DATA / "speech.wav")) as source:
+        params = source.getparams()
+        frames = source.readframes(params.nframes)
+    silence = b"\x00" * (params.framerate * params.sampwidth * SILENCE_SECONDS)
+    out = io.BytesIO()
+    with wave.open(out, "wb") as sink:
+        sink.setparams(params)
+        sink.writeframes((frames + silence) * REPEATS)
+    return out.getvalue()
+
+
+def spy_on_segments(model: FasterWhisperModel) -> list[float]:
+    """Record the end of each segment the worker takes from faster-whisper."""
+    ends: list[float] = []
+    decode = model._decode
+
+    def spying(audio: Any, request: Any) -> Any:
+        decoded = decode(audio, request)
+        pieces = decoded.pieces
+
+        def counted() -> Any:
+            for piece in pieces:
+                ends.append(piece[0].end)
+                yield piece
+
+        decoded.pieces = counted()
+        return decoded
+
+    model._decode = spying  # type: ignore[method-assign]
+    return ends
+
+
+def test_closing_a_stream_stops_the_decode() -> None:
+    app = make_app(["audio", "whisper"])
+    audio = ("long.wav", long_speech())
+    short = ("speech.ogg", (DATA / "speech.ogg").read_bytes())
+    with ServedApp(app) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=120)
+        client.audio.transcriptions.create(file=short, model=DEFAULT_MODEL_NAME)  # loads the model
+        model = app.state.flexserv.registry.model_if_loaded(DEFAULT_MODEL_NAME)
+        assert isinstance(model, FasterWhisperModel)
+        ends = spy_on_segments(model)
+        full = client.audio.transcriptions.create(file=audio, model=DEFAULT_MODEL_NAME)
+        assert ends[-1] > 60 and full.text.lower().count("weekly report") >= REPEATS - 1
+        ends.clear()
+        stream = client.audio.transcriptions.create(file=audio, model=DEFAULT_MODEL_NAME, stream=True)
+        first = next(iter(stream))
+        assert first.type == "transcript.text.delta" and full.text.startswith(first.delta)
+        stream.close()
+        client.audio.transcriptions.create(file=short, model=DEFAULT_MODEL_NAME)  # queued behind the stream's decode
+    # the first window's segments were streamed; the decode stopped before the last window
+    assert ends and ends[-1] < 60, ends

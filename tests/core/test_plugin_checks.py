@@ -1,0 +1,231 @@
+"""Start-up checks on plugins, with real (throwaway) distributions found through
+their entry points in this process: hook-like functions that could never be
+called, wrong return types of collect hooks, settings clashes, and ``-p``
+selection. Each error names the plugin and its distribution."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from flexserv_core import hooks
+from flexserv_core.app import create_app
+from flexserv_core.errors import PluginHookError, PluginLoadError, PluginNotInstalled, UsageError
+from flexserv_core.plugin_manager import PluginStatus, create_plugin_manager
+from flexserv_core.settings import resolve_settings
+from flexserv_core.testing.app import make_settings
+from flexserv_core.testing.process import write_distribution
+
+HEADER = "import msgspec\nimport pluggy\nfrom typing import Annotated\nfrom flexserv_core import hookimpl\n\n"
+Install = Callable[..., str]
+
+
+@pytest.fixture
+def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Install]:
+    """Put a distribution with one ``flexserv`` entry point on ``sys.path``; return
+    its module's name (unique, so no test sees another's module)."""
+    modules: list[str] = []
+
+    def make(ep_name: str, source: str, dist: str | None = None) -> str:
+        module = f"fs_{ep_name.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
+        dist = dist or f"flexserv-{ep_name}"
+        root = write_distribution(tmp_path / module, dist, ep_name, module, HEADER + source)
+        monkeypatch.syspath_prepend(str(root))
+        modules.append(module)
+        return module
+
+    yield make
+    for module in modules:
+        sys.modules.pop(module, None)
+
+
+def only(*names: str) -> dict[str, str]:
+    return {"FLEXSERV_PLUGINS": ",".join(names)}
+
+
+# --- hook-like functions that could never be called -----------------------------------
+
+NEVER_CALLED = {
+    "no marker": (
+        "def flexserv_health(server):\n    return {'x': 1}\n",
+        "flexserv_health has no @hookimpl marker, so it would never be called",
+    ),
+    "marked without the prefix": (
+        "@hookimpl\ndef health(server):\n    return {'x': 1}\n",
+        "health is marked @hookimpl but 'health' is not a FlexServ hook, so it would never be called",
+    ),
+    "another project's marker": (
+        "other = pluggy.HookimplMarker('flexserve')\n\n@other\ndef flexserv_health(server):\n    return {}\n",
+        "flexserv_health is marked with a hookimpl marker of project 'flexserve', not 'flexserv'",
+    ),
+    "unknown flexserv_ hook": (
+        "@hookimpl\ndef flexserv_helth(server):\n    return {}\n",
+        "unknown hook 'flexserv_helth'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", NEVER_CALLED)
+def test_a_hook_that_could_never_be_called_stops_start_up(install: Install, case: str) -> None:
+    source, message = NEVER_CALLED[case]
+    install("sloppy", source)
+    with pytest.raises(PluginLoadError) as info:
+        create_plugin_manager(env=only("sloppy"))
+    text = str(info.value)
+    assert 'Error loading plugin "sloppy" (distribution flexserv-sloppy)' in text
+    assert message in text
+    assert "-p no:sloppy" in text
+    listed = create_plugin_manager(env=only("sloppy"), strict=False).infos["sloppy"]
+    assert listed.status is PluginStatus.FAILED and message in (listed.error or "")
+
+
+def test_a_plugin_may_also_implement_another_projects_hooks(install: Install) -> None:
+    source = (
+        "pytest_impl = pluggy.HookimplMarker('pytest')\n\n"
+        "@pytest_impl\ndef pytest_configure(config):\n    pass\n\n"
+        "@hookimpl\ndef flexserv_health(server):\n    return {'both': True}\n"
+    )
+    install("both", source)
+    pm = create_plugin_manager(env=only("both"))
+    assert pm.infos["both"].hooks == ["flexserv_health"]
+
+
+# --- wrong return types of collect hooks -----------------------------------------------
+
+WRONG_RETURNS = {
+    "flexserv_register_routes": (
+        "from litestar import get\n\n@get('/x')\nasync def x() -> str:\n    return 'x'\n\n"
+        "@hookimpl\ndef flexserv_register_routes(settings):\n    return x\n",
+        "returned <",
+        "expected a list",
+    ),
+    "flexserv_register_backends": (
+        "@hookimpl\ndef flexserv_register_backends(settings):\n    return [object()]\n",
+        "returned <object object",
+        "expected Backend items",
+    ),
+    "flexserv_default_models": (
+        "@hookimpl\ndef flexserv_default_models(settings):\n    return ['text:m=/m']\n",
+        "returned 'text:m=/m'",
+        "expected ModelSpec items",
+    ),
+}
+
+
+@pytest.mark.parametrize("hook", WRONG_RETURNS)
+def test_a_collect_hook_returning_the_wrong_type_names_plugin_and_distribution(install: Install, hook: str) -> None:
+    source, returned, expected = WRONG_RETURNS[hook]
+    install("wrong", source)
+    pm = create_plugin_manager(env=only("wrong"))
+    with pytest.raises(PluginHookError) as info:
+        create_app(make_settings(pm), pm)
+    text = str(info.value)
+    assert f'Plugin "wrong" (distribution flexserv-wrong) failed in {hook}: {returned}' in text
+    assert expected in text
+
+
+def test_add_settings_returning_a_non_struct_names_plugin_and_distribution(install: Install) -> None:
+    install("wrong", "@hookimpl\ndef flexserv_add_settings():\n    return {'wrong_x': 1}\n")
+    pm = create_plugin_manager(env=only("wrong"))
+    with pytest.raises(PluginHookError, match=r"distribution flexserv-wrong\) failed in flexserv_add_settings: "):
+        hooks.settings_structs(pm)
+
+
+# --- settings that clash ---------------------------------------------------------------
+
+
+def settings_source(struct: str, field: str, extra: str = "") -> str:
+    return (
+        f"class {struct}(msgspec.Struct, kw_only=True):\n"
+        f"    {field}: Annotated[int, msgspec.Meta(description='x'{extra})] = 1\n\n"
+        f"@hookimpl\ndef flexserv_add_settings():\n    return {struct}\n"
+    )
+
+
+def test_a_setting_named_like_a_core_setting_names_the_plugin(install: Install) -> None:
+    install("porty", settings_source("PortySettings", "port"))
+    pm = create_plugin_manager(env=only("porty"))
+    with pytest.raises(PluginLoadError) as info:
+        hooks.settings_structs(pm)
+    text = str(info.value)
+    assert 'plugin "porty" (distribution flexserv-porty)' in text
+    assert "setting 'port' clashes with the core's setting" in text
+    assert "porty_port" in text  # the suggested prefixed name
+
+
+def test_an_alias_clashing_with_a_core_setting_is_an_error_too(install: Install) -> None:
+    install("aliased", settings_source("AliasedSettings", "aliased_host", ", extra={'aliases': ['host']}"))
+    with pytest.raises(PluginLoadError, match=r"setting 'host' \(alias of 'aliased_host'\) clashes with the core's"):
+        hooks.settings_structs(create_plugin_manager(env=only("aliased")))
+
+
+def test_two_plugins_declaring_one_setting_names_both(install: Install) -> None:
+    install("alpha", settings_source("AlphaSettings", "shared_limit"))
+    install("beta", settings_source("BetaSettings", "shared_limit"))
+    pm = create_plugin_manager(env=only("alpha", "beta"))
+    with pytest.raises(PluginLoadError) as info:
+        hooks.settings_structs(pm)
+    text = str(info.value)
+    # beta registered last runs first: alpha, met second, is the one refused
+    assert 'plugin "alpha" (distribution flexserv-alpha)' in text
+    assert 'clashes with plugin "beta"\'s (distribution flexserv-beta) setting' in text
+
+
+# --- selection -------------------------------------------------------------------------
+
+
+def test_dotted_module_of_an_installed_plugin_registers_it_once(install: Install) -> None:
+    module = install("dotted", "@hookimpl\ndef flexserv_health(server):\n    return {'dotted': True}\n")
+    pm = create_plugin_manager([module], env=only("dotted"))
+    assert [name for name in pm.loaded_names() if name in ("dotted", module)] == ["dotted"]
+    assert pm.infos["dotted"].distribution == "flexserv-dotted"
+    # autoload off: -p with the module alone loads the plugin under its entry-point name
+    pm = create_plugin_manager([module], env={"FLEXSERV_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    assert "dotted" in pm.infos and module not in pm.infos
+    # and blocking by module blocks the plugin
+    pm = create_plugin_manager([f"no:{module}"], env=only("dotted"))
+    assert pm.infos["dotted"].status is PluginStatus.BLOCKED
+
+
+def test_unknown_plugin_name_says_it_is_not_installed_and_lists_what_is(install: Install) -> None:
+    install("present", "@hookimpl\ndef flexserv_health(server):\n    return {}\n")
+    with pytest.raises(PluginNotInstalled) as info:
+        create_plugin_manager(["nosuchplugin"], env={"FLEXSERV_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    text = str(info.value)
+    assert "plugin 'nosuchplugin' is not installed" in text
+    assert "present" in text.split("Installed plugins:")[1]
+    assert "built in: core, openai" in text
+    assert "not from a distribution" not in text and "no:nosuchplugin" not in text
+
+
+def test_a_dotted_module_that_raises_on_import_is_a_load_error_not_missing(install: Install) -> None:
+    module = install("raises", "import not_a_module_anywhere_xyz\n")
+    with pytest.raises(PluginLoadError, match="No module named 'not_a_module_anywhere_xyz'"):
+        create_plugin_manager([module], env={"FLEXSERV_PLUGINS": ""})
+
+
+def test_blocked_plugins_settings_in_config_and_env_are_ignored_with_one_warning(
+    install: Install, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    install("blocky", settings_source("BlockySettings", "blocky_limit"))
+    pm = create_plugin_manager(["no:blocky"], env=only("blocky"))
+    assert pm.infos["blocky"].status is PluginStatus.BLOCKED
+    config = tmp_path / "flexserv.toml"
+    config.write_text("port = 7100\nblocky_limit = 5\n")
+    env = {"FLEXSERV_BLOCKY_LIMIT": "6", "FLEXSERV_HOST": "127.0.0.2"}
+    with caplog.at_level(logging.WARNING, logger="flexserv_core.settings"):
+        settings = resolve_settings(hooks.settings_structs(pm), cli={}, env=env, config_file=config, blocked=["blocky"])
+    assert (settings.core.port, settings.core.host) == (7100, "127.0.0.2")
+    assert settings.ignored == [("blocky_limit", "config file"), ("FLEXSERV_BLOCKY_LIMIT", "environment")]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "blocky" in warnings[0] and "blocky_limit (config file)" in warnings[0]
+    # a key that belongs to no blocked plugin is still refused
+    config.write_text("blocky_limit = 5\nbloky_typo = 1\n")
+    with pytest.raises(UsageError, match=r"unknown setting\(s\) in config file .*: bloky_typo"):
+        resolve_settings(hooks.settings_structs(pm), cli={}, env={}, config_file=config, blocked=["blocky"])
