@@ -6,6 +6,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+# Each test starts a Python process that imports torch.
+pytestmark = pytest.mark.slow
+
 PROBE = "import os, flexserv_transformers; print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('KMP_BLOCKTIME'))"
 
 

@@ -5,6 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
+# Each test starts a Python process that imports torch.
+pytestmark = pytest.mark.slow
+
 CHECK_DEFAULTS = """
 import sys
 from flexserv_transformers.settings import TransformersSettings, check_settings
