@@ -34,6 +34,7 @@ from flexserv_core.commands import Command, CommandContext
 from flexserv_core.errors import (
     ContextLengthExceeded,
     FlexServError,
+    GatewayTimeout,
     InvalidRequest,
     ModelLoadError,
     ModelNotFound,
@@ -98,6 +99,7 @@ __all__ = [
     "FlexServError",
     "FlexServPluginManager",
     "FlexServer",
+    "GatewayTimeout",
     "GpuInfo",
     "InvalidRequest",
     "Lease",

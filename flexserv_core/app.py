@@ -65,7 +65,13 @@ def build_server(settings: Settings, pm: FlexServPluginManager) -> FlexServer:
         metrics.observe_event(event)
         hooks.model_event(server, event)
 
-    registry = ModelRegistry(catalog, backends, model_timeout=settings.core.model_timeout, on_event=on_event)
+    registry = ModelRegistry(
+        catalog,
+        backends,
+        model_timeout=settings.core.model_timeout,
+        load_timeout=settings.core.load_timeout,
+        on_event=on_event,
+    )
     registry.choice.check(catalog.specs())
     metrics.register([RegistryCollector(registry)])
     hooks.metrics_collectors(pm, settings, metrics.registry.register)

@@ -97,6 +97,14 @@ class ServiceUnavailable(FlexServError):
     default_code = "service_unavailable"
 
 
+class GatewayTimeout(FlexServError):
+    """A request ran past one of its time limits (first token, total)."""
+
+    status_code = 504
+    error_type = "timeout_error"
+    default_code = "timeout"
+
+
 class ModelLoadError(FlexServError):
     """A backend could not load a model; the message says why and what to do."""
 

@@ -21,6 +21,8 @@ class EvictionReason(enum.StrEnum):
     TTL = "ttl"
     OOM = "oom"
     SHUTDOWN = "shutdown"
+    #: The model reported that it can no longer serve (``LoadedModel.failure``).
+    FAILED = "failed"
 
 
 class ModelEvent(msgspec.Struct, kw_only=True, frozen=True):

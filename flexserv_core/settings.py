@@ -124,6 +124,13 @@ class CoreSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     model_timeout: Annotated[
         float, msgspec.Meta(ge=0, description="Unload a model idle this many seconds (0 keeps it forever).")
     ] = 86_400.0
+    load_timeout: Annotated[
+        float,
+        msgspec.Meta(
+            ge=0,
+            description="Seconds a model load (conversion included) may take before it fails with 503 (0: no limit).",
+        ),
+    ] = 1800.0
     block_on_unexpected_fields: Annotated[
         bool, _doc("Reject requests with unknown fields (400) instead of dropping them.")
     ] = False
@@ -138,6 +145,29 @@ class CoreSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             metavar="MODEL",
         ),
     ] = msgspec.field(default_factory=list)
+    queue_timeout: Annotated[
+        float,
+        msgspec.Meta(
+            ge=0,
+            description="Seconds a request may wait in a backend's queue before it starts generating; then 503"
+            " (0 waits forever).",
+        ),
+    ] = 120.0
+    first_token_timeout: Annotated[
+        float,
+        msgspec.Meta(
+            ge=0,
+            description="Seconds from a request's model being ready to its first token; then 504 (0: no limit).",
+        ),
+    ] = 300.0
+    request_timeout: Annotated[
+        float,
+        msgspec.Meta(
+            ge=0,
+            description="Seconds a generation may run in all, from its model being ready; then 504, or an error"
+            " event in a stream (0: no limit).",
+        ),
+    ] = 1800.0
     shutdown_timeout: Annotated[
         float, msgspec.Meta(ge=0, description="Seconds in-flight requests get to finish on shutdown.")
     ] = 10.0

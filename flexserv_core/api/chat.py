@@ -29,6 +29,7 @@ from flexserv_core.api.text_schemas import (
     Usage,
     encode,
 )
+from flexserv_core.api.timeouts import apply_timeouts
 from flexserv_core.backends.base import TextGenerationModel
 from flexserv_core.metrics.text import TextRequestMetrics
 from flexserv_core.request_context import RequestContext
@@ -56,7 +57,7 @@ async def create_chat_completion(request: Request[Any, Any, Any]) -> Response[An
     check_chat_bounds(body, server.settings.core)
     check_messages(body.messages)
     if body.stream:
-        return await sse_response(_stream(server, body, context), server)
+        return await sse_response(_stream(server, body, context), server, request)
     async with (
         TextRequestMetrics(server.metrics) as metrics,
         server.registry.acquire(body.model, TextGenerationModel) as lease,
@@ -64,6 +65,7 @@ async def create_chat_completion(request: Request[Any, Any, Any]) -> Response[An
         metrics.admitted(lease.spec.name)
         model = lease.model
         prompt_ids, jobs = chat_jobs(model, lease.spec, body, context)
+        apply_timeouts(jobs, server.settings.core)
         metrics.start(len(prompt_ids), jobs)
         results = await until_disconnect(request, collect(jobs))
     completion_id = new_id("chatcmpl")
@@ -100,6 +102,7 @@ async def _stream(server: FlexServer, body: ChatCompletionRequest, context: Requ
         metrics.admitted(lease.spec.name)
         model = lease.model
         prompt_ids, jobs = chat_jobs(model, lease.spec, body, context)
+        apply_timeouts(jobs, server.settings.core)
         metrics.start(len(prompt_ids), jobs)
         async with admitted(jobs):  # a refusal (429) must come before the response starts
             yield READY
@@ -135,8 +138,9 @@ async def _chunks(
                     yield chunk(
                         [ChatChunkChoice(index=event.index, delta=ChatDelta(), finish_reason=event.finish_reason)]
                     )
-    except Exception as exc:
+    except Exception as exc:  # the stream has started: the error becomes its last event
         yield error_event(exc)
+        yield DONE
         return
     if body.stream_options is not None and body.stream_options.include_usage:
         usage = Usage(

@@ -18,6 +18,7 @@ from flexserv_core.api.text_generation import ChoiceJob, ChoiceResult, admitted,
 from flexserv_core.api.text_logprobs import completion_logprobs
 from flexserv_core.api.text_request import completion_jobs
 from flexserv_core.api.text_schemas import Completion, CompletionChoice, CompletionRequest, Usage, encode
+from flexserv_core.api.timeouts import apply_timeouts
 from flexserv_core.backends.base import TextGenerationModel
 from flexserv_core.metrics.text import TextRequestMetrics
 from flexserv_core.request_context import RequestContext
@@ -41,7 +42,7 @@ async def create_completion(request: Request[Any, Any, Any]) -> Response[Any]:
     server: FlexServer = request.app.state.flexserv
     check_completion_bounds(body, server.settings.core)
     if body.stream:
-        return await sse_response(_stream(server, body, context), server)
+        return await sse_response(_stream(server, body, context), server, request)
     async with (
         TextRequestMetrics(server.metrics) as metrics,
         server.registry.acquire(body.model, TextGenerationModel) as lease,
@@ -49,6 +50,7 @@ async def create_completion(request: Request[Any, Any, Any]) -> Response[Any]:
         metrics.admitted(lease.spec.name)
         model = lease.model
         prompts, jobs = completion_jobs(model, body, server.settings.core)
+        apply_timeouts(jobs, server.settings.core)
         metrics.start(sum(len(ids) for ids, _ in prompts), jobs)
         results = await until_disconnect(request, collect(jobs))
         echoes = _echoes(model, prompts, body)
@@ -99,6 +101,7 @@ async def _stream(server: FlexServer, body: CompletionRequest, context: RequestC
         metrics.admitted(lease.spec.name)
         model = lease.model
         prompts, jobs = completion_jobs(model, body, server.settings.core)
+        apply_timeouts(jobs, server.settings.core)
         metrics.start(sum(len(ids) for ids, _ in prompts), jobs)
         echoes = _echoes(model, prompts, body)
         async with admitted(jobs):  # a refusal (429) must come before the response starts
@@ -133,8 +136,9 @@ async def _chunks(
                 if event.finish_reason is not None:
                     completion_tokens += event.completion_tokens
                     yield chunk([CompletionChoice(index=event.index, text="", finish_reason=event.finish_reason)])
-    except Exception as exc:
+    except Exception as exc:  # the stream has started: the error becomes its last event
         yield error_event(exc)
+        yield DONE
         return
     if body.stream_options is not None and body.stream_options.include_usage:
         yield chunk([], _usage(prompts, [ChoiceResult(0, completion_tokens=completion_tokens)]))

@@ -17,12 +17,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator
-from typing import Final, cast
+from typing import Any, Final, cast
 
 import msgspec
+from litestar import Request
 from litestar.background_tasks import BackgroundTask
 from litestar.response import Stream
 
+from flexserv_core.api.disconnect import ClientDisconnected, until_disconnect
 from flexserv_core.errors import FlexServError, ServiceUnavailable
 from flexserv_core.server import FlexServer
 from flexserv_core.shutdown import ShutdownNotice, shutdown_notice
@@ -70,13 +72,22 @@ def error_event(exc: BaseException) -> bytes:
     return sse_event(msgspec.json.encode(body))
 
 
-async def sse_response(events: SSEGenerator, server: FlexServer | None = None) -> Stream:
+async def sse_response(
+    events: SSEGenerator, server: FlexServer | None = None, request: Request[Any, Any, Any] | None = None
+) -> Stream:
     """Run ``events`` to :data:`READY` (errors propagate as JSON errors), then stream it.
 
     With ``server``, the stream ends with an error event and ``[DONE]`` if the
     server's shutdown timeout passes while it runs.
     """
-    first = await events.__anext__()
+    if request is None:
+        first = await events.__anext__()
+    else:  # a client gone while its stream waits for admission (a queue slot) frees its place
+        try:
+            first = await until_disconnect(request, events.__anext__())
+        except ClientDisconnected:
+            await events.aclose()
+            raise
     if first is not READY:
         await events.aclose()
         raise RuntimeError("a stream generator must yield READY first")

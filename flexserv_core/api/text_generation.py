@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flexserv_core.api.stop import StopMatcher
+from flexserv_core.api.timeouts import Deadlines, loop_deadline
 from flexserv_core.backends.base import FinishReason, SamplingParams, TextGenerationModel, TokenDelta, TopLogprob
 
 
@@ -38,6 +39,8 @@ class ChoiceJob:
     #: Set by :func:`admit`: the model's token iterator, already past its first delta.
     tokens: AsyncIterator[TokenDelta] | None = None
     first: TokenDelta | None = None
+    #: First-token and total deadlines (see :mod:`.timeouts`); ``None``: no limits.
+    deadlines: Deadlines | None = None
 
 
 @dataclass(slots=True)
@@ -99,8 +102,9 @@ async def run_choice(job: ChoiceJob) -> AsyncGenerator[ChoiceEvent, None]:
     finish: FinishReason | None = None
     stop_event: ChoiceEvent | None = None
     tokens = job.tokens if job.tokens is not None else job.model.generate(job.prompt_ids, job.params)
+    timed = _with_first(job.first, tokens, job.deadlines)
     try:
-        async for delta in _with_first(job.first, tokens):
+        async for delta in timed:
             # finish_reason "stop" marks the end-of-sequence token: not output, not
             # counted; its text is whatever the backend's detokenizer still held.
             sampled: SampledToken | None = None
@@ -124,6 +128,7 @@ async def run_choice(job: ChoiceJob) -> AsyncGenerator[ChoiceEvent, None]:
                 finish = delta.finish_reason
                 break
     finally:
+        await _close(timed)
         await _close(tokens)
     if stop_event is not None:
         stop_event.finish_reason, stop_event.completion_tokens = finish, count
@@ -139,13 +144,41 @@ async def run_choice(job: ChoiceJob) -> AsyncGenerator[ChoiceEvent, None]:
     yield ChoiceEvent(job.index, tail, aligner.release(matcher.released), finish_reason=finish, completion_tokens=count)
 
 
-async def _with_first(first: TokenDelta | None, tokens: AsyncIterator[TokenDelta]) -> AsyncIterator[TokenDelta]:
+async def _with_first(
+    first: TokenDelta | None, tokens: AsyncIterator[TokenDelta], deadlines: Deadlines | None
+) -> AsyncIterator[TokenDelta]:
+    """The delta :func:`admit` already took (if any), then the rest of ``tokens``,
+    each wait bounded by ``deadlines``."""
     if first is not None:
         yield first
         if first.finish_reason is not None:
             return
-    async for delta in tokens:
+    waiting_first = first is None
+    while True:
+        try:
+            delta = await next_within(tokens, deadlines, first=waiting_first)
+        except StopAsyncIteration:
+            return
+        waiting_first = False
         yield delta
+
+
+async def next_within(tokens: AsyncIterator[TokenDelta], deadlines: Deadlines | None, *, first: bool) -> TokenDelta:
+    """The next delta of ``tokens``, waited for until ``deadlines`` say (the
+    first-token one while ``first``). An expiry cancels the wait, which ends the
+    model's iterator and frees its sequence, and raises :class:`GatewayTimeout`."""
+    deadline = deadlines.next_token(first) if deadlines is not None else None
+    if deadline is None:
+        return await anext(tokens)
+    assert deadlines is not None
+    scope = asyncio.timeout_at(loop_deadline(deadline))
+    try:
+        async with scope:
+            return await anext(tokens)
+    except TimeoutError:
+        if scope.expired():
+            raise deadlines.expired(first) from None
+        raise
 
 
 async def _close(iterator: AsyncIterator[Any]) -> None:
@@ -176,7 +209,7 @@ async def admit(jobs: Sequence[ChoiceJob]) -> None:
 async def _first(job: ChoiceJob) -> None:
     assert job.tokens is not None
     try:
-        job.first = await anext(job.tokens)
+        job.first = await next_within(job.tokens, job.deadlines, first=True)
     except StopAsyncIteration:  # no tokens at all: run_choice finishes it as an empty choice
         job.first = None
 

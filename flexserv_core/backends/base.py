@@ -62,6 +62,14 @@ class LoadedModel(abc.ABC):
         """Release weights, caches and threads. Called once, off the event loop,
         after the last request holding the model has finished."""
 
+    @property
+    def failure(self) -> str | None:
+        """Why this model can no longer serve (its engine died), else ``None``.
+
+        The registry replaces a failed model with a fresh load at the next request,
+        and health reports it meanwhile. Read on the event loop: keep it cheap."""
+        return None
+
     def stats(self) -> EngineStats | None:
         """Engine-level numbers for ``/metrics`` (``None``: the model has none).
 
@@ -144,6 +152,10 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     frequency_penalty: float = 0.0
     logprobs: bool = False
     top_logprobs: int = 0
+    #: Seconds the sequence may wait in the backend's queue before its first
+    #: forward pass (``None``: forever). A backend that queues fails it with
+    #: ``ServiceUnavailable(code="queue_timeout")`` after that and frees its place.
+    queue_timeout: float | None = None
 
     @property
     def greedy(self) -> bool:

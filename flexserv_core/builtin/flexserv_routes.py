@@ -69,10 +69,13 @@ def _planned(server: FlexServer, spec: ModelSpec) -> dict[str, Any]:
     summary="Backend health (readiness)",
 )
 async def health(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
-    """200 once every ``--preload`` model is ready; 503 while one loads or after one failed."""
+    """200 once every ``--preload`` model is ready; 503 while one loads, after one failed,
+    or while a resident model reports it can no longer serve (until a request replaces it)."""
     server = server_of(request)
     preloader = server.preloader
-    status = "ok" if preloader.ready else ("error" if preloader.failed else "loading")
+    broken = server.registry.failed()
+    ready = preloader.ready and not broken
+    status = "ok" if ready else ("error" if preloader.failed or broken else "loading")
     body: dict[str, Any] = {
         "status": status,
         "version": __version__,
@@ -85,8 +88,10 @@ async def health(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     }
     if preloader.failed:
         body["error"] = "preload failed for " + ", ".join(f"'{s.model_id}': {s.error}" for s in preloader.failed)
+    if broken:  # its engine died: health must not say ok while it cannot serve
+        body["error"] = "; ".join([*filter(None, [body.get("error")]), *(f"'{n}': {why}" for n, why in broken)])
     body.update(hooks.health(server))
-    return Response(body, status_code=200 if preloader.ready else 503)
+    return Response(body, status_code=200 if ready else 503)
 
 
 @get("/v1/flexserv/info", summary="Configuration and plugins", opt={"response": ServerInfo, "scope": "operations"})

@@ -163,7 +163,7 @@ class ServerMetrics:
         )
         self.model_evictions = Counter(
             f"{PREFIX}model_evictions",
-            "Models evicted by the server, by reason (ttl, oom).",
+            "Models evicted by the server, by reason (ttl, oom, failed: its engine died).",
             [MODEL, "kind", "reason"],
             registry=r,
         )

@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 EventSink = Callable[[ModelEvent], None]
+#: Reasons reported as an eviction (the server's decision), not an unload.
+_EVICTIONS = (EvictionReason.TTL, EvictionReason.OOM, EvictionReason.FAILED)
 
 
 class ModelState(enum.StrEnum):
@@ -111,12 +113,14 @@ class ModelRegistry:
         backends: Sequence[Backend | RegisteredBackend],
         *,
         model_timeout: float = 0.0,
+        load_timeout: float = 0.0,
         on_event: EventSink | None = None,
     ) -> None:
         self.catalog = catalog
         self.choice = BackendChoice(backends)
         self.backends = self.choice.backends
         self.model_timeout = model_timeout
+        self.load_timeout = load_timeout
         self._on_event = on_event or (lambda event: None)
         self._entries: dict[str, _Entry] = {}
         self._detached: set[_Entry] = set()
@@ -184,6 +188,9 @@ class ModelRegistry:
         """
         spec = self.catalog.resolve(model_id, model_type.kind)
         entry = self._entries.get(spec.name)
+        if entry is not None:
+            self._replace_if_failed(entry)
+            entry = self._entries.get(spec.name)
         if entry is None:
             entry = self._start_load(spec)
         entry.active += 1
@@ -205,6 +212,22 @@ class ModelRegistry:
             entry.touch()
             if entry.active == 0 and entry.detached and entry.state is not ModelState.LOADING:
                 self._spawn(self._finalize(entry))
+
+    def failed(self) -> list[tuple[str, str]]:
+        """``(name, why)`` of resident models that report they can no longer serve."""
+        out = []
+        for entry in self._entries.values():
+            failure = entry.model.failure if entry.state is ModelState.READY and entry.model else None
+            if failure:
+                out.append((entry.spec.name, failure))
+        return out
+
+    def _replace_if_failed(self, entry: _Entry) -> None:
+        """Detach a resident model whose engine died, so this request loads a fresh one."""
+        failure = entry.model.failure if entry.state is ModelState.READY and entry.model else None
+        if failure:
+            log.error("model '%s' can no longer serve (%s): loading a fresh copy", entry.spec.name, failure)
+            self._detach(entry, EvictionReason.FAILED, failure)
 
     async def ensure_loaded(self, spec: ModelSpec) -> None:
         """Load ``spec`` unless it is resident (sharing a load in progress) and wait
@@ -231,7 +254,7 @@ class ModelRegistry:
         started = time.perf_counter()
         log.info("loading %s model '%s' from %s with backend %s", spec.kind, spec.name, spec.source, backend.name)
         try:
-            model = await asyncio.to_thread(backend.load, spec, _progress_logger(spec.name))
+            model = await self._load_bounded(backend, spec)
         except BaseException as exc:
             entry.state = ModelState.UNLOADED
             if self._entries.get(spec.name) is entry:
@@ -262,6 +285,28 @@ class ModelRegistry:
             entry.state = ModelState.READY
             self._emit(ModelEventType.LOADED, entry, seconds=seconds)
         return model
+
+    async def _load_bounded(self, backend: Backend, spec: ModelSpec) -> LoadedModel:
+        """``backend.load`` in a worker thread, bounded by ``load_timeout``. A thread
+        cannot be stopped: a load that ends after its timeout is unloaded at once."""
+        work = asyncio.ensure_future(asyncio.to_thread(backend.load, spec, _progress_logger(spec.name)))
+        if self.load_timeout <= 0:
+            return await work
+        try:
+            return await asyncio.wait_for(asyncio.shield(work), self.load_timeout)
+        except TimeoutError:
+            work.add_done_callback(lambda done: self._discard_late_load(spec.name, done))
+            raise ModelLoadError(
+                f"Loading model '{spec.name}' did not finish within load_timeout ({self.load_timeout:g} s);"
+                " the next request tries again.",
+                code="model_load_timeout",
+            ) from None
+
+    def _discard_late_load(self, name: str, done: asyncio.Future[LoadedModel]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            return
+        log.warning("model '%s' finished loading after its load_timeout: unloading it", name)
+        self._spawn(asyncio.to_thread(done.result().unload))
 
     # -- unloading ------------------------------------------------------------------
 
@@ -305,7 +350,7 @@ class ModelRegistry:
             log.log(
                 level,
                 "%s model '%s' (reason %s, %d active request(s))%s",
-                "evicting" if reason in (EvictionReason.TTL, EvictionReason.OOM) else "unloading",
+                "evicting" if reason in _EVICTIONS else "unloading",
                 name,
                 reason.value,
                 entry.active,
@@ -313,9 +358,7 @@ class ModelRegistry:
             )
             if entry.active == 0:
                 self._spawn(self._finalize(entry))
-        event = (
-            ModelEventType.EVICTED if reason in (EvictionReason.TTL, EvictionReason.OOM) else ModelEventType.UNLOADED
-        )
+        event = ModelEventType.EVICTED if reason in _EVICTIONS else ModelEventType.UNLOADED
         self._emit(event, entry, reason=reason, detail=detail)
         return result
 

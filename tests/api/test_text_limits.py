@@ -79,6 +79,13 @@ async def test_at_the_limits_is_accepted(flexserv_client: Any, fake: FakeBackend
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 1
 
 
+async def test_token_ids_at_both_ends_of_the_vocabulary_are_accepted(flexserv_client: Any) -> None:
+    # 0 and vocab_size - 1 are valid ids (a mutation run found no test pinning the lower bound)
+    r = await flexserv_client.post(COMPLETIONS, json={"prompt": [0, 0x10FFFF], "max_tokens": 1})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["prompt_tokens"] == 2
+
+
 async def test_default_max_tokens_is_capped_by_what_is_left(flexserv_client: Any, fake: FakeBackendPlugin) -> None:
     r = await flexserv_client.post(CHAT, json={"messages": USER})
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 8  # default_max_tokens

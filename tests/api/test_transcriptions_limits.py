@@ -47,11 +47,23 @@ def assert_413(r: Any) -> None:
     assert str(LIMIT) in error["message"] and "--max-audio-bytes" in error["message"]
 
 
-async def test_oversized_upload_with_content_length_is_413(limited_client: Any) -> None:
+async def test_oversized_content_length_is_413_before_the_body_is_read(limited_client: Any) -> None:
+    body, content_type = multipart(bytes(50 * LIMIT))
+    sent = 0
+
+    async def chunks() -> AsyncIterator[bytes]:
+        nonlocal sent
+        for start in range(0, len(body), 1024):
+            sent += 1
+            yield body[start : start + 1024]
+
     r = await limited_client.post(
-        "/v1/audio/transcriptions", files={"file": ("speech.wav", (DATA / "speech.wav").read_bytes(), "audio/wav")}
+        "/v1/audio/transcriptions",
+        content=chunks(),
+        headers={"content-type": content_type, "content-length": str(len(body))},
     )
     assert_413(r)
+    assert sent <= 1, f"the server read {sent} chunks of a body its Content-Length already ruled out"
 
 
 async def test_oversized_chunked_upload_is_413_without_reading_it_all(limited_client: Any) -> None:

@@ -55,6 +55,18 @@ async def test_wrong_type_names_param(flexserv_client) -> None:
     assert assert_openai_error(r, 400)["param"] == "model_id"
 
 
-async def test_unknown_model_in_models_route(flexserv_client) -> None:
-    error = assert_openai_error(await flexserv_client.get("/v1/models/../../etc/passwd"), 404)
-    assert error["code"] in ("model_not_found", "not_found")
+async def test_path_traversal_model_id_reaches_the_models_route_and_is_not_found(flexserv_client) -> None:
+    # percent-encoded, so the client does not collapse the dots: the route gets the id itself
+    r = await flexserv_client.get("/v1/models/..%2F..%2Fetc%2Fpasswd")
+    assert r.request.url.raw_path == b"/v1/models/..%2F..%2Fetc%2Fpasswd"
+    error = assert_openai_error(r, 404)
+    assert error["code"] == "model_not_found" and error["param"] == "model"
+    assert "'../../etc/passwd'" in error["message"]
+
+
+async def test_dot_segments_are_resolved_before_routing(flexserv_client) -> None:
+    # an unencoded ../ never reaches /v1/models: the URL is /etc/passwd, an unknown route
+    r = await flexserv_client.get("/v1/models/../../etc/passwd")
+    assert r.request.url.raw_path == b"/etc/passwd"
+    error = assert_openai_error(r, 404)
+    assert error["code"] == "not_found" and "GET /etc/passwd" in error["message"]

@@ -42,6 +42,15 @@ async def _hold(server: Any, release: asyncio.Event, started: asyncio.Event | No
         return lease.model
 
 
+async def until(predicate: Any, timeout: float = 10.0) -> None:
+    """Poll a condition another task or thread brings about (no event to wait on)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.005)
+
+
 async def test_concurrent_first_requests_share_one_load() -> None:
     fake = FakeBackendPlugin(load_delay=0.3)
     app = make_app([fake])
@@ -62,8 +71,7 @@ async def test_unload_during_load_is_honoured_when_the_load_ends() -> None:
         server = app.state.flexserv
         release = asyncio.Event()
         holder = asyncio.create_task(_hold(server, release))
-        await asyncio.sleep(0.1)
-        assert server.registry.state_of("fake-model") is ModelState.LOADING
+        await until(lambda: server.registry.state_of("fake-model") is ModelState.LOADING)
         body = (await client.post("/v1/flexserv/models/unload", json={"model_id": "fake-model"})).json()
         assert body["unloaded"] == [
             {"model_id": "fake-model", "was_loaded": False, "had_active_requests": True, "pending": True}
@@ -97,8 +105,7 @@ async def test_unload_while_in_use_lets_the_request_finish_then_reloads() -> Non
         assert not first.unloaded, "freed while a request still held it"
         release.set()
         assert await holder is first
-        await asyncio.sleep(0.05)
-        assert first.unloaded
+        await until(lambda: first.unloaded)
         release2 = asyncio.Event()
         release2.set()
         second = await _hold(server, release2)

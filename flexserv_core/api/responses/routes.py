@@ -37,6 +37,7 @@ from flexserv_core.api.streaming import READY, SSEGenerator, sse_response
 from flexserv_core.api.text_generation import ChoiceJob, admitted, collect, merge
 from flexserv_core.api.text_request import chat_jobs
 from flexserv_core.api.text_schemas import encode
+from flexserv_core.api.timeouts import apply_timeouts
 from flexserv_core.backends.base import TextGenerationModel
 from flexserv_core.errors import FlexServError, InvalidRequest, NotFound
 from flexserv_core.metrics.text import TextRequestMetrics
@@ -61,9 +62,11 @@ def _jobs(
     model: TextGenerationModel, spec: ModelSpec, plan: ResponsePlan, context: RequestContext
 ) -> tuple[list[int], list[ChoiceJob]]:
     try:
-        return chat_jobs(model, spec, plan.chat, context)
+        prompt_ids, jobs = chat_jobs(model, spec, plan.chat, context)
     except FlexServError as exc:
         raise responses_param(exc) from None
+    apply_timeouts(jobs, context.server.settings.core)
+    return prompt_ids, jobs
 
 
 def _store(store: ResponseStore, plan: ResponsePlan, response: ResponseObject) -> None:
@@ -94,7 +97,7 @@ async def create_response(request: Request[Any, Any, Any]) -> Response[Any]:
     store = server_store(server)
     plan = plan_response(body, store, server.settings.core)
     if body.stream:
-        return await sse_response(_stream(server, plan, store, context), server)
+        return await sse_response(_stream(server, plan, store, context), server, request)
     async with (
         TextRequestMetrics(server.metrics) as metrics,
         server.registry.acquire(body.model, TextGenerationModel) as lease,

@@ -91,6 +91,8 @@ async def test_concurrent_requests_are_batched_and_each_gets_its_own_vectors(
     embed_openai: Any, embed_app: Any, st_model: Any, model_name: str
 ) -> None:
     texts = [f"request number {i} talks about topic {i * 7 % 13}" for i in range(32)]
+    # load it here: run alone (or first), no earlier test has
+    await embed_openai.embeddings.create(input="warm up", model=model_name, encoding_format="float")
     model = embed_app.state.flexserv.registry.model_if_loaded(model_name)
     assert model is not None
     before = len(model.batcher.batch_sizes)

@@ -41,6 +41,8 @@ checks them against each registered engine):
    gives for the same weights and dtype (the parity tests hold every engine to it).
 6. After ``close()`` a running ``generate`` raises
    :class:`flexserv_core.errors.ServiceUnavailable`; new calls raise it at once.
+7. A sequence still waiting for its first step ``params.queue_timeout`` seconds
+   after ``generate`` ends with :func:`queue_timeout_error` (503) and leaves the queue.
 
 Adding an engine: write ``factory(engine_model, settings)`` returning an
 :class:`Engine` and list it in :data:`ENGINES` (``"module:attribute"`` strings, so
@@ -60,7 +62,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import msgspec
 
-from flexserv_core import FinishReason, SamplingParams
+from flexserv_core import FinishReason, SamplingParams, ServiceUnavailable
 
 if TYPE_CHECKING:
     import torch
@@ -78,6 +80,7 @@ __all__ = [
     "EngineToken",
     "engine_settings_structs",
     "load_engine_factory",
+    "queue_timeout_error",
 ]
 
 
@@ -184,3 +187,12 @@ def load_engine_factory(name: str) -> EngineFactory:
 def engine_settings_structs() -> list[type[msgspec.Struct]]:
     """The settings structs of all engines (declared by the transformers plugin)."""
     return [_import(e.settings) for e in ENGINES.values() if e.settings]
+
+
+def queue_timeout_error(seconds: float, retry_after: float) -> ServiceUnavailable:
+    """What a request gets when it waited ``seconds`` (its ``queue_timeout``) without starting."""
+    return ServiceUnavailable(
+        f"The request waited in the queue past queue_timeout ({seconds:g} s); the server is busy, retry shortly.",
+        code="queue_timeout",
+        headers={"Retry-After": str(max(1, round(retry_after)))},
+    )

@@ -8,7 +8,10 @@ Sources (configuration only; a request never names one):
   checkpoint under ``<cache_dir>/gguf/<name>-<sha256>`` and loaded from there
   afterwards (well under a second). The cache is keyed by the file's sha256, so a
   changed file is converted again, and written to a temporary directory that is
-  renamed into place, so an interrupted conversion never leaves a half cache;
+  renamed into place, so an interrupted (killed, disk full) conversion never
+  leaves a half cache. Its manifest lists every file with size and sha256; an
+  entry that no longer matches (truncated, corrupted, a file missing, a manifest
+  from an older version) is removed and converted again;
 * anything else is a Hugging Face Hub id (offline without a local copy, that
   is a :class:`ModelLoadError` saying so).
 """
@@ -129,7 +132,10 @@ def file_sha256(path: Path, memo_dir: Path | None = None) -> str:
     sha = digest.hexdigest()
     if memo_path is not None:
         memo[str(path)] = {"identity": identity, "sha256": sha}
-        _write_atomic(memo_path, json.dumps(memo, indent=1))
+        try:
+            _write_atomic(memo_path, json.dumps(memo, indent=1))
+        except OSError as exc:  # a full disk costs a re-hash next time, not the load
+            log.warning("could not record the sha256 of %s in %s: %s", path, memo_path, exc)
     return sha
 
 
@@ -152,14 +158,19 @@ def gguf_cache_path(gguf: Path, cache_dir: Path) -> Path:
 
 
 def ensure_gguf_checkpoint(gguf: Path, cache_dir: Path, progress: ProgressCallback) -> Path:
-    """Return a plain checkpoint directory for ``gguf``, converting it on first use."""
+    """Return a plain checkpoint directory for ``gguf``, converting it on first use
+    (or again when the cached entry fails :func:`verify_checkpoint`)."""
     progress(f"checking the conversion cache for {gguf.name}", None)
     target = gguf_cache_path(gguf, cache_dir)
-    if (target / MANIFEST).is_file():
-        log.info("GGUF %s: using the converted checkpoint %s", gguf.name, target)
-        return target
-    started = time.perf_counter()
     root = target.parent
+    if target.exists():
+        problem = verify_checkpoint(target, root)
+        if problem is None:
+            log.info("GGUF %s: using the converted checkpoint %s", gguf.name, target)
+            return target
+        log.warning("GGUF %s: the cached checkpoint %s is unusable (%s): converting again", gguf.name, target, problem)
+        _discard(target)
+    started = time.perf_counter()
     root.mkdir(parents=True, exist_ok=True)
     _remove_stale_tmp(root)
     tmp = root / f".tmp-{target.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -173,6 +184,7 @@ def ensure_gguf_checkpoint(gguf: Path, cache_dir: Path, progress: ProgressCallba
                     "sha256": target.name.rsplit("-", 1)[1],
                     "created": time.time(),
                     "seconds": time.perf_counter() - started,
+                    "files": _file_table(tmp),
                 },
                 indent=1,
             ),
@@ -180,15 +192,64 @@ def ensure_gguf_checkpoint(gguf: Path, cache_dir: Path, progress: ProgressCallba
         try:
             os.rename(tmp, target)
         except OSError:
-            if (target / MANIFEST).is_file():  # another process finished the same conversion first
+            if verify_checkpoint(target, root) is None:  # another process finished the same conversion first
                 pass
             else:  # an incomplete leftover (not written by this code): replace it
-                shutil.rmtree(target)
+                _discard(target)
                 os.rename(tmp, target)
+    except OSError as exc:  # ENOSPC, EIO, a read-only cache: nothing half-written stays behind
+        raise ModelLoadError(
+            f"Converting {gguf.name} into the cache {root} failed: {exc.strerror or exc}. "
+            "The cache is unchanged; free space (or set --cache-dir) and retry."
+        ) from exc
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     log.info("GGUF %s converted in %.1f s into %s", gguf.name, time.perf_counter() - started, target)
     return target
+
+
+def _file_table(directory: Path) -> dict[str, dict[str, Any]]:
+    """Size and sha256 of every file under ``directory`` (the manifest's ``files``)."""
+    table: dict[str, dict[str, Any]] = {}
+    for path in sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST):
+        table[path.relative_to(directory).as_posix()] = {"size": path.stat().st_size, "sha256": file_sha256(path)}
+    return table
+
+
+def verify_checkpoint(target: Path, memo_dir: Path | None = None) -> str | None:
+    """``None`` when ``target`` holds every file its manifest lists, with the same
+    size and sha256; else what is wrong. Digests are memoised in ``memo_dir`` by
+    file identity, so a check of an unchanged entry reads no weights."""
+    try:
+        manifest = json.loads((target / MANIFEST).read_text())
+    except FileNotFoundError:
+        return "no manifest (an interrupted conversion)"
+    except (OSError, ValueError) as exc:
+        return f"unreadable manifest: {exc}"
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or not files:
+        return "the manifest lists no files (written by an older version)"
+    for name, entry in files.items():
+        path = target / name
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return f"{name} is missing"
+        if not isinstance(entry, dict) or size != entry.get("size"):
+            return f"{name} has {size} bytes, the manifest says {entry.get('size') if isinstance(entry, dict) else '?'}"
+        if file_sha256(path, memo_dir) != entry.get("sha256"):
+            return f"{name} does not match its sha256 (corrupted)"
+    return None
+
+
+def _discard(target: Path) -> None:
+    """Move a bad entry out of the way at once (a rename), then delete it."""
+    trash = target.with_name(f".tmp-bad-{target.name}-{uuid.uuid4().hex[:8]}")
+    try:
+        os.rename(target, trash)
+    except OSError:
+        trash = target
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 def _remove_stale_tmp(root: Path) -> None:

@@ -142,6 +142,12 @@ class TransformersTextModel(TextGenerationModel):
 
     # -- lifecycle ------------------------------------------------------------------
 
+    @property
+    def failure(self) -> str | None:
+        """The engine's, when it stopped by itself (see ``PagedEngine.failure``)."""
+        failure = getattr(self.engine, "failure", None)
+        return failure if isinstance(failure, str) else None
+
     def stats(self) -> EngineStats:
         """The engine's numbers under the core's names (the simple engine has no KV
         blocks or prefix cache: only its queue is reported)."""

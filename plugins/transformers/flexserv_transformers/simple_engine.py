@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from flexserv_core import SamplingParams, ServiceUnavailable, Settings
-from flexserv_transformers.engine_api import EngineModel, EngineToken
+from flexserv_transformers.engine_api import EngineModel, EngineToken, queue_timeout_error
 from flexserv_transformers.sampling import SamplerState, sample_next
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,7 @@ class _Sequence:
         "prompt_ids",
         "queue",
         "sampler",
+        "submitted_at",
     )
 
     def __init__(
@@ -61,6 +62,7 @@ class _Sequence:
         self.last_token = -1
         self.generated = 0
         self.cancelled = False
+        self.submitted_at = time.monotonic()
 
     def deliver(self, item: EngineToken | BaseException) -> bool:
         """Hand ``item`` to the consumer's loop; ``False`` if that loop is gone."""
@@ -181,7 +183,13 @@ class SimpleEngine:
                     self._cv.wait()
                 if self._closed:
                     return
-                seq = self._waiting.popleft() if self._waiting else self._active.popleft()
+                fresh = bool(self._waiting)
+                seq = self._waiting.popleft() if fresh else self._active.popleft()
+                limit = seq.params.queue_timeout
+                if fresh and limit is not None and time.monotonic() - seq.submitted_at >= limit:
+                    seq.deliver(queue_timeout_error(limit, retry_after=1.0))
+                    self._counters["failed"] += 1
+                    continue
                 self._current = seq
             started = time.perf_counter()
             done = True

@@ -24,10 +24,14 @@ from flexserv_transformers.engine.runner import ModelRunner, kv_geometry
 from flexserv_transformers.engine.scheduler import Scheduler
 from flexserv_transformers.engine.sequence import Sequence
 from flexserv_transformers.engine.settings import CPU_KV_CACHE_MIB, GPU_KV_CACHE_MIB, EngineSettings
-from flexserv_transformers.engine_api import EngineModel, EngineToken
+from flexserv_transformers.engine_api import EngineModel, EngineToken, queue_timeout_error
 from flexserv_transformers.sampling import sample_next
 
 log = logging.getLogger(__name__)
+
+#: Failed steps tolerated within ``RESTART_WINDOW`` seconds before the engine stops for good.
+MAX_RESTARTS = 3
+RESTART_WINDOW = 60.0
 
 
 class PagedEngine:
@@ -86,6 +90,8 @@ class PagedEngine:
         self._step_time = 0.0
         self._tokens_out = 0
         self._error: BaseException | None = None
+        self._failures: list[float] = []  # monotonic times of recent failed steps
+        self.restarts = 0
         self._thread = threading.Thread(target=self._loop, name="flexserv-engine", daemon=True)
         self._thread.start()
 
@@ -177,6 +183,7 @@ class PagedEngine:
             "mean_step_ms": 1000 * self._step_time / self._steps if self._steps else 0.0,
             "tokens_generated": self._tokens_out,
             "preemptions": self.scheduler.preemptions,
+            "restarts": self.restarts,
             "peak_running": self.scheduler.peak_running,
             "kv_cache": {
                 "block_size": blocks.block_size,
@@ -223,19 +230,78 @@ class PagedEngine:
         torch.set_grad_enabled(False)
         try:
             while self._take_inbox():
-                for seq in self.scheduler.drop_cancelled():
-                    self._done(seq)
-                plan = self.scheduler.schedule()
-                if not plan:
-                    if self.scheduler.has_work():
-                        time.sleep(0.001)  # everything cancelled mid-plan; next round
-                    continue
-                self._step(plan)
+                try:
+                    self._round()
+                except Exception as exc:
+                    if not self._restart(exc):
+                        raise
         except BaseException as exc:  # a failing forward must not leave clients hanging
-            log.exception("engine step failed")
+            log.exception("the engine of model '%s' stopped", self.name)
             self._error = exc
         finally:
             self._fail_all(f"The generation engine stopped: {self._error or 'shut down'}")
+
+    def _round(self) -> None:
+        for seq in self.scheduler.drop_cancelled():
+            self._done(seq)
+        for seq in self.scheduler.drop_expired(time.monotonic()):
+            self._done(seq)
+            seq.emit(queue_timeout_error(seq.params.queue_timeout or 0.0, self._retry_after()))
+        plan = self.scheduler.schedule()
+        if not plan:
+            if self.scheduler.has_work():
+                time.sleep(0.001)  # everything cancelled mid-plan; next round
+            return
+        self._step(plan)
+
+    def _restart(self, exc: Exception) -> bool:
+        """A step failed: its batch ends with 503, the block tables start empty and
+        the waiting requests are served. ``False`` (stop the engine) when steps keep
+        failing: more than ``MAX_RESTARTS`` within ``RESTART_WINDOW`` seconds."""
+        now = time.monotonic()
+        self._failures = [t for t in self._failures if now - t < RESTART_WINDOW] + [now]
+        if len(self._failures) > MAX_RESTARTS:
+            return False
+        running, waiting = list(self.scheduler.running), list(self.scheduler.waiting)
+        log.exception(
+            "engine step of model '%s' failed: failing its %d running sequence(s) and restarting",
+            self.name,
+            len(running),
+        )
+        self.restarts += 1
+        s = self.settings
+        self.block_manager = BlockManager(
+            self.block_manager.num_blocks,
+            s.transformers_kv_block_size,
+            enable_prefix_caching=s.transformers_prefix_caching,
+        )
+        self.scheduler = Scheduler(
+            self.block_manager,
+            max_batch_size=s.transformers_max_batch_size,
+            max_batch_tokens=s.transformers_max_batch_tokens,
+        )
+        error = ServiceUnavailable(
+            f"The generation engine failed ({type(exc).__name__}: {exc}) and restarted; retry the request.",
+            code="engine_restarted",
+        )
+        for seq in running:
+            seq.finished = True
+            self._done(seq)
+            seq.emit(error)
+        for seq in waiting:
+            if seq.cancelled:
+                self._done(seq)
+                continue
+            seq.blocks, seq.num_computed, seq.num_registered = [], 0, 0
+            self.scheduler.add(seq)
+        return True
+
+    @property
+    def failure(self) -> str | None:
+        """Why the engine thread stopped by itself (``None`` while it serves or after ``close``)."""
+        if self._error is None:
+            return None
+        return f"the generation engine stopped after repeated failures: {type(self._error).__name__}: {self._error}"
 
     def _step(self, plan: list[tuple[Sequence, int]]) -> None:
         t0 = time.perf_counter()

@@ -70,6 +70,16 @@ class Scheduler:
             self.waiting = deque(s for s in self.waiting if not s.cancelled)
         return gone
 
+    def drop_expired(self, now: float) -> list[Sequence]:
+        """Waiting sequences past their queue timeout leave the queue (they hold no blocks)."""
+        if not any(s.queue_expired(now) for s in self.waiting):
+            return []
+        gone = [s for s in self.waiting if s.queue_expired(now)]
+        self.waiting = deque(s for s in self.waiting if s not in gone)
+        for seq in gone:
+            seq.finished = True
+        return gone
+
     def finish(self, seq: Sequence) -> None:
         """Remove ``seq`` from the batch and release its blocks."""
         seq.finished = True

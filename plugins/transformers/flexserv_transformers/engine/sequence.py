@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 
 from flexserv_core import SamplingParams
 from flexserv_transformers.engine.blocks import BlockKey
@@ -49,6 +50,14 @@ class Sequence:
         self.cancelled = False
         self.finished = False
         self.preemptions = 0
+        self.submitted_at = time.monotonic()
+
+    def queue_expired(self, now: float) -> bool:
+        """Still waiting for its first step past ``params.queue_timeout``."""
+        limit = self.params.queue_timeout
+        return (
+            limit is not None and self.num_generated == 0 and self.preemptions == 0 and now - self.submitted_at >= limit
+        )
 
     @property
     def num_generated(self) -> int:
