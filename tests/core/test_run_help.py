@@ -41,7 +41,7 @@ def test_defaults_choices_and_metavars(help_text: str) -> None:
     assert "--log-level {critical,error,warning,info,debug}" in flat
     assert "--model-timeout SECONDS" in flat and "(default: 86400)" in flat
     assert "--cache-dir PATH" in flat and "--model NAME=SOURCE" in flat
-    assert "--oom-eviction {lru,all}" in flat
+    assert "--oom-monitor-eviction {lru,all}" in flat
     assert "--max-embedding-inputs N" in flat
     assert "--allow-hub-models, --no-allow-hub-models" in flat and "(default: off)" in flat
     assert " VALUE" not in flat

@@ -137,9 +137,9 @@ async def test_oom_monitor_evicts_a_model_holding_vram() -> None:
         [CudaBlobPlugin(), "resources", "oom-monitor"],
         settings={
             "oom_monitor": True,
-            "oom_vram_threshold": threshold,
-            "oom_check_interval": 0.2,
-            "oom_settle_seconds": 5,
+            "oom_monitor_vram_threshold": threshold,
+            "oom_monitor_check_interval": 0.2,
+            "oom_monitor_settle_seconds": 5,
         },
     )
     async with app_client(app) as client:

@@ -36,10 +36,10 @@ async def use_model(server: FlexServer, model_id: str | None, cls: type[ModelT])
 def check_texts(texts: Sequence[str], limits: ClassificationSettings, *, param: str, noun: str = "input") -> None:
     """Count and character-length limits, before anything is tokenized."""
     for i, text in enumerate(texts):
-        if len(text) > limits.max_classify_input_chars:
+        if len(text) > limits.classification_max_input_chars:
             raise InvalidRequest(
                 f"'{noun}[{i}]' is {len(text)} characters long; this server accepts at most "
-                f"{limits.max_classify_input_chars} (--max-classify-input-chars).",
+                f"{limits.classification_max_input_chars} (--classification-max-input-chars).",
                 param=param,
                 code="input_too_long",
             )

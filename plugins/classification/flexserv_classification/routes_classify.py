@@ -39,7 +39,7 @@ class TokenClassifyRequest(msgspec.Struct, kw_only=True):
 def _inputs(server: Any, value: str | list[str]) -> list[str]:
     limits = limits_of(server)
     texts = as_list(value, param="input")
-    too_many(len(texts), limits.max_classify_inputs, param="input", flag="--max-classify-inputs")
+    too_many(len(texts), limits.classification_max_inputs, param="input", flag="--classification-max-inputs")
     check_texts(texts, limits, param="input")
     return texts
 

@@ -54,7 +54,12 @@ async def rerank(request: Request[Any, Any, Any]) -> dict[str, Any]:
     documents = [d if isinstance(d, str) else d.text for d in body.documents]
     if not documents:
         raise InvalidRequest("'documents' must not be empty.", param="documents")
-    too_many(len(documents), limits.max_rerank_documents, param="documents", flag="--max-rerank-documents")
+    too_many(
+        len(documents),
+        limits.classification_max_rerank_documents,
+        param="documents",
+        flag="--classification-max-rerank-documents",
+    )
     check_texts([body.query], limits, param="query", noun="query")
     check_texts(documents, limits, param="documents", noun="documents")
     async with use_model(server, body.model, RerankModel) as (model, name):
@@ -89,7 +94,12 @@ async def score(request: Request[Any, Any, Any]) -> dict[str, Any]:
             "or lists of the same length (pairs).",
             param="text_2",
         )
-    too_many(len(second), limits.max_rerank_documents, param="text_2", flag="--max-rerank-documents")
+    too_many(
+        len(second),
+        limits.classification_max_rerank_documents,
+        param="text_2",
+        flag="--classification-max-rerank-documents",
+    )
     check_texts(first, limits, param="text_1", noun="text_1")
     check_texts(second, limits, param="text_2", noun="text_2")
     async with use_model(server, body.model, RerankModel) as (model, name):

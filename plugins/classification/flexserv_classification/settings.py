@@ -1,4 +1,4 @@
-"""Settings of the classification plugin (``--classification-*``, ``--max-rerank-documents``...)."""
+"""Settings of the classification plugin (``--classification-*``): limits, truncation, batching, device."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ import msgspec
 
 
 class ClassificationSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    max_rerank_documents: Annotated[
+    classification_max_rerank_documents: Annotated[
         int,
         msgspec.Meta(ge=1, description="Most documents (or text pairs) one /v1/rerank or /v1/score request may carry."),
     ] = 1000
-    max_classify_inputs: Annotated[
+    classification_max_inputs: Annotated[
         int,
         msgspec.Meta(ge=1, description="Most inputs one /v1/classify or /v1/token-classify request may carry."),
     ] = 2048
-    max_classify_input_chars: Annotated[
+    classification_max_input_chars: Annotated[
         int,
         msgspec.Meta(
             ge=1,

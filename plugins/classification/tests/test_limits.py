@@ -14,9 +14,9 @@ LONG = " ".join(["paris"] * 80)  # 479 characters, 82 tokens: over the tiny mode
 @pytest.fixture(scope="module")
 def cls_settings() -> dict[str, Any]:
     return {
-        "max_rerank_documents": 3,
-        "max_classify_inputs": 2,
-        "max_classify_input_chars": 500,
+        "classification_max_rerank_documents": 3,
+        "classification_max_inputs": 2,
+        "classification_max_input_chars": 500,
         "classification_truncate": False,
     }
 

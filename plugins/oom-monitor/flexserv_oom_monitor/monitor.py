@@ -6,8 +6,8 @@ leaves no trace), this one:
 * evicts one model at a time, least recently used first (idle models before
   models with requests in flight, since only an idle model's memory is freed at
   once), re-reading after each eviction until use is below the threshold;
-  ``--oom-eviction all`` keeps the old evict-everything policy;
-* waits up to ``--oom-settle-seconds`` for the evicted model's memory to be
+  ``--oom-monitor-eviction all`` keeps the old evict-everything policy;
+* waits up to ``--oom-monitor-settle-seconds`` for the evicted model's memory to be
   returned before judging whether another eviction is needed;
 * logs a WARNING per eviction (reading, threshold, model, its active requests),
   lets the registry emit the ``evicted`` lifecycle event (reason ``oom``), and
@@ -54,10 +54,10 @@ class Reading(msgspec.Struct, kw_only=True):
 
     def breach(self, settings: OomMonitorSettings) -> tuple[Resource, float, float] | None:
         """``(resource, value, threshold)`` of the first threshold met, else ``None``."""
-        if self.ram_percent is not None and self.ram_percent >= settings.oom_ram_threshold:
-            return "ram", self.ram_percent, settings.oom_ram_threshold
-        if self.vram_percent is not None and self.vram_percent >= settings.oom_vram_threshold:
-            return "vram", self.vram_percent, settings.oom_vram_threshold
+        if self.ram_percent is not None and self.ram_percent >= settings.oom_monitor_ram_threshold:
+            return "ram", self.ram_percent, settings.oom_monitor_ram_threshold
+        if self.vram_percent is not None and self.vram_percent >= settings.oom_monitor_vram_threshold:
+            return "vram", self.vram_percent, settings.oom_monitor_vram_threshold
         return None
 
     def describe(self) -> str:
@@ -125,7 +125,7 @@ class OomMonitor:
         s = self.settings
         log.info(
             "OOM monitor on: %s now; evicting (%s) at RAM >= %.0f%% or VRAM >= %.0f%%, checking every %g s",
-            first.describe(), s.oom_eviction, s.oom_ram_threshold, s.oom_vram_threshold, s.oom_check_interval,
+            first.describe(), s.oom_monitor_eviction, s.oom_monitor_ram_threshold, s.oom_monitor_vram_threshold, s.oom_monitor_check_interval,
         )  # fmt: skip
         self._task = asyncio.get_running_loop().create_task(self._run(), name="flexserv oom monitor")
 
@@ -149,7 +149,7 @@ class OomMonitor:
     async def _run(self) -> None:
         while not self._stop.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), self.settings.oom_check_interval)
+                await asyncio.wait_for(self._stop.wait(), self.settings.oom_monitor_check_interval)
             if self._stop.is_set():
                 return
             try:
@@ -157,7 +157,9 @@ class OomMonitor:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("OOM monitor cycle failed; trying again in %g s", self.settings.oom_check_interval)
+                log.exception(
+                    "OOM monitor cycle failed; trying again in %g s", self.settings.oom_monitor_check_interval
+                )
 
     # -- one cycle ------------------------------------------------------------------
 
@@ -191,7 +193,7 @@ class OomMonitor:
             self.last_eviction = self._record(started, breach, evicted, active, after=None)
             reading = await self._settle()
             breach = reading.breach(self.settings)
-            if self.settings.oom_eviction == "all":
+            if self.settings.oom_monitor_eviction == "all":
                 break
         if breach is not None and not self._stuck:
             self._stuck = True
@@ -224,13 +226,13 @@ class OomMonitor:
             reading=started,
             models=list(evicted),
             active_requests=dict(active),
-            policy=self.settings.oom_eviction,
+            policy=self.settings.oom_monitor_eviction,
             after=after,
         )
 
     def _targets(self, loaded: list[ModelInfo]) -> list[ModelInfo]:
         """``loaded`` is least recently used first; idle models go before busy ones."""
-        if self.settings.oom_eviction == "all":
+        if self.settings.oom_monitor_eviction == "all":
             return loaded
         ordered = sorted(loaded, key=lambda m: m.active_requests > 0)  # stable: keeps LRU order
         return ordered[:1]
@@ -246,14 +248,14 @@ class OomMonitor:
         log.warning(
             "OOM monitor: %s use %.1f%% >= threshold %g%% (%s): evicting model '%s' (%s), %d active request(s)%s",
             resource.upper(), value, threshold, reading.describe(), info.model_id,
-            "least recently used" if self.settings.oom_eviction == "lru" else "evicting all",
+            "least recently used" if self.settings.oom_monitor_eviction == "lru" else "evicting all",
             n, " which finish on it before it is freed" if n else "",
         )  # fmt: skip
 
     async def _settle(self) -> Reading:
-        """Re-read until below the thresholds or ``oom_settle_seconds`` have passed:
+        """Re-read until below the thresholds or ``oom_monitor_settle_seconds`` have passed:
         the registry frees an evicted model in the background."""
-        deadline = time.monotonic() + self.settings.oom_settle_seconds
+        deadline = time.monotonic() + self.settings.oom_monitor_settle_seconds
         while True:
             reading = await self.read()
             if reading.breach(self.settings) is None or time.monotonic() >= deadline:
@@ -267,10 +269,10 @@ class OomMonitor:
         return {
             "enabled": True,
             "running": self.running,
-            "policy": s.oom_eviction,
-            "ram_threshold": s.oom_ram_threshold,
-            "vram_threshold": s.oom_vram_threshold,
-            "check_interval": s.oom_check_interval,
+            "policy": s.oom_monitor_eviction,
+            "ram_threshold": s.oom_monitor_ram_threshold,
+            "vram_threshold": s.oom_monitor_vram_threshold,
+            "check_interval": s.oom_monitor_check_interval,
             "checks": self.checks,
             "evictions": self.evictions,
             "last_reading": msgspec.to_builtins(self.last_reading),

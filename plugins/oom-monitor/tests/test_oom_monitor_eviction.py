@@ -26,7 +26,7 @@ class World:
         self.recorder = recorder
 
     def monitor(self, **settings: Any) -> OomMonitor:
-        s = OomMonitorSettings(oom_monitor=True, **{"oom_settle_seconds": 1.0, **settings})
+        s = OomMonitorSettings(oom_monitor=True, **{"oom_monitor_settle_seconds": 1.0, **settings})
         return OomMonitor(self.server.registry, self.server.probes, s)
 
     async def use(self, *names: str) -> None:
@@ -74,7 +74,7 @@ def world(
 
 async def test_below_threshold_evicts_nothing(world: World) -> None:
     await world.use("alpha", "beta")  # 40 + 2 * 20 = 80 %
-    monitor = world.monitor(oom_ram_threshold=85)
+    monitor = world.monitor(oom_monitor_ram_threshold=85)
     assert await monitor.check_once() is None
     assert world.live() == ["alpha", "beta"]
     assert world.recorder.evicted() == []
@@ -83,7 +83,7 @@ async def test_below_threshold_evicts_nothing(world: World) -> None:
 
 async def test_lru_first_until_below_threshold(world: World, caplog: pytest.LogCaptureFixture) -> None:
     await world.use("beta", "gamma", "alpha")  # LRU order: beta, gamma, alpha; RAM 100 %
-    monitor = world.monitor(oom_ram_threshold=70)
+    monitor = world.monitor(oom_monitor_ram_threshold=70)
     with caplog.at_level(logging.WARNING, logger="flexserv.oom_monitor"):
         eviction = await monitor.check_once()
     assert eviction is not None
@@ -114,7 +114,7 @@ async def test_lru_first_until_below_threshold(world: World, caplog: pytest.LogC
 
 async def test_policy_all_evicts_every_model(world: World) -> None:
     await world.use("alpha", "beta", "gamma")
-    eviction = await world.monitor(oom_ram_threshold=70, oom_eviction="all").check_once()
+    eviction = await world.monitor(oom_monitor_ram_threshold=70, oom_monitor_eviction="all").check_once()
     assert eviction is not None and sorted(eviction.models) == NAMES and eviction.policy == "all"
     assert world.live() == []
 
@@ -134,7 +134,7 @@ async def test_idle_model_goes_before_busy_one(world: World) -> None:
     holder = asyncio.ensure_future(hold_alpha())
     await asyncio.sleep(0.05)
     await world.use("beta")  # beta is now the most recent, alpha the LRU but busy
-    eviction = await world.monitor(oom_ram_threshold=75).check_once()  # 80 -> one eviction enough
+    eviction = await world.monitor(oom_monitor_ram_threshold=75).check_once()  # 80 -> one eviction enough
     assert eviction is not None and eviction.models == ["beta"], "the idle model is freed at once"
     gate.set()
     await holder
@@ -156,7 +156,7 @@ async def test_eviction_during_a_stream_lets_it_finish_and_next_request_reloads(
 
     task = asyncio.ensure_future(stream())
     await started.wait()
-    eviction = await world.monitor(oom_ram_threshold=50, oom_settle_seconds=0.1).check_once()
+    eviction = await world.monitor(oom_monitor_ram_threshold=50, oom_monitor_settle_seconds=0.1).check_once()
     assert eviction is not None and eviction.models == ["alpha"] and eviction.active_requests == {"alpha": 1}
     assert world.recorder.evicted() == [("alpha", "oom", 1)]
     assert not task.done(), "the stream is still running after the eviction"
@@ -180,7 +180,7 @@ async def test_vram_threshold_and_stuck_above_threshold_logged_once(caplog: pyte
         server = app.state.flexserv
         async with server.registry.acquire("solo", TextGenerationModel):
             pass
-        settings = OomMonitorSettings(oom_monitor=True, oom_vram_threshold=90, oom_settle_seconds=0)
+        settings = OomMonitorSettings(oom_monitor=True, oom_monitor_vram_threshold=90, oom_monitor_settle_seconds=0)
         monitor = OomMonitor(server.registry, server.probes, settings)
         with caplog.at_level(logging.WARNING, logger="flexserv.oom_monitor"):
             eviction = await monitor.check_once()
@@ -205,7 +205,12 @@ async def test_eviction_during_an_http_stream_through_the_sdk() -> None:
     recorder = EventRecorder()
     app = make_app(
         [plugin, FakeProbePlugin(probe), recorder, "oom-monitor"],
-        settings={"oom_monitor": True, "oom_check_interval": 0.05, "oom_ram_threshold": 90, "oom_settle_seconds": 0},
+        settings={
+            "oom_monitor": True,
+            "oom_monitor_check_interval": 0.05,
+            "oom_monitor_ram_threshold": 90,
+            "oom_monitor_settle_seconds": 0,
+        },
     )
     async with app_client(app) as client:
         sdk = openai_client(client)

@@ -36,7 +36,12 @@ async def test_background_task_evicts_and_health_shows_it() -> None:
     recorder = EventRecorder()
     app = make_app(
         [FakeBackendPlugin(), FakeProbePlugin(probe), recorder, "oom-monitor"],
-        settings={"oom_monitor": True, "oom_check_interval": 0.05, "oom_ram_threshold": 88, "oom_settle_seconds": 0},
+        settings={
+            "oom_monitor": True,
+            "oom_monitor_check_interval": 0.05,
+            "oom_monitor_ram_threshold": 88,
+            "oom_monitor_settle_seconds": 0,
+        },
     )
     async with app_client(app) as client:
         server = app.state.flexserv
@@ -61,7 +66,7 @@ async def test_background_task_evicts_and_health_shows_it() -> None:
 
 
 async def test_shutdown_is_prompt_with_a_long_interval() -> None:
-    app = make_app([FakeProbePlugin(), "oom-monitor"], settings={"oom_monitor": True, "oom_check_interval": 30})
+    app = make_app([FakeProbePlugin(), "oom-monitor"], settings={"oom_monitor": True, "oom_monitor_check_interval": 30})
     async with app_client(app):
         monitor = app.state.flexserv.state[MONITOR_KEY]
         assert monitor.running
@@ -87,7 +92,7 @@ async def test_start_fails_clearly_without_a_memory_probe() -> None:
 
 
 async def test_with_the_real_resources_plugin_it_starts() -> None:
-    app = make_app(["resources", "oom-monitor"], settings={"oom_monitor": True, "oom_check_interval": 30})
+    app = make_app(["resources", "oom-monitor"], settings={"oom_monitor": True, "oom_monitor_check_interval": 30})
     async with app_client(app) as client:
         health = (await client.get("/v1/flexserv/health")).json()["oom_monitor"]
     assert health["enabled"] and 0 < health["last_reading"]["ram_percent"] < 100
@@ -96,11 +101,11 @@ async def test_with_the_real_resources_plugin_it_starts() -> None:
 @pytest.mark.parametrize(
     ("setting", "value"),
     [
-        ("oom_ram_threshold", 0),
-        ("oom_ram_threshold", 101),
-        ("oom_vram_threshold", -1),
-        ("oom_check_interval", 0),
-        ("oom_eviction", "random"),
+        ("oom_monitor_ram_threshold", 0),
+        ("oom_monitor_ram_threshold", 101),
+        ("oom_monitor_vram_threshold", -1),
+        ("oom_monitor_check_interval", 0),
+        ("oom_monitor_eviction", "random"),
     ],
 )
 def test_bad_settings_are_usage_errors(setting: str, value: Any) -> None:

@@ -37,9 +37,9 @@ async def test_real_embedding_model_is_evicted_on_real_ram_reading(caplog: pytes
         ["sentence-transformers", "resources", "oom-monitor", recorder],
         settings={
             "oom_monitor": True,
-            "oom_ram_threshold": threshold,
-            "oom_check_interval": 0.2,
-            "oom_settle_seconds": 0.2,
+            "oom_monitor_ram_threshold": threshold,
+            "oom_monitor_check_interval": 0.2,
+            "oom_monitor_settle_seconds": 0.2,
         },
     )
     async with app_client(app) as client:

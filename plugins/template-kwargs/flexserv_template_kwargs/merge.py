@@ -1,7 +1,7 @@
 """Reading a request's template variables and merging them with the defaults.
 
 Precedence, later winning:
-server defaults (``--chat-template-kwargs``) < the model's configured options
+server defaults (``--template-kwargs-defaults``) < the model's configured options
 (``chat_template_kwargs`` in the model spec) < the request's
 ``chat_template_kwargs`` < the request's top-level ``enable_thinking``.
 """

@@ -31,8 +31,8 @@ def flexserv_add_settings() -> type[msgspec.Struct]:
 @hookimpl
 def flexserv_configure(settings: Settings) -> None:
     """Parse the JSON defaults once, so a bad value stops start-up (exit 2)."""
-    value = settings.get(TemplateKwargsSettings).chat_template_kwargs
-    settings.replace(TemplateKwargsSettings, chat_template_kwargs=parse_defaults(value))
+    value = settings.get(TemplateKwargsSettings).template_kwargs_defaults
+    settings.replace(TemplateKwargsSettings, template_kwargs_defaults=parse_defaults(value))
 
 
 @hookimpl
@@ -48,7 +48,7 @@ def flexserv_preprocess_request(endpoint: str, body: dict[str, Any], context: Re
 def flexserv_chat_template_kwargs(model: ModelSpec, context: RequestContext) -> dict[str, Any] | None:
     """Called first so that, in the core's merge, the request's values win over
     other plugins' contributions."""
-    defaults = context.server.settings.get(TemplateKwargsSettings).chat_template_kwargs
+    defaults = context.server.settings.get(TemplateKwargsSettings).template_kwargs_defaults
     merged = merge_template_kwargs(
         parse_defaults(defaults), model.options.get("chat_template_kwargs"), context.state.get(REQUEST_KWARGS_KEY)
     )

@@ -11,11 +11,12 @@ from flexserv_core import UsageError
 
 
 class TemplateKwargsSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    chat_template_kwargs: Annotated[
+    template_kwargs_defaults: Annotated[
         dict[str, Any] | str | None,
         msgspec.Meta(
             description="Default chat-template variables for every chat request, as a JSON object "
-            """(e.g. '{"enable_thinking": false}'); a request's own values win."""
+            """(e.g. '{"enable_thinking": false}'); a request's own values win.""",
+            extra={"metavar": "JSON"},
         ),
     ] = None
 
@@ -32,11 +33,11 @@ def parse_defaults(value: dict[str, Any] | str | None) -> dict[str, Any]:
             value = json.loads(value)
         except json.JSONDecodeError as exc:
             raise UsageError(
-                f"invalid value for setting 'chat_template_kwargs' (--chat-template-kwargs): not valid JSON: {exc}"
+                f"invalid value for setting 'template_kwargs_defaults' (--template-kwargs-defaults): not valid JSON: {exc}"
             ) from None
     if not isinstance(value, dict):
         raise UsageError(
-            "invalid value for setting 'chat_template_kwargs' (--chat-template-kwargs): "
+            "invalid value for setting 'template_kwargs_defaults' (--template-kwargs-defaults): "
             f"expected a JSON object such as '{{\"enable_thinking\": false}}', got {type(value).__name__}"
         )
     from flexserv_template_kwargs.merge import RESERVED_KEYS
@@ -44,10 +45,10 @@ def parse_defaults(value: dict[str, Any] | str | None) -> dict[str, Any]:
     reserved = sorted(RESERVED_KEYS.intersection(value))
     if reserved:
         raise UsageError(
-            f"invalid value for setting 'chat_template_kwargs' (--chat-template-kwargs): may not set {', '.join(reserved)}"
+            f"invalid value for setting 'template_kwargs_defaults' (--template-kwargs-defaults): may not set {', '.join(reserved)}"
         )
     if "enable_thinking" in value and not isinstance(value["enable_thinking"], bool):
         raise UsageError(
-            "invalid value for setting 'chat_template_kwargs' (--chat-template-kwargs): enable_thinking must be true or false"
+            "invalid value for setting 'template_kwargs_defaults' (--template-kwargs-defaults): enable_thinking must be true or false"
         )
     return value

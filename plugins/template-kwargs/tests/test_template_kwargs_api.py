@@ -138,7 +138,7 @@ async def test_server_defaults_model_options_request_and_other_plugins() -> None
             OtherTemplatePlugin(),
             "template-kwargs",
         ],
-        settings={"chat_template_kwargs": '{"enable_thinking": false, "shared": "default", "from_default": 1}'},
+        settings={"template_kwargs_defaults": '{"enable_thinking": false, "shared": "default", "from_default": 1}'},
     )
     async with app_client(app) as client:
         sdk = openai_client(client)
@@ -149,8 +149,8 @@ async def test_server_defaults_model_options_request_and_other_plugins() -> None
 
 
 def test_bad_default_stops_start_up() -> None:
-    with pytest.raises(UsageError, match="--chat-template-kwargs"):
-        make_app(["template-kwargs"], settings={"chat_template_kwargs": "[true]"})
+    with pytest.raises(UsageError, match="--template-kwargs-defaults"):
+        make_app(["template-kwargs"], settings={"template_kwargs_defaults": "[true]"})
 
 
 async def test_16_concurrent_requests_each_render_their_own_values(flexserv_openai: Any) -> None:
@@ -165,6 +165,6 @@ async def test_16_concurrent_requests_each_render_their_own_values(flexserv_open
 async def test_without_the_plugin_no_server_defaults() -> None:
     app = make_app([EchoPlugin()], settings={}, block=["template-kwargs"])
     async with app_client(app) as client:
-        assert "chat_template_kwargs" not in app.state.flexserv.settings.summary()
+        assert "template_kwargs_defaults" not in app.state.flexserv.settings.summary()
         got = await chat(openai_client(client))
         assert got == "-"

@@ -75,5 +75,5 @@ def test_defaults_setting_parsing() -> None:
     assert parse_defaults({"x": 1}) == {"x": 1}
     assert parse_defaults(None) == {} and parse_defaults("  ") == {}
     for bad in ("{not json", "[1]", '{"tokenize": true}', '{"enable_thinking": "no"}'):
-        with pytest.raises(UsageError, match="--chat-template-kwargs"):
+        with pytest.raises(UsageError, match="--template-kwargs-defaults"):
             parse_defaults(bad)

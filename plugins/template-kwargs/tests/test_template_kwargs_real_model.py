@@ -76,7 +76,7 @@ async def test_server_default_and_request_override(tiny_model: tuple[Path, dict[
     directory, lengths = tiny_model
     app = make_app(
         ["template-kwargs", "transformers"],
-        settings={"model": [f"tiny={directory}"], "chat_template_kwargs": '{"enable_thinking": true}'},
+        settings={"model": [f"tiny={directory}"], "template_kwargs_defaults": '{"enable_thinking": true}'},
     )
     async with app_client(app) as client:
         sdk = openai_client(client)
