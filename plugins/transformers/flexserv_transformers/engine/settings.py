@@ -6,6 +6,12 @@ from typing import Annotated
 
 import msgspec
 
+#: The automatic KV budgets (MiB): on CPU enough for an 8k-token context of the
+#: embedded 135M model or ~20 concurrent chats with a shared system prompt, small
+#: enough that the whole pool can be resident from the start.
+CPU_KV_CACHE_MIB = 256.0
+GPU_KV_CACHE_MIB = 8192.0
+
 
 class EngineSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Batching limits and KV-cache budget of the paged engine."""
@@ -23,11 +29,12 @@ class EngineSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     transformers_kv_cache_memory: Annotated[
         float,
         msgspec.Meta(
-            description="KV-cache budget in MiB (pages are touched only as blocks are used).",
-            gt=0,
+            description="KV-cache budget in MiB, allocated and touched in full at load so memory stays flat under "
+            f"traffic; 0: {CPU_KV_CACHE_MIB:.0f} on CPU, {GPU_KV_CACHE_MIB:.0f} on a GPU.",
+            ge=0,
             extra={"metavar": "MIB"},
         ),
-    ] = 1024.0
+    ] = 0.0
     transformers_kv_cache_blocks: Annotated[
         int,
         msgspec.Meta(description="KV-cache size in blocks; overrides --transformers-kv-cache-memory unless 0.", ge=0),

@@ -1,0 +1,61 @@
+"""Import torch and transformers in the background while the server starts.
+
+Importing them takes seconds (most of a cold start's time to the first token),
+and the first request's model load would otherwise pay for it. :func:`start` runs
+the imports on a daemon thread when the server starts; :func:`wait` (called by
+the backend before it loads a model) joins it, so the two never import the same
+modules at once from two threads.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+
+log = logging.getLogger(__name__)
+
+#: What a text model's load and its first step import, heaviest first.
+MODULES = (
+    "torch",
+    "transformers",
+    "transformers.modeling_utils",
+    "transformers.generation",
+    "transformers.models.auto.modeling_auto",
+    "transformers.models.auto.tokenization_auto",
+    "transformers.models.llama.modeling_llama",
+    "flexserv_transformers.loading",
+    "flexserv_transformers.engine.engine",
+    "flexserv_transformers.model",
+)
+
+_lock = threading.Lock()
+_thread: threading.Thread | None = None
+
+
+def _run() -> None:
+    started = time.perf_counter()
+    for name in MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception:  # the load will import it again and report the error properly
+            log.debug("background import of %s failed", name, exc_info=True)
+    log.info("torch and transformers imported in the background in %.2f s", time.perf_counter() - started)
+
+
+def start() -> None:
+    """Start the background imports (once per process)."""
+    global _thread
+    with _lock:
+        if _thread is None:
+            _thread = threading.Thread(target=_run, name="flexserv-prewarm", daemon=True)
+            _thread.start()
+
+
+def wait() -> None:
+    """Block until the background imports, if started, are done."""
+    with _lock:
+        thread = _thread
+    if thread is not None:
+        thread.join()
