@@ -40,7 +40,8 @@ test: setup
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy
+	# The packages, not the *.egg-info directories an editable install leaves beside them.
+	$(BIN)/mypy $$(ls -d flexserv_core plugins/*/flexserv_* contrib/*/flexserv_* | grep -v '\.egg-info$$')
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
