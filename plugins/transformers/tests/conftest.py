@@ -12,11 +12,16 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from flexserv_transformers.backend import embedded_gguf
+from flexserv_transformers.testing import SMOLLM2_MISSING
+
+from flexserv_core.testing import flexserv_cmd, free_port, stop_process, wait_healthy
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -109,3 +114,28 @@ def backend_settings() -> Any:
 def load_model() -> Any:
     """``load_model(spec, cache_dir, **settings)``: load through the backend as the registry does."""
     return load
+
+
+@pytest.fixture(scope="module")
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real `flexserv run` on loopback serving the embedded SmolLM2 (one per test module)."""
+    if embedded_gguf() is None:
+        pytest.fail(SMOLLM2_MISSING)
+    # Shared with the other real-model module of this session: the GGUF is converted once.
+    cache = os.environ.get("FLEXSERV_CACHE_DIR") or str(tmp_path_factory.getbasetemp() / "flexserv-cache")
+    Path(cache).mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "FLEXSERV_CACHE_DIR": cache, "FLEXSERV_LOG_LEVEL": "warning"}
+    proc = subprocess.Popen(
+        flexserv_cmd("run", "--host", "127.0.0.1", "--port", str(port)),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc, timeout=300)
+        yield url
+    finally:
+        stop_process(proc)

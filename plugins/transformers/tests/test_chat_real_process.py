@@ -3,47 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
-from flexserv_transformers.backend import embedded_gguf
-from flexserv_transformers.testing import SMOLLM2_MISSING
-
-from flexserv_core.testing import flexserv_cmd, free_port, stop_process, wait_healthy
 
 pytestmark = pytest.mark.slow
 
 QUESTION = [{"role": "user", "content": "What is the capital of France? Answer with one word."}]
-
-
-@pytest.fixture(scope="module")
-def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if embedded_gguf() is None:
-        pytest.fail(SMOLLM2_MISSING)
-    # Shared with the other real-model module of this session: the GGUF is converted once.
-    cache = os.environ.get("FLEXSERV_CACHE_DIR") or str(tmp_path_factory.getbasetemp() / "flexserv-cache")
-    Path(cache).mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "FLEXSERV_CACHE_DIR": cache, "FLEXSERV_LOG_LEVEL": "warning"}
-    proc = subprocess.Popen(
-        flexserv_cmd("run", "--host", "127.0.0.1", "--port", str(port)),
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc, timeout=300)
-        yield url
-    finally:
-        stop_process(proc)
 
 
 async def test_sdk_over_loopback_streaming_and_not(server_url: str) -> None:

@@ -3,53 +3,22 @@ server, and a tiny random Llama whose template opens ``<think>`` (reasoning item
 
 from __future__ import annotations
 
-import os
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
-from flexserv_transformers.backend import embedded_gguf
-from flexserv_transformers.testing import SMOLLM2_MISSING, build_tiny_llama
+from flexserv_transformers.testing import build_tiny_llama
 
 from flexserv_core.testing import (
     app_client,
-    flexserv_cmd,
-    free_port,
     make_app,
     openai_client,
-    stop_process,
-    wait_healthy,
 )
 
 pytestmark = pytest.mark.slow
 SMOLLM = "SmolLM2-135M-Instruct"
 QUESTION = "What is the capital of France? Answer with one word."
-
-
-@pytest.fixture(scope="module")
-def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if embedded_gguf() is None:
-        pytest.fail(SMOLLM2_MISSING)
-    cache = os.environ.get("FLEXSERV_CACHE_DIR") or str(tmp_path_factory.getbasetemp() / "flexserv-cache")
-    Path(cache).mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "FLEXSERV_CACHE_DIR": cache, "FLEXSERV_LOG_LEVEL": "warning"}
-    proc = subprocess.Popen(
-        flexserv_cmd("run", "--host", "127.0.0.1", "--port", str(port)),
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc, timeout=300)
-        yield url
-    finally:
-        stop_process(proc)
 
 
 async def test_smollm_responses_over_loopback(server_url: str) -> None:
