@@ -43,10 +43,27 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+class CurrentStderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record is emitted, not the stream that
+    was current when logging was configured: a CLI run in-process (tests, embedding
+    applications) may replace ``sys.stderr`` and close the old one afterwards."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
 def configure_logging(level: str, log_format: Literal["text", "json"] = "text") -> None:
     """Replace the root handlers with one stderr handler in ``log_format``; uvicorn's
     loggers (access log included) propagate to it."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = CurrentStderrHandler()
     handler.addFilter(RequestIdFilter())
     handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
     root = logging.getLogger()

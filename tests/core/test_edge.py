@@ -253,3 +253,24 @@ async def test_the_schema_validates_and_documents_every_body() -> None:
     assert paths["/metrics"]["get"]["x-flexserv-scope"] == "metrics"
     assert paths["/metrics/myplugin"]["get"]["x-flexserv-scope"] == "metrics"
     assert paths["/health"]["get"]["security"] == []
+
+
+def test_configured_logging_follows_a_replaced_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An in-process CLI run configures logging while ``sys.stderr`` is one stream; a later
+    record must go to the stream current then, not to the first (which may be closed)."""
+    import sys
+
+    from flexserv_core.edge.logs import configure_logging
+
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    first, second = io.StringIO(), io.StringIO()
+    try:
+        monkeypatch.setattr(sys, "stderr", first)
+        configure_logging("info")
+        first.close()
+        monkeypatch.setattr(sys, "stderr", second)
+        logging.getLogger("flexserv.test").info("after the swap")
+    finally:
+        root.handlers[:], root.level = saved[0], saved[1]
+    assert "after the swap" in second.getvalue()
