@@ -34,6 +34,9 @@ pytestmark = pytest.mark.slow
 TESTS_DIR = Path(__file__).parent
 APP = "flexserv-test"
 FAKE = ["-p", "ray_fake_backend"]
+# The state API's address (this module's cluster's dashboard): without it, Ray looks for
+# "the" cluster on the machine and fails when another one is running.
+STATE_API: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +45,7 @@ def cluster() -> Iterator[str]:
     # Replicas import the test plugin module by name; workers inherit this from the raylet.
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS_DIR), saved) if p)
     os.environ["FLEXSERV_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    port = free_port()
+    port, dashboard_port = free_port(), free_port()
     # Ray's state API (replica PIDs, replica counts) is served by the dashboard
     # process, so this cluster has one, on a free loopback port.
     ray.init(
@@ -50,9 +53,10 @@ def cluster() -> Iterator[str]:
         num_cpus=4,
         include_dashboard=True,
         dashboard_host="127.0.0.1",
-        dashboard_port=free_port(),
+        dashboard_port=dashboard_port,
         _node_ip_address="127.0.0.1",
     )
+    STATE_API["address"] = f"http://127.0.0.1:{dashboard_port}"
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         yield f"http://127.0.0.1:{port}"
@@ -91,7 +95,7 @@ def replica_actors() -> list[Any]:
 
     return [
         a
-        for a in list_actors(filters=[("state", "=", "ALIVE")], limit=100)
+        for a in list_actors(address=STATE_API["address"], filters=[("state", "=", "ALIVE")], limit=100)
         if a.class_name.startswith("ServeReplica:") and APP in a.class_name
     ]
 
