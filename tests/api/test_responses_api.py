@@ -198,7 +198,7 @@ async def test_bookkeeping_parameters_are_accepted(flexserv_openai: Any) -> None
         ({"input": "x", "max_output_tokens": 5000}, "input"),
         ({"input": "x", "temperature": 3}, "temperature"),
         ({"input": []}, "input"),
-        ({"input": "x", "tools": [{"type": "web_search"}]}, "tools"),
+        ({"input": "x", "tools": [{"type": "web_search"}]}, "tools[0].type"),
     ],
 )
 async def test_bad_requests_are_400_with_param(flexserv_openai: Any, kwargs: dict[str, Any], param: str) -> None:

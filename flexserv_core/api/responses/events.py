@@ -3,6 +3,11 @@
 Per output item: ``response.output_item.added``, ``response.content_part.added``,
 the deltas (``response.reasoning_text.delta`` or ``response.output_text.delta``),
 their ``...done``, ``response.content_part.done``, ``response.output_item.done``.
+A function call (tools) is an item of its own, after the message: its
+``response.output_item.added`` (``arguments`` empty), the
+``response.function_call_arguments.delta`` fragments as the chat path's
+:class:`~flexserv_core.api.tool_calls.ToolStreamer` emits them,
+``response.function_call_arguments.done``, ``response.output_item.done``.
 Around them: ``response.created`` and ``response.in_progress`` first,
 ``response.completed`` (or ``response.incomplete``) last; a failure sends
 ``error`` then ``response.failed``.
@@ -17,6 +22,7 @@ import msgspec
 from flexserv_core.api.responses.items import item_id
 from flexserv_core.api.responses.reasoning import Kind, ReasoningSplitter
 from flexserv_core.api.responses.schemas import (
+    FunctionCall,
     OutputItem,
     OutputMessage,
     OutputText,
@@ -25,6 +31,8 @@ from flexserv_core.api.responses.schemas import (
     Response,
     ResponseStatus,
 )
+from flexserv_core.api.text_schemas import ToolCallDelta
+from flexserv_core.api.tool_calls import ToolPlan, ToolStreamer
 
 
 class EventWriter:
@@ -49,30 +57,103 @@ class OutputStreamer:
     """Turns generated text into item events; keeps the finished items for the
     final ``response`` object."""
 
-    def __init__(self, write: EventWriter, *, inside: bool) -> None:
+    def __init__(self, write: EventWriter, *, inside: bool, tools: ToolPlan | None = None) -> None:
         self.write = write
         self.splitter = ReasoningSplitter(inside=inside)
+        self.tools = ToolStreamer(tools) if tools is not None and tools.parses else None
         self.items: list[OutputItem] = []
         self._kind: Kind | None = None
         self._id = ""
         self._text: list[str] = []
+        #: Trailing whitespace of the answer, held back: before a call it is dropped
+        self._held = ""
+        self._call: FunctionCall | None = None
+        self._call_index = -1
+        self._arguments: list[str] = []
 
     def feed(self, text: str) -> list[bytes]:
         out: list[bytes] = []
         for kind, chunk in self.splitter.feed(text):
-            out += self._piece(kind, chunk)
+            out += self._route(kind, chunk)
         return out
 
     def finish(self, status: ResponseStatus) -> list[bytes]:
-        """Close what is open (the answer with ``status``); an empty answer item
-        when nothing was generated."""
+        """Close what is open (the answer with ``status``), then the function calls;
+        an empty answer item when nothing was generated."""
         out: list[bytes] = []
         for kind, chunk in self.splitter.finish():
-            out += self._piece(kind, chunk)
+            out += self._route(kind, chunk)
+        if self.tools is not None:
+            rest, deltas = self.tools.finish()
+            out += self._answer(rest)
+            if deltas:
+                self._held = ""
+                out += self._close("completed")
+                out += self._calls(deltas)
+            elif self._held:
+                out += self._piece("text", self._held)
+            out += self._end_call(status)
         if self._kind is None and not self.items:
             out += self._open("text")
         out += self._close(status)
         return out
+
+    def _route(self, kind: Kind, chunk: str) -> list[bytes]:
+        if kind == "text" and self.tools is not None:
+            return self._answer(self.tools.feed(chunk))
+        return self._piece(kind, chunk)
+
+    def _answer(self, text: str) -> list[bytes]:
+        """Answer text beside possible calls: sent up to its trailing whitespace."""
+        text = self._held + text
+        sent = text.rstrip()
+        self._held = text[len(sent) :]
+        return self._piece("text", sent) if sent else []
+
+    def _calls(self, deltas: list[ToolCallDelta]) -> list[bytes]:
+        """Tool-call deltas -> function_call item events (a delta with an ``id`` or a
+        new ``index`` starts the next call)."""
+        out: list[bytes] = []
+        for delta in deltas:
+            function = delta.function
+            if delta.id is not None or delta.index != self._call_index:
+                out += self._end_call("completed")
+                self._call_index, self._arguments = delta.index, []
+                self._call = FunctionCall(
+                    id=item_id("fc"),
+                    call_id=delta.id or "",
+                    name=(function.name if function is not None else None) or "",
+                    arguments="",
+                    status="in_progress",
+                )
+                out.append(self.write("response.output_item.added", output_index=self.output_index, item=self._call))
+            fragment = function.arguments if function is not None else None
+            if fragment and self._call is not None:
+                self._arguments.append(fragment)
+                out.append(
+                    self.write(
+                        "response.function_call_arguments.delta",
+                        item_id=self._call.id,
+                        output_index=self.output_index,
+                        delta=fragment,
+                    )
+                )
+        return out
+
+    def _end_call(self, status: ResponseStatus) -> list[bytes]:
+        call = self._call
+        if call is None:
+            return []
+        arguments, index = "".join(self._arguments), self.output_index
+        done = FunctionCall(id=call.id, call_id=call.call_id, name=call.name, arguments=arguments, status=status)
+        self._call = None
+        self.items.append(done)
+        return [
+            self.write(
+                "response.function_call_arguments.done", item_id=call.id, output_index=index, arguments=arguments
+            ),
+            self.write("response.output_item.done", output_index=index, item=done),
+        ]
 
     @property
     def output_index(self) -> int:

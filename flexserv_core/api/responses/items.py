@@ -44,9 +44,12 @@ class Conversation:
 
     messages: list[dict[str, Any]] = field(default_factory=list)
     items: list[InputItem] = field(default_factory=list)
+    #: ``call_id`` s of the function calls so far (the history's and this input's)
+    call_ids: set[str] = field(default_factory=set)
 
     def add_call(self, call_id: str, name: str, arguments: str) -> None:
         """A function call joins the assistant message right before it, if any."""
+        self.call_ids.add(call_id)
         entry = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
         last = self.messages[-1] if self.messages else None
         if last is not None and last["role"] == "assistant":
@@ -116,6 +119,13 @@ def _add_item(conversation: Conversation, item: dict[str, Any], param: str) -> N
         )
     elif kind == "function_call_output":
         call_id = _string(item, "call_id", param)
+        if call_id not in conversation.call_ids:
+            raise InvalidRequest(
+                f"No function call with call_id '{call_id}' precedes this output (send the 'function_call' item "
+                "in 'input', or continue from the response that made it with 'previous_response_id').",
+                param=f"{param}.call_id",
+                code="invalid_value",
+            )
         output, _parts = _content(item.get("output"), f"{param}.output")
         conversation.messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
         conversation.items.append(
@@ -139,7 +149,3 @@ def add_output(conversation: Conversation, output: list[OutputItem]) -> None:
             conversation.messages.append({"role": "assistant", "content": text})
         elif isinstance(item, FunctionCall):
             conversation.add_call(item.call_id, item.name, item.arguments)
-
-
-def has_calls(messages: list[dict[str, Any]]) -> bool:
-    return any("tool_calls" in m or m["role"] == "tool" for m in messages)

@@ -9,6 +9,7 @@ from flexserv_core.api.responses.items import item_id
 from flexserv_core.api.responses.reasoning import split_reasoning
 from flexserv_core.api.responses.request import ResponsePlan
 from flexserv_core.api.responses.schemas import (
+    FunctionCall,
     IncompleteDetails,
     InputTokensDetails,
     OutputItem,
@@ -23,6 +24,8 @@ from flexserv_core.api.responses.schemas import (
     ResponseUsage,
     TextConfig,
 )
+from flexserv_core.api.text_schemas import ToolCall
+from flexserv_core.api.tool_calls import ToolPlan, split_output
 from flexserv_core.backends.base import TextGenerationModel
 
 
@@ -30,14 +33,25 @@ def status_of(finish_reason: str) -> Literal["completed", "incomplete"]:
     return "incomplete" if finish_reason == "length" else "completed"
 
 
-def output_items(text: str, *, inside: bool, status: ResponseStatus) -> list[OutputItem]:
-    """Reasoning (if any) then the answer; an empty answer after reasoning is left out."""
+def output_items(text: str, *, inside: bool, status: ResponseStatus, tools: ToolPlan | None) -> list[OutputItem]:
+    """Reasoning (if any), the answer, then the function calls parsed from it; an
+    empty answer after reasoning or beside calls is left out."""
     reasoning, answer = split_reasoning(text, inside=inside)
+    calls: list[ToolCall] = []
+    if tools is not None and tools.parses:
+        content, calls = split_output(tools, answer)
+        answer = content or ""
     items: list[OutputItem] = []
     if reasoning:
         items.append(ReasoningItem(id=item_id("rs"), content=[ReasoningText(text=reasoning)]))
-    if answer or not reasoning:
+    if answer or not (reasoning or calls):
         items.append(OutputMessage(id=item_id("msg"), status=status, content=[OutputText(text=answer)]))
+    items += [
+        FunctionCall(
+            id=item_id("fc"), call_id=c.id, name=c.function.name, arguments=c.function.arguments, status=status
+        )
+        for c in calls
+    ]
     return items
 
 

@@ -9,6 +9,7 @@ path raises name the Responses parameter (``input``, ``max_output_tokens``).
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -16,11 +17,13 @@ from typing import Any
 import msgspec
 
 from flexserv_core.api.message_rules import check_messages
-from flexserv_core.api.responses.items import Conversation, add_input, has_calls, unsupported
+from flexserv_core.api.responses.items import Conversation, add_input, unsupported
 from flexserv_core.api.responses.schemas import ResponsesRequest
 from flexserv_core.api.responses.store import ResponseStore
+from flexserv_core.api.responses.tools import function_tools, response_format, tool_choice
 from flexserv_core.api.text_bounds import check_chat_bounds
 from flexserv_core.api.text_schemas import ChatCompletionRequest
+from flexserv_core.api.tool_calls import check_tool_history
 from flexserv_core.errors import FlexServError, InvalidRequest, NotFound
 from flexserv_core.settings import CoreSettings
 
@@ -81,13 +84,6 @@ def check_request(body: ResponsesRequest) -> None:
         raise unsupported("'truncation: auto' is not supported; a prompt beyond the context is a 400.", "truncation")
     if body.text is not None and body.text.verbosity is not None:
         raise unsupported("'text.verbosity' is not supported.", "text.verbosity")
-    fmt = (body.text.format or {}) if body.text is not None else {}
-    if fmt.get("type", "text") != "text":
-        raise unsupported("'text.format' other than 'text' is not supported yet.", "text.format")
-    if body.tools:
-        raise unsupported("'tools' are not supported yet on /v1/responses.", "tools")
-    if body.tool_choice not in (None, "none", "auto"):
-        raise InvalidRequest("'tool_choice' needs 'tools'.", param="tool_choice")
 
 
 @dataclass(slots=True)
@@ -113,12 +109,10 @@ def plan_response(body: ResponsesRequest, store: ResponseStore, core: CoreSettin
                 code="previous_response_not_found",
             )
         history = copy.deepcopy(list(previous.history))
-    current = Conversation()
+    current = Conversation(call_ids={c["id"] for m in history for c in m.get("tool_calls", ())})
     add_input(current, body.input)
     if not current.messages and not history:
         raise InvalidRequest("'input' is required (a string or a list of items).", param="input")
-    if has_calls(current.messages) or has_calls(history):
-        raise unsupported("Function-call items are not supported yet on /v1/responses.", "input")
     history = history + current.messages
     messages = ([{"role": "system", "content": body.instructions}] if body.instructions else []) + history
     chat_body: dict[str, Any] = {
@@ -133,9 +127,17 @@ def plan_response(body: ResponsesRequest, store: ResponseStore, core: CoreSettin
         chat = msgspec.convert(chat_body, ChatCompletionRequest)
     except msgspec.ValidationError as exc:
         raise InvalidRequest(f"Invalid 'input': {exc}", param="input") from None
+    chat = msgspec.structs.replace(
+        chat,
+        response_format=response_format(body.text.format if body.text is not None else None),
+        tools=function_tools(body.tools),
+        tool_choice=tool_choice(body.tool_choice),
+        parallel_tool_calls=body.parallel_tool_calls,
+    )
     try:  # the edge bounds and per-role rules chat requests have, before a model is loaded
         check_chat_bounds(chat, core)
         check_messages(chat.messages)
+        check_tool_history(chat.messages)
     except FlexServError as exc:
         raise responses_param(exc) from None
     return ResponsePlan(body=body, chat=chat, current=current, history=history)
@@ -147,16 +149,30 @@ _PARAMS = {
     "max_tokens": "max_output_tokens",
     "max_tokens x n": "max_output_tokens",
 }
+#: Chat parameter paths -> Responses ones (first match wins): the API's nesting differs.
+_PATHS = (
+    (re.compile(r"^response_format\.json_schema(?=\.|$)"), "text.format"),
+    (re.compile(r"^response_format(?=\.|$)"), "text.format"),
+    (re.compile(r"^(tools\[\d+\])\.function(?=\.|$)"), r"\1"),
+    (re.compile(r"^tool_choice\.function(?=\.|$)"), "tool_choice"),
+)
 
 
 def responses_param(exc: FlexServError) -> FlexServError:
     """Rename a chat parameter in ``exc`` to the Responses one (in place)."""
-    if exc.param is not None:
-        head, sep, rest = exc.param.partition(".")
-        base = head.split("[")[0]
-        if base in _PARAMS:
-            exc.param = _PARAMS[base] + head[len(base) :] + sep + rest
-            exc.message = exc.message.replace(f"'{base}'", f"'{_PARAMS[base]}'").replace(
-                f"the {base}", f"the {_PARAMS[base]}"
-            )
+    if exc.param is None:
+        return exc
+    for pattern, replacement in _PATHS:
+        renamed = pattern.sub(replacement, exc.param)
+        if renamed != exc.param:
+            exc.message = exc.message.replace(f"'{exc.param}'", f"'{renamed}'")
+            exc.param = renamed
+            return exc
+    head, sep, rest = exc.param.partition(".")
+    base = head.split("[")[0]
+    if base in _PARAMS:
+        exc.param = _PARAMS[base] + head[len(base) :] + sep + rest
+        exc.message = exc.message.replace(f"'{base}'", f"'{_PARAMS[base]}'").replace(
+            f"the {base}", f"the {_PARAMS[base]}"
+        )
     return exc

@@ -35,9 +35,10 @@ from flexserv_core.api.responses.schemas import Response as ResponseObject
 from flexserv_core.api.responses.store import ResponseStore, StoredResponse, server_store
 from flexserv_core.api.streaming import READY, SSEGenerator, sse_response
 from flexserv_core.api.text_generation import ChoiceJob, admitted, collect, merge
-from flexserv_core.api.text_request import chat_jobs
+from flexserv_core.api.text_request import chat_plan, prepare_jobs
 from flexserv_core.api.text_schemas import encode
 from flexserv_core.api.timeouts import apply_timeouts
+from flexserv_core.api.tool_calls import ToolPlan
 from flexserv_core.backends.base import TextGenerationModel
 from flexserv_core.errors import FlexServError, InvalidRequest, NotFound
 from flexserv_core.metrics.text import TextRequestMetrics
@@ -58,15 +59,18 @@ async def _parse(request: Request[Any, Any, Any], context: RequestContext) -> Re
     return validate(body, ResponsesRequest, block_unknown=block, endpoint=ENDPOINT)
 
 
-def _jobs(
+async def _jobs(
     model: TextGenerationModel, spec: ModelSpec, plan: ResponsePlan, context: RequestContext
-) -> tuple[list[int], list[ChoiceJob]]:
+) -> tuple[list[int], list[ChoiceJob], ToolPlan | None]:
+    """The chat path's plan: prompt, jobs, tools; the backend compiles the
+    constraint (``text.format``, a required tool call) before any output."""
     try:
-        prompt_ids, jobs = chat_jobs(model, spec, plan.chat, context)
+        prompt_ids, jobs, tools = chat_plan(model, spec, plan.chat, context)
+        await prepare_jobs(jobs)
     except FlexServError as exc:
         raise responses_param(exc) from None
     apply_timeouts(jobs, context.server.settings.core)
-    return prompt_ids, jobs
+    return prompt_ids, jobs, tools
 
 
 def _store(store: ResponseStore, plan: ResponsePlan, response: ResponseObject) -> None:
@@ -104,12 +108,13 @@ async def create_response(request: Request[Any, Any, Any]) -> Response[Any]:
     ):
         metrics.admitted(lease.spec.name)
         model = lease.model
-        prompt_ids, jobs = _jobs(model, lease.spec, plan, context)
+        prompt_ids, jobs, tools = await _jobs(model, lease.spec, plan, context)
         metrics.start(len(prompt_ids), jobs)
         results = await until_disconnect(request, collect(jobs))
         result = results[0]
         status = status_of(result.finish_reason)
-        items = output_items(result.text, inside=prompt_opens_reasoning(model, prompt_ids), status=status)
+        inside = prompt_opens_reasoning(model, prompt_ids)
+        items = output_items(result.text, inside=inside, status=status, tools=tools)
         response = build_response(
             plan,
             response_id=item_id("resp"),
@@ -133,11 +138,11 @@ async def _stream(
     ):
         metrics.admitted(lease.spec.name)
         model = lease.model
-        prompt_ids, jobs = _jobs(model, lease.spec, plan, context)
+        prompt_ids, jobs, tools = await _jobs(model, lease.spec, plan, context)
         metrics.start(len(prompt_ids), jobs)
         async with admitted(jobs):  # a refusal (429) must come before the response starts
             yield READY
-            async with aclosing(_events(plan, store, model, lease.spec.name, prompt_ids, jobs)) as events:
+            async with aclosing(_events(plan, store, model, lease.spec.name, prompt_ids, jobs, tools)) as events:
                 async for data in events:
                     yield data
 
@@ -149,11 +154,12 @@ async def _events(
     name: str,
     prompt_ids: list[int],
     jobs: list[ChoiceJob],
+    tools: ToolPlan | None,
 ) -> AsyncGenerator[bytes, None]:
     ident, created = item_id("resp"), int(time.time())
     log.info("response %s (stream): model %s", ident, name)
     write = EventWriter()
-    streamer = OutputStreamer(write, inside=prompt_opens_reasoning(model, prompt_ids))
+    streamer = OutputStreamer(write, inside=prompt_opens_reasoning(model, prompt_ids), tools=tools)
 
     def snapshot(status: Any, **fields: Any) -> ResponseObject:
         return build_response(plan, response_id=ident, created=created, model_name=name, status=status, **fields)
