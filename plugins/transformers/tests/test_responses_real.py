@@ -3,12 +3,14 @@ server, and a tiny random Llama whose template opens ``<think>`` (reasoning item
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import openai
 import pytest
 from flexserv_transformers.testing import build_tiny_llama
+from pydantic import BaseModel, Field
 
 from flexserv_core.testing import (
     app_client,
@@ -44,6 +46,107 @@ async def test_smollm_responses_over_loopback(server_url: str) -> None:
         # the continuation's prompt holds the first exchange
         assert follow.usage.input_tokens > full.usage.input_tokens + full.usage.output_tokens
         assert follow.output_text
+
+
+#: Short runs of letters: the longest valid object stays far below the token limit.
+Word = Annotated[str, Field(max_length=16, pattern=r"^[A-Za-z][A-Za-z ]*$")]
+
+
+class Capital(BaseModel):
+    city: Word
+    country: Word
+
+
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Current weather of a city.",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "maxLength": 30},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+        },
+        "required": ["city", "unit"],
+        "additionalProperties": False,
+    },
+    "strict": True,
+}
+
+
+async def test_smollm_structured_output_and_tool_round_trip(server_url: str) -> None:
+    """The SDK's ``parse`` and a function-call round trip on the embedded model (its
+    template has no tools: they reach it through the chat path's fallback prompt)."""
+    async with openai.AsyncOpenAI(base_url=f"{server_url}/v1", api_key="x", max_retries=0, timeout=300) as sdk:
+        parsed = await sdk.responses.parse(
+            model=SMOLLM, input=QUESTION, text_format=Capital, max_output_tokens=60, temperature=0
+        )
+        assert isinstance(parsed.output_parsed, Capital), parsed.output_text
+        assert parsed.output_parsed.city.strip() == "Paris"
+
+        ask = "What is the weather like in Paris today?"
+        first = await sdk.responses.create(
+            model=SMOLLM,
+            input=ask,
+            tools=[WEATHER],
+            tool_choice="required",
+            parallel_tool_calls=False,
+            max_output_tokens=80,
+            temperature=0,
+        )
+        calls = [item for item in first.output if item.type == "function_call"]
+        assert calls and calls[0].name == "get_weather", first.output
+        args = json.loads(calls[0].arguments)
+        assert set(args) == {"city", "unit"} and args["unit"] in ("celsius", "fahrenheit")
+        async with sdk.responses.stream(
+            model=SMOLLM,
+            input=ask,
+            tools=[WEATHER],
+            tool_choice="required",
+            parallel_tool_calls=False,
+            max_output_tokens=80,
+            temperature=0,
+        ) as stream:
+            deltas = [e.delta async for e in stream if e.type == "response.function_call_arguments.delta"]
+            streamed = await stream.get_final_response()
+        assert "".join(deltas) == streamed.output[-1].arguments == calls[0].arguments
+
+        final = await sdk.responses.create(
+            model=SMOLLM,
+            previous_response_id=first.id,
+            input=[{"type": "function_call_output", "call_id": calls[0].call_id, "output": "22 degrees, sunny"}],
+            tools=[WEATHER],
+            tool_choice="none",
+            max_output_tokens=24,
+            temperature=0,
+        )
+        assert [item.type for item in final.output] == ["message"] and final.output_text.strip()
+        # the same turn through chat completions: the stored call and its output are the history
+        call = calls[0]
+        chat = await sdk.chat.completions.create(
+            model=SMOLLM,
+            messages=[
+                {"role": "user", "content": ask},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": call.call_id,
+                            "type": "function",
+                            "function": {"name": call.name, "arguments": call.arguments},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": call.call_id, "content": "22 degrees, sunny"},
+            ],
+            tools=[{"type": "function", "function": {k: v for k, v in WEATHER.items() if k != "type"}}],
+            tool_choice="none",
+            max_tokens=24,
+            temperature=0,
+        )
+        assert chat.usage.prompt_tokens == final.usage.input_tokens
+        assert chat.choices[0].message.content == final.output_text
 
 
 @pytest.fixture(scope="module")
