@@ -1,17 +1,22 @@
-"""The Responses API's parts that need no server: reasoning splitting and the store."""
+"""The Responses API's parts that need no server: reasoning splitting, streamed items and the store."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 
 import pytest
 
+from flexserv_core.api.responses.events import EventWriter, OutputStreamer
+from flexserv_core.api.responses.output import output_items
 from flexserv_core.api.responses.reasoning import ReasoningSplitter, prompt_opens_reasoning, split_reasoning
-from flexserv_core.api.responses.schemas import Response, TextConfig
+from flexserv_core.api.responses.schemas import FunctionCall, OutputItem, OutputMessage, Response, TextConfig
 from flexserv_core.api.responses.store import ResponseStore, StoredResponse
+from flexserv_core.api.tool_calls import ToolPlan
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.testing.fakes import FakeTextModel
+from flexserv_core.tool_parsers import get_tool_parser
 
 
 def pieces_of(text: str, size: int, *, inside: bool = False) -> tuple[str, str]:
@@ -106,3 +111,57 @@ async def test_store_under_concurrent_writers() -> None:
 
     await asyncio.gather(*(asyncio.to_thread(writer, p) for p in "abcd"))
     assert len(store) == 50
+
+
+CALL = '<tool_call>\n{"name": "f", "arguments": {"x": "a long enough value to need fragments"}}\n</tool_call>'
+
+
+def _plan() -> ToolPlan:
+    tools = [{"name": "f", "parameters": {"type": "object"}}]
+    return ToolPlan(parser=get_tool_parser("hermes"), tools=tools, choice="auto", parallel=True, native=False)
+
+
+def _shape(items: list[OutputItem]) -> list[tuple[str, ...]]:
+    out: list[tuple[str, ...]] = []
+    for item in items:
+        if isinstance(item, FunctionCall):
+            out.append(("function_call", item.name, item.arguments, item.status))
+        elif isinstance(item, OutputMessage):
+            out.append(("message", "".join(p.text for p in item.content), item.status))
+        else:
+            out.append(("reasoning",))
+    return out
+
+
+@pytest.mark.parametrize("size", [1, 3, 16, 1000])
+@pytest.mark.parametrize(
+    ("text", "types"),
+    [
+        (CALL, ["function_call"]),
+        (f"Sure.\n{CALL}", ["message", "function_call"]),
+        (f"{CALL}\nafter", ["message", "function_call"]),
+        (f"{CALL}\n{CALL}", ["function_call", "function_call"]),
+        (f"<think>hm</think>\n{CALL}", ["reasoning", "function_call"]),
+        ("plain text  \n", ["message"]),
+        ("<tool_call> not json", ["message"]),
+        ("", ["message"]),
+    ],
+)
+def test_streamed_items_equal_the_whole_output(text: str, types: list[str], size: int) -> None:
+    """Whatever the chunking, the streamed items are the non-streamed ones, and each
+    call's argument deltas join to its arguments."""
+    whole = output_items(text, inside=False, status="completed", tools=_plan())
+    assert [s[0] for s in _shape(whole)] == types
+    streamer = OutputStreamer(EventWriter(), inside=False, tools=_plan())
+    raw: list[bytes] = []
+    for start in range(0, len(text), size):
+        raw += streamer.feed(text[start : start + size])
+    raw += streamer.finish("completed")
+    assert _shape(streamer.items) == _shape(whole)
+    events = [json.loads(chunk.split(b"\ndata: ", 1)[1]) for chunk in raw]
+    for index, item in enumerate(streamer.items):
+        if isinstance(item, FunctionCall):
+            deltas = [
+                e["delta"] for e in events if e["type"].endswith("arguments.delta") and e["output_index"] == index
+            ]
+            assert "".join(deltas) == item.arguments and len(deltas) > 1
