@@ -128,18 +128,11 @@ def chat_template_kwargs(spec: ModelSpec, context: RequestContext) -> dict[str, 
     return merged
 
 
-def chat_jobs(
-    model: TextGenerationModel, spec: ModelSpec, body: ChatCompletionRequest, context: RequestContext
-) -> tuple[list[int], list[ChoiceJob]]:
-    """Render the prompt and plan ``n`` choices; returns ``(prompt_ids, jobs)``."""
-    prompt_ids, jobs, _plan = chat_plan(model, spec, body, context)
-    return prompt_ids, jobs
-
-
 def chat_plan(
     model: TextGenerationModel, spec: ModelSpec, body: ChatCompletionRequest, context: RequestContext
 ) -> tuple[list[int], list[ChoiceJob], ToolPlan | None]:
-    """:func:`chat_jobs` and the request's tool plan (``None`` without tools)."""
+    """Render the prompt and plan ``n`` choices: ``(prompt_ids, jobs, tool plan)``; the
+    plan is ``None`` without tools."""
     check_chat(body)
     plan = plan_tools(body, model, spec)
     constraint = request_constraint(body.response_format, body.structured_outputs)
