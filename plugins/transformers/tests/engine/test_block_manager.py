@@ -163,6 +163,7 @@ def test_a_sequence_s_tail_is_evicted_before_its_shared_head() -> None:
     assert bm.cached_prefix_blocks(keys) == 2
     assert bm.allocate(1) is not None
     assert bm.cached_prefix_blocks(keys) == 1
+    assert bm.stats().evictions == 2
 
 
 def test_a_matched_block_is_not_evicted_while_in_use() -> None:

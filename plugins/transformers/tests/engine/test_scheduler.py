@@ -74,6 +74,7 @@ def test_sequence_keys_are_the_block_manager_s_keys_and_grow_incrementally(make_
 def test_admission_is_first_come_first_served_up_to_the_batch_size(make_seq: MakeSeq) -> None:
     sch = scheduler(max_batch_size=2)
     assert not sch.has_work()
+    assert (sch.peak_running, sch.preemptions) == (0, 0)  # reported as engine stats before any request
     seqs = [make_seq(prompt(3, 10 * i)) for i in range(3)]
     for seq in seqs:
         sch.add(seq)
@@ -112,6 +113,31 @@ def test_a_newcomer_is_admitted_when_its_first_chunk_and_a_spare_block_fit_exact
     fits = make_seq(prompt(12, 100))  # 3 blocks plus a spare: the 4 available
     sch.add(fits)
     assert step(sch) == {first.id: 1, fits.id: 12}
+
+
+def test_without_prefix_caching_a_newcomer_still_waits_for_a_chunk_and_a_spare_block(make_seq: MakeSeq) -> None:
+    sch = scheduler(num_blocks=2, block_size=2, caching=False)
+    first = make_seq(prompt(1))
+    sch.add(first)
+    step(sch)
+    step(sch)  # first holds one full block; its next token needs the other one
+    newcomer = make_seq(prompt(1, 100))  # one block for its token plus a spare: only one is left
+    sch.add(newcomer)
+    assert step(sch) == {first.id: 1}
+    assert list(sch.waiting) == [newcomer]
+    assert sch.preemptions == 0
+
+
+def test_a_newcomer_whose_prefix_is_cached_needs_blocks_only_for_the_rest(make_seq: MakeSeq) -> None:
+    sch = scheduler(num_blocks=5, block_size=4)
+    leader = make_seq(prompt(8))
+    sch.add(leader)
+    step(sch)  # two full blocks, published and still held by the leader
+    assert sch.blocks.available == 3
+    follower = make_seq([*prompt(8), 99])  # 9 tokens: two cached blocks, one to compute, a spare
+    sch.add(follower)
+    assert step(sch) == {leader.id: 1, follower.id: 1}
+    assert follower.blocks[:2] == leader.blocks[:2]
 
 
 def test_the_spare_block_counts_only_the_first_chunk_of_a_long_prompt(make_seq: MakeSeq) -> None:
@@ -216,9 +242,12 @@ def test_full_blocks_are_published_as_they_are_computed(make_seq: MakeSeq) -> No
 
 def test_without_prefix_caching_nothing_is_published_or_reused(make_seq: MakeSeq) -> None:
     sch = scheduler(block_size=4, caching=False)
-    first = make_seq(prompt(9))
+    first, other = make_seq(prompt(9)), make_seq(prompt(5, 100))
     sch.add(first)
-    step(sch)
+    sch.add(other)
+    assert step(sch) == {first.id: 9, other.id: 5}
+    assert step(sch) == {first.id: 1, other.id: 1}  # both advanced, though nothing is published
+    sch.finish(other)
     assert first.num_registered == 0
     assert first.block_keys == []
     sch.finish(first)
@@ -314,6 +343,34 @@ def test_a_sequence_that_is_itself_the_latest_preempts_itself(make_seq: MakeSeq)
     assert step(sch) == {late.id: 1}
     assert list(sch.waiting) == [newcomer]
     assert (newcomer.preemptions, late.preemptions) == (1, 0)
+
+
+def test_a_sequence_preempted_earlier_in_the_step_is_skipped_and_the_rest_still_run(make_seq: MakeSeq) -> None:
+    sch = scheduler(num_blocks=3, block_size=2, max_batch_tokens=3)
+    prefill, first, second = make_seq(prompt(5)), make_seq(prompt(1, 100)), make_seq(prompt(1, 200))
+    for seq in (prefill, first, second):
+        sch.add(seq)
+    for _ in range(2):  # decoders first: one token each, the prefill one
+        assert step(sch) == {prefill.id: 1, first.id: 1, second.id: 1}
+    assert sch.blocks.available == 0
+    # first needs a block and preempts second (the latest); second comes up next in the
+    # order and is skipped, and the prefill after it still runs: it preempts first in
+    # turn (now the latest) and takes the token first gave back.
+    assert step(sch) == {prefill.id: 2}
+    assert list(sch.waiting) == [first, second]
+    assert sch.preemptions == 2
+
+
+def test_a_prefill_with_two_tokens_left_and_room_for_one_computes_one(make_seq: MakeSeq) -> None:
+    sch = scheduler(num_blocks=3, block_size=2, max_batch_tokens=3)
+    first, second = make_seq(prompt(2)), make_seq(prompt(3, 100))
+    sch.add(first)
+    sch.add(second)
+    assert step(sch) == {first.id: 2, second.id: 1}
+    # first takes the last block; second (two tokens left) has room for one in its block
+    assert step(sch) == {first.id: 1, second.id: 1}
+    assert sch.preemptions == 0
+    assert sch.running == [first, second]
 
 
 def test_a_prefill_chunk_shrinks_to_the_room_left_instead_of_preempting(make_seq: MakeSeq) -> None:
