@@ -1,7 +1,9 @@
 """Testing kit for FlexServ and its plugins (also a pytest plugin, see ``pytest_plugin``).
 
 Plugin tests import what they need from here: app builders and clients, test
-doubles that are real plugins, and helpers to run ``flexserv`` as a process.
+doubles that are real plugins, helpers to run ``flexserv`` as a process, and
+:func:`wait_until` / :func:`wait_until_async` to wait for a condition instead of
+sleeping.
 """
 
 from flexserv_core.testing.app import (
@@ -32,6 +34,7 @@ from flexserv_core.testing.process import (
     wait_healthy,
     write_distribution,
 )
+from flexserv_core.testing.waiting import wait_until, wait_until_async
 
 __all__ = [
     "BASE_URL",
@@ -55,5 +58,7 @@ __all__ = [
     "running_app_client",
     "stop_process",
     "wait_healthy",
+    "wait_until",
+    "wait_until_async",
     "write_distribution",
 ]
