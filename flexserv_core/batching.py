@@ -3,7 +3,9 @@
 A request waits at most ``max_wait`` seconds for company; a batch closes early
 once it holds ``max_batch`` items. While a batch runs, new requests queue and
 form the next batch the moment the worker is free (so under load batches fill
-up by themselves). All bookkeeping happens on the event loop; only ``run``
+up by themselves). A cancelled :meth:`MicroBatcher.submit` (its client went
+away) leaves the queue at once; if its batch is already running, that batch
+finishes and the cancelled job's result is discarded. All bookkeeping happens on the event loop; only ``run``
 executes in the batcher's single worker thread, so the model is never used by
 two threads at once.
 """
@@ -50,6 +52,11 @@ class MicroBatcher(Generic[JobT, ResultT]):
         #: Sizes (in items) of the batches run so far; for tests and metrics.
         self.batch_sizes: list[int] = []
 
+    @property
+    def queued_items(self) -> int:
+        """Items waiting for a batch (not those of the batch running now)."""
+        return self._queued_items
+
     async def submit(self, job: JobT, size: int = 1) -> ResultT:
         """Queue ``job`` (worth ``size`` items) and wait for its result."""
         if self._closed:
@@ -59,7 +66,24 @@ class MicroBatcher(Generic[JobT, ResultT]):
         self._queue.append(pending)
         self._queued_items += size
         self._schedule(loop)
-        return await pending.future
+        try:
+            return await pending.future
+        except asyncio.CancelledError:
+            self._withdraw(pending)
+            raise
+
+    def _withdraw(self, pending: _Pending[JobT, ResultT]) -> None:
+        """A cancelled job (its client went away) that has not started leaves the
+        queue now and frees its items, so it neither runs nor fills a batch; one
+        already running is left to finish and its result is dropped by :meth:`_finish`."""
+        try:
+            self._queue.remove(pending)
+        except ValueError:
+            return  # already taken into a batch
+        self._queued_items -= pending.size
+        if not self._queue and self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._busy or not self._queue:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import pytest
 
 from flexserv_core import MicroBatcher
+from flexserv_core.testing import wait_until_async
 
 
 class Recorder:
@@ -67,4 +68,54 @@ async def test_a_crashing_runner_fails_its_batch_not_the_batcher() -> None:
     with pytest.raises(RuntimeError, match="boom"):
         await batcher.submit(1)
     assert await batcher.submit(2) == 2
+    batcher.close()
+
+
+class Gated(Recorder):
+    """A runner whose first batch holds the worker until ``gate`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.started = threading.Event()
+
+    def __call__(self, jobs: Sequence[int]) -> list[int | BaseException]:
+        self.started.set()
+        assert self.gate.wait(10), "the test never opened the gate"
+        return super().__call__(jobs)
+
+
+async def test_a_cancelled_queued_job_never_runs_and_a_running_one_is_discarded() -> None:
+    run = Gated()
+    batcher: MicroBatcher[int, int] = MicroBatcher(run, max_batch=8, max_wait=0.0)
+    running = asyncio.ensure_future(batcher.submit(1))
+    await wait_until_async(run.started.is_set)
+    queued = asyncio.ensure_future(batcher.submit(2, size=3))
+    await wait_until_async(lambda: batcher.queued_items == 3)  # waiting behind the running batch
+    queued.cancel()
+    running.cancel()  # its client went away mid-forward: the forward finishes, nobody gets it
+    for task in (queued, running):
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert batcher.queued_items == 0
+    run.gate.set()
+    assert await asyncio.wait_for(batcher.submit(3), 5) == 30
+    assert run.batches == [[1], [3]]
+    batcher.close()
+
+
+async def test_a_cancelled_job_frees_its_items_at_once() -> None:
+    """Two jobs of 2 fill a batch of 4 and go together at once, even after a job
+    of 3 was queued and cancelled: had its items stayed counted, the first job of
+    2 would have left alone and the second waited ``max_wait`` (60 s) for company."""
+    run = Recorder()
+    batcher: MicroBatcher[int, int] = MicroBatcher(run, max_batch=4, max_wait=60.0)
+    gone = asyncio.ensure_future(batcher.submit(7, size=3))
+    await wait_until_async(lambda: batcher.queued_items == 3)
+    gone.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    results = await asyncio.wait_for(asyncio.gather(batcher.submit(1, size=2), batcher.submit(2, size=2)), 5)
+    assert results == [10, 20]
+    assert run.batches == [[1, 2]]
     batcher.close()
