@@ -3,7 +3,12 @@
 Streams are cancelled by Litestar when the client disconnects; a plain request
 would otherwise keep generating for nobody. :func:`until_disconnect` races the
 work against the ASGI ``http.disconnect`` message (the body has been read, so
-the next message can only be that).
+the next message can only be that). Every non-streaming inference route (chat,
+completions, responses, embeddings, transcriptions and translations) awaits its
+model through it: cancelling the awaited coroutine is what tells the model to
+stop (a text sequence is cancelled within one decode step, a micro-batched job
+that has not started leaves its queue, a Whisper decode stops after its current
+segment).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ import numpy as np
 from litestar import Request, post
 
 from flexserv_core.api.body import parse_body, request_context
+from flexserv_core.api.disconnect import until_disconnect
 from flexserv_core.api.wire_schemas import EmbeddingResponse
 from flexserv_core.backends.base import EmbeddingModel
 from flexserv_core.errors import InvalidRequest
@@ -116,7 +117,7 @@ async def create_embeddings(request: Request[Any, Any, Any]) -> dict[str, Any]:
                 f"'dimensions' is {body.dimensions}, but model '{lease.spec.name}' produces {size}-dimensional embeddings.",
                 param="dimensions",
             )
-        result = await model.embed(inputs, truncate=limits.embedding_truncate)
+        result = await until_disconnect(request, model.embed(inputs, truncate=limits.embedding_truncate))
         name = lease.spec.name
     server.metrics.embedding_inputs.labels(name).inc(len(inputs))
     server.metrics.embedding_tokens.labels(name).inc(result.prompt_tokens)

@@ -22,6 +22,7 @@ from litestar.handlers import HTTPRouteHandler
 
 from flexserv_core import hooks
 from flexserv_core.api.body import UnsupportedMediaType, validate
+from flexserv_core.api.disconnect import until_disconnect
 from flexserv_core.api.streaming import DONE, READY, SSEGenerator, error_event, sse_event, sse_response
 from flexserv_core.api.transcription_formats import render
 from flexserv_core.api.wire_schemas import (
@@ -235,8 +236,11 @@ async def create_transcription(request: Request[Any, Any, Any]) -> Response[Any]
     async with server.registry.acquire(params.model, TranscriptionModel) as lease:
         decoded = await _decoded_audio(server, lease.model, data, filename, content_type)
         options: dict[str, Any] = {"word_timestamps": True} if "word" in granularities else {}
-        result = await lease.model.transcribe(
-            decoded.audio, language=params.language, prompt=params.prompt, temperature=params.temperature, **options
+        result = await until_disconnect(
+            request,
+            lease.model.transcribe(
+                decoded.audio, language=params.language, prompt=params.prompt, temperature=params.temperature, **options
+            ),
         )
     if not result.duration:
         result.duration = decoded.seconds
@@ -311,8 +315,11 @@ async def create_translation(request: Request[Any, Any, Any]) -> Response[Any]:
                 code="translation_unsupported",
             )
         decoded = await _decoded_audio(server, lease.model, data, filename, content_type)
-        result = await lease.model.transcribe(
-            decoded.audio, prompt=params.prompt, temperature=params.temperature, task="translate"
+        result = await until_disconnect(
+            request,
+            lease.model.transcribe(
+                decoded.audio, prompt=params.prompt, temperature=params.temperature, task="translate"
+            ),
         )
     if not result.duration:
         result.duration = decoded.seconds

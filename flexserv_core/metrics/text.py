@@ -5,8 +5,9 @@ A route creates a :class:`TextRequestMetrics` when the request arrives, calls
 :meth:`~TextRequestMetrics.start` with the planned choices (which wires the
 per-token callback into them), and leaves its ``with`` block when the response
 ends (``async with``, so it shares one statement with the model's lease).
-Leaving it by an exception (a client that disconnected closes the
-stream's generator) counts the unfinished choices as ``abort`` or ``error``.
+Leaving it by an exception counts the unfinished choices as ``abort`` (a client
+that disconnected: a stream's generator closed, or a plain request's
+:class:`~flexserv_core.api.disconnect.ClientDisconnected`) or ``error``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import time
 from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING
+
+from flexserv_core.api.disconnect import ClientDisconnected
 
 if TYPE_CHECKING:
     from flexserv_core.api.text_generation import ChoiceJob
@@ -83,7 +86,9 @@ class TextRequestMetrics:
     ) -> None:
         if not self._started or self._model is None:
             return  # rejected before generation: not a served request
-        aborted = exc_type is not None and issubclass(exc_type, GeneratorExit | asyncio.CancelledError)
+        aborted = exc_type is not None and issubclass(
+            exc_type, GeneratorExit | asyncio.CancelledError | ClientDisconnected
+        )
         for _ in self._open:
             self._metrics.request_success.labels(self._model, "abort" if aborted else "error").inc()
         self._open.clear()

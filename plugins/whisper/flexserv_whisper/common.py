@@ -144,15 +144,23 @@ class SerialWhisperModel(TranscriptionModel):
     ) -> Transcription:
         request = self._request(language, prompt, temperature, task, word_timestamps)
         samples = np.asarray(audio, dtype=np.float32)
-        return await self._worker.run(lambda: self._collect(samples, request))
+        stop = threading.Event()
+        try:
+            return await self._worker.run(lambda: self._collect(samples, request, stop))
+        finally:
+            # cancelled (the client went away): a queued decode never starts, a
+            # running one ends after its current segment
+            stop.set()
 
-    def _collect(self, audio: np.ndarray, request: DecodeRequest) -> Transcription:
+    def _collect(self, audio: np.ndarray, request: DecodeRequest, stop: threading.Event) -> Transcription:
         decoded = self._decode(audio, request)
         segments: list[TranscriptionSegment] = []
         words: list[TranscriptionWord] = []
         for segment, segment_words in decoded.pieces:
             segments.append(segment)
             words.extend(segment_words)
+            if stop.is_set():
+                break  # nobody waits for the rest: don't decode it
         return Transcription(
             text="".join(s.text for s in segments).strip(),
             language=self._languages.get(decoded.language or "", decoded.language),

@@ -1,19 +1,22 @@
-"""Streamed transcription with the embedded tiny.en over a real socket: segments
-are sent as faster-whisper decodes them, and closing the stream stops the decode."""
+"""Transcription with the embedded tiny.en over a real socket: streamed segments
+are sent as faster-whisper decodes them, and a client that goes away (closing the
+stream, or closing the connection of a plain request) stops the decode."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import wave
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from flexserv_whisper.faster import FasterWhisperModel
 from flexserv_whisper.plugin import DEFAULT_MODEL_NAME
 
-from flexserv_core.testing import ServedApp, make_app
+from flexserv_core.testing import ServedApp, make_app, wait_until_async
 
 pytestmark = pytest.mark.slow
 
@@ -79,3 +82,26 @@ def test_closing_a_stream_stops_the_decode() -> None:
         client.audio.transcriptions.create(file=short, model=DEFAULT_MODEL_NAME)  # queued behind the stream's decode
     # the first window's segments were streamed; the decode stopped before the last window
     assert ends and ends[-1] < 60, ends
+
+
+async def test_a_plain_request_whose_client_left_stops_the_decode() -> None:
+    app = make_app(["audio", "whisper"])
+    short = {"file": ("speech.ogg", (DATA / "speech.ogg").read_bytes())}
+    form = {"model": DEFAULT_MODEL_NAME}
+    with ServedApp(app) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+            assert (await client.post("/v1/audio/transcriptions", data=form, files=short)).status_code == 200
+            model = app.state.flexserv.registry.model_if_loaded(DEFAULT_MODEL_NAME)
+            assert isinstance(model, FasterWhisperModel)
+            ends = spy_on_segments(model)
+            files = {"file": ("long.wav", long_speech())}
+            pending = asyncio.ensure_future(client.post("/v1/audio/transcriptions", data=form, files=files))
+            await wait_until_async(lambda: ends, timeout=60, message="the decode started")
+            pending.cancel()  # closes the connection
+            with pytest.raises(asyncio.CancelledError):
+                await pending
+            # served once the worker is free: after the long decode's current segment, not its last window
+            again = await client.post("/v1/audio/transcriptions", data=form, files=short)
+            assert again.status_code == 200 and "weekly report" in again.json()["text"].lower()
+    # the long decode's first window, then the short one (88 s had the decode run on)
+    assert max(ends) < 60, ends
