@@ -6,13 +6,15 @@ with a clear message once a deadline passes::
 
     wait_until(lambda: server.registry.active_requests == 0)
     await wait_until_async(lambda: model.cancelled_sequences == 1, timeout=5)
+    await wait_until_async(ready, timeout=30)  # ``async def ready() -> bool``
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -47,16 +49,19 @@ def wait_until(
 
 
 async def wait_until_async(
-    predicate: Callable[[], T],
+    predicate: Callable[[], T | Awaitable[T]],
     timeout: float = DEFAULT_TIMEOUT,
     *,
     interval: float = DEFAULT_INTERVAL,
     message: str | None = None,
 ) -> T:
-    """:func:`wait_until` for coroutines: the event loop keeps running between checks."""
+    """:func:`wait_until` for coroutines: the event loop keeps running between checks,
+    and ``predicate`` may be a coroutine function (e.g. one that asks the app over
+    HTTP), whose result is awaited."""
     deadline = time.monotonic() + timeout
     while True:
-        result = predicate()
+        outcome = predicate()
+        result: T = await outcome if inspect.isawaitable(outcome) else outcome
         if result:
             return result
         if time.monotonic() >= deadline:

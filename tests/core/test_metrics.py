@@ -15,18 +15,28 @@ from prometheus_client import Counter
 from prometheus_client.parser import text_string_to_metric_families
 
 from flexserv_core import EngineStats, PluginHookError, hookimpl
-from flexserv_core.testing import FakeBackendPlugin, FakeTextBackend, FakeTextModel, ServedApp, app_client, make_app
+from flexserv_core.testing import (
+    FakeBackendPlugin,
+    FakeTextBackend,
+    FakeTextModel,
+    ServedApp,
+    app_client,
+    make_app,
+    wait_until,
+    wait_until_async,
+)
 
 MODEL = "fake-model"
 CHAT = [{"role": "user", "content": "hello"}]
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-async def scrape(client: httpx.AsyncClient) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+async def scrape(client: httpx.AsyncClient) -> Samples:
     """Every sample as ``{(name, sorted labels): value}``."""
     response = await client.get("/metrics")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
-    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    out: Samples = {}
     for family in text_string_to_metric_families(response.text):
         for sample in family.samples:
             out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
@@ -105,11 +115,16 @@ async def test_unload_eviction_and_failed_load_are_counted_by_reason() -> None:
         await client.post("/v1/chat/completions", json={"messages": CHAT, "max_tokens": 1})
         await client.post("/v1/flexserv/models/unload", json={"model_id": MODEL})
         await client.post("/v1/chat/completions", json={"messages": CHAT, "max_tokens": 1})
-        for _ in range(100):  # the TTL loop checks every 0.05 s
+
+        async def evicted() -> Samples | None:  # the TTL loop checks every 0.05 s
             samples = await scrape(client)
-            if value(samples, "flexserv:model_evictions_total", model_name=MODEL, kind="text", reason="ttl"):
-                break
-            await asyncio.sleep(0.05)
+            return (
+                samples
+                if value(samples, "flexserv:model_evictions_total", model_name=MODEL, kind="text", reason="ttl")
+                else None
+            )
+
+        samples = await wait_until_async(evicted, message="the TTL evicted the model")
     assert value(samples, "flexserv:model_unloads_total", model_name=MODEL, kind="text", reason="manual") == 1
     assert value(samples, "flexserv:model_evictions_total", model_name=MODEL, kind="text", reason="ttl") == 1
     assert value(samples, "flexserv:model_loads_total", model_name=MODEL, kind="text", result="success") == 2
@@ -151,11 +166,12 @@ async def test_engine_stats_are_exported_and_queued_requests_count_as_waiting() 
     async with app_client(app) as client:
         long = asyncio.create_task(client.post("/v1/chat/completions", json={"messages": CHAT, "max_tokens": 40}))
         other = asyncio.create_task(client.post("/v1/chat/completions", json={"messages": CHAT, "max_tokens": 40}))
-        for _ in range(100):
+
+        async def serving() -> Samples | None:
             samples = await scrape(client)
-            if value(samples, "flexserv:num_requests_running", model_name=MODEL) >= 1:
-                break
-            await asyncio.sleep(0.02)
+            return samples if value(samples, "flexserv:num_requests_running", model_name=MODEL) >= 1 else None
+
+        samples = await wait_until_async(serving, message="the requests hold the model")
         await asyncio.gather(long, other)
     # two requests hold the model, and its engine says one of them is queued
     assert value(samples, "flexserv:num_requests_running", model_name=MODEL) == 1
@@ -214,14 +230,14 @@ def test_running_gauge_returns_to_zero_after_a_disconnect_storm() -> None:
             await asyncio.gather(*(one() for _ in range(20)))
 
         asyncio.run(storm())
-        samples: dict[Any, float] = {}
-        for _ in range(200):
+
+        def settled() -> Samples | None:
             samples = _parse(client.get("/metrics").text)
-            if value(samples, "flexserv:num_requests_running", model_name=MODEL) == 0 and (
-                value(samples, "flexserv:request_success_total", model_name=MODEL, finished_reason="abort") == 20
-            ):
-                break
-            asyncio.run(asyncio.sleep(0.05))
+            running = value(samples, "flexserv:num_requests_running", model_name=MODEL)
+            aborted = value(samples, "flexserv:request_success_total", model_name=MODEL, finished_reason="abort")
+            return samples if running == 0 and aborted == 20 else None
+
+        samples = wait_until(settled, interval=0.05, message="all 20 streams aborted")
     assert value(samples, "flexserv:num_requests_running", model_name=MODEL) == 0
     assert value(samples, "flexserv:num_requests_waiting", model_name=MODEL) == 0
     assert value(samples, "flexserv:request_success_total", model_name=MODEL, finished_reason="abort") == 20
@@ -230,8 +246,8 @@ def test_running_gauge_returns_to_zero_after_a_disconnect_storm() -> None:
     assert 20 * 3 <= generated < 20 * 2000  # each got some tokens out, none ran to the end
 
 
-def _parse(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    out = {}
+def _parse(text: str) -> Samples:
+    out: Samples = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value

@@ -6,10 +6,9 @@ in a real ``flexserv run`` process.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
-import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,8 @@ from flexserv_core.testing import (
     free_port,
     make_app,
     stop_process,
+    wait_until,
+    wait_until_async,
 )
 
 MODEL = "fake-model"
@@ -33,6 +34,14 @@ MODEL = "fake-model"
 async def health(client: httpx.AsyncClient) -> tuple[int, dict[str, Any]]:
     response = await client.get("/v1/flexserv/health")
     return response.status_code, response.json()
+
+
+async def _answered(
+    client: httpx.AsyncClient, wanted: Callable[[int, dict[str, Any]], bool]
+) -> tuple[int, dict[str, Any]] | None:
+    """The health answer if it is the one ``wanted``, else ``None`` (for :func:`wait_until_async`)."""
+    code, body = await health(client)
+    return (code, body) if wanted(code, body) else None
 
 
 async def test_health_is_503_while_preloading_then_200() -> None:
@@ -46,12 +55,9 @@ async def test_health_is_503_while_preloading_then_200() -> None:
         assert body["preload"]["models"][0]["model_id"] == MODEL
         assert body["preload"]["models"][0]["state"] in ("pending", "loading")
         assert (await client.get("/health")).status_code == 200  # liveness never waits
-        for _ in range(100):
-            code, body = await health(client)
-            if code == 200:
-                break
-            await asyncio.sleep(0.05)
-        assert code == 200, body
+        code, body = await wait_until_async(
+            lambda: _answered(client, lambda code, _: code == 200), message="health turned 200"
+        )
         assert body["status"] == "ok"
         assert body["preload"]["models"][0]["state"] == "ready"
         assert body["model"]["state"] == "ready"
@@ -67,11 +73,10 @@ async def test_health_is_503_while_preloading_then_200() -> None:
 async def test_a_failed_preload_keeps_health_at_503_and_names_the_model() -> None:
     app = make_app([FakeBackendPlugin(fail="weights are corrupt")], settings={"preload": ["all"]})
     async with app_client(app) as client:
-        for _ in range(100):
-            code, body = await health(client)
-            if body["preload"]["models"][0]["state"] == "failed":
-                break
-            await asyncio.sleep(0.02)
+        code, body = await wait_until_async(
+            lambda: _answered(client, lambda _, body: body["preload"]["models"][0]["state"] == "failed"),
+            message="the preload failed",
+        )
         assert code == 503
         assert body["status"] == "error"
         assert MODEL in body["error"] and "weights are corrupt" in body["error"]
@@ -145,22 +150,23 @@ def test_preload_in_a_real_process_503_then_200_with_the_startup_log(tmp_path: P
     )
     base = f"http://127.0.0.1:{port}"
     codes: list[int] = []
+
+    def ready() -> bool:
+        assert proc.poll() is None, "flexserv exited early"
+        try:
+            r = httpx.get(f"{base}/v1/flexserv/health", timeout=2)
+        except httpx.HTTPError:
+            return False  # not listening yet
+        codes.append(r.status_code)
+        if r.status_code == 200:
+            return True
+        assert r.status_code == 503
+        assert r.json()["preload"]["models"][0]["model_id"] == "slow-model"
+        assert httpx.get(f"{base}/health", timeout=2).status_code == 200
+        return False
+
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, "flexserv exited early"
-            try:
-                r = httpx.get(f"{base}/v1/flexserv/health", timeout=2)
-            except httpx.HTTPError:
-                time.sleep(0.1)
-                continue
-            codes.append(r.status_code)
-            if r.status_code == 200:
-                break
-            assert r.status_code == 503
-            assert r.json()["preload"]["models"][0]["model_id"] == "slow-model"
-            assert httpx.get(f"{base}/health", timeout=2).status_code == 200
-            time.sleep(0.2)
+        wait_until(ready, timeout=60, interval=0.1, message="health turned 200")
         assert codes and codes[0] == 503 and codes[-1] == 200, codes
         metrics = httpx.get(f"{base}/metrics", timeout=5).text
         assert 'flexserv:model_loaded{kind="text",model_name="slow-model"} 1.0' in metrics

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import pytest
@@ -12,7 +13,15 @@ from flexserv_oom_monitor.plugin import MONITOR_KEY
 from oom_helpers import EventRecorder, ProbePlugin, ResidentModelsProbe, live_models, model_plugins
 
 from flexserv_core import SamplingParams, TextGenerationModel
-from flexserv_core.testing import FakeBackendPlugin, FakeProbe, FakeProbePlugin, app_client, make_app, openai_client
+from flexserv_core.testing import (
+    FakeBackendPlugin,
+    FakeProbe,
+    FakeProbePlugin,
+    app_client,
+    make_app,
+    openai_client,
+    wait_until_async,
+)
 
 NAMES = ["alpha", "beta", "gamma"]
 
@@ -33,7 +42,10 @@ class World:
         """Load (if needed) and use each model in turn: the last one is the most recent."""
         for name in names:
             async with self.server.registry.acquire(name, TextGenerationModel):
-                await asyncio.sleep(0.01)  # distinct last-use times
+                pass
+            used = time.monotonic()
+            # distinct last-use times even where the monotonic clock is coarse
+            await wait_until_async(lambda used=used: time.monotonic() > used)
 
     def live(self) -> list[str]:
         return live_models(self.backends)
@@ -127,12 +139,15 @@ async def test_idle_model_goes_before_busy_one(world: World) -> None:
     await world.use("beta")
     gate = asyncio.Event()
 
+    held = asyncio.Event()
+
     async def hold_alpha() -> None:
         async with registry.acquire("alpha", TextGenerationModel):
+            held.set()
             await gate.wait()
 
     holder = asyncio.ensure_future(hold_alpha())
-    await asyncio.sleep(0.05)
+    await held.wait()
     await world.use("beta")  # beta is now the most recent, alpha the LRU but busy
     eviction = await world.monitor(oom_monitor_ram_threshold=75).check_once()  # 80 -> one eviction enough
     assert eviction is not None and eviction.models == ["beta"], "the idle model is freed at once"
@@ -162,11 +177,8 @@ async def test_eviction_during_a_stream_lets_it_finish_and_next_request_reloads(
     assert not task.done(), "the stream is still running after the eviction"
     await task
     assert len(got) == 30, "the in-flight stream completed"
-    for _ in range(100):  # freed in the background once the stream released it
-        if not world.live():
-            break
-        await asyncio.sleep(0.02)
-    assert world.live() == []
+    # freed in the background once the stream released it
+    await wait_until_async(lambda: world.live() == [], message="the evicted model was freed")
     loads_before = sum(b.loads for b in world.backends)
     await world.use("alpha")
     assert sum(b.loads for b in world.backends) == loads_before + 1, "the next request reloads the model"
@@ -217,8 +229,7 @@ async def test_eviction_during_an_http_stream_through_the_sdk() -> None:
 
         async def raise_ram_mid_stream() -> None:
             # server-side: the ASGI test transport may buffer the response body
-            while not plugin.backend.models or plugin.backend.models[0].tokens_emitted < 5:
-                await asyncio.sleep(0.005)
+            await wait_until_async(lambda: plugin.backend.models and plugin.backend.models[0].tokens_emitted >= 5)
             probe.ram_percent = 95.0  # the monitor evicts within ~50 ms
 
         trigger = asyncio.ensure_future(raise_ram_mid_stream())

@@ -11,7 +11,7 @@ from flexserv_oom_monitor.plugin import MONITOR_KEY
 from oom_helpers import EventRecorder
 
 from flexserv_core import TextGenerationModel, UsageError
-from flexserv_core.testing import FakeBackendPlugin, FakeProbe, FakeProbePlugin, app_client, make_app
+from flexserv_core.testing import FakeBackendPlugin, FakeProbe, FakeProbePlugin, app_client, make_app, wait_until_async
 
 
 async def test_loaded_but_off_unless_flag_set() -> None:
@@ -23,9 +23,9 @@ async def test_loaded_but_off_unless_flag_set() -> None:
         if r.status_code == 404:  # completions route not there yet: load through the registry
             async with server.registry.acquire("fake-model", TextGenerationModel):
                 pass
-        await asyncio.sleep(0.1)
         health = (await client.get("/v1/flexserv/health")).json()
         assert health["oom_monitor"] == {"enabled": False}
+        assert MONITOR_KEY not in server.state, "no monitor was started: nothing can read"
         assert [m.model_id for m in server.registry.loaded()] == ["fake-model"]
         assert probe.reads == 0, "an idle monitor reads nothing"
     assert "oom-monitor" in app.state.flexserv.pm.infos
@@ -47,17 +47,14 @@ async def test_background_task_evicts_and_health_shows_it() -> None:
         server = app.state.flexserv
         async with server.registry.acquire("fake-model", TextGenerationModel):
             pass
-        await asyncio.sleep(0.2)
+        monitor = server.state[MONITOR_KEY]
+        await wait_until_async(lambda: monitor.checks >= 2, message="two checks")
         assert [m.model_id for m in server.registry.loaded()] == ["fake-model"], "below threshold: kept"
         health = (await client.get("/v1/flexserv/health")).json()["oom_monitor"]
         assert health["enabled"] and health["running"] and health["checks"] >= 2 and health["last_eviction"] is None
         assert health["last_reading"]["ram_percent"] == 50.0
         probe.ram_percent = 91.5
-        for _ in range(100):
-            if not server.registry.loaded():
-                break
-            await asyncio.sleep(0.02)
-        assert server.registry.loaded() == []
+        await wait_until_async(lambda: not server.registry.loaded(), message="the model was evicted")
         health = (await client.get("/v1/flexserv/health")).json()["oom_monitor"]
         last = health["last_eviction"]
         assert last["models"] == ["fake-model"] and last["resource"] == "ram" and last["threshold"] == 88.0
@@ -70,7 +67,7 @@ async def test_shutdown_is_prompt_with_a_long_interval() -> None:
     async with app_client(app):
         monitor = app.state.flexserv.state[MONITOR_KEY]
         assert monitor.running
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0)  # one loop turn, not a wait: the monitor's task starts its 30 s wait
         started = time.perf_counter()
     assert time.perf_counter() - started < 1.0
     assert not monitor.running

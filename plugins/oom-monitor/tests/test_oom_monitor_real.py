@@ -3,26 +3,16 @@ real model, with the RAM threshold set below what the machine uses now."""
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import logging
-from typing import Any
 
 import psutil
 import pytest
 from oom_helpers import EventRecorder
 
-from flexserv_core.testing import app_client, make_app, openai_client
+from flexserv_core.testing import app_client, make_app, openai_client, wait_until_async
 
 pytestmark = pytest.mark.slow
-
-
-async def _wait(predicate: Any, timeout: float = 30.0) -> bool:
-    for _ in range(int(timeout / 0.05)):
-        if predicate():
-            return True
-        await asyncio.sleep(0.05)
-    return predicate()
 
 
 async def test_real_embedding_model_is_evicted_on_real_ram_reading(caplog: pytest.LogCaptureFixture) -> None:
@@ -48,9 +38,9 @@ async def test_real_embedding_model_is_evicted_on_real_ram_reading(caplog: pytes
         with caplog.at_level(logging.WARNING, logger="flexserv.oom_monitor"):
             res = await sdk.embeddings.create(input=["memory pressure"], model="all-MiniLM-L6-v2")
             assert len(res.data[0].embedding) == 384
-            assert await _wait(lambda: recorder.evicted() != []), "the monitor evicted the real model"
+            await wait_until_async(lambda: recorder.evicted() != [], 30, message="the monitor evicted the real model")
         assert recorder.evicted()[0][:2] == ("all-MiniLM-L6-v2", "oom")
-        assert await _wait(lambda: server.registry.loaded() == [])
+        await wait_until_async(lambda: server.registry.loaded() == [], 30, message="the model was freed")
         health = (await client.get("/v1/flexserv/health")).json()["oom_monitor"]
         last = health["last_eviction"]
         assert last["models"] == ["all-MiniLM-L6-v2"] and last["resource"] == "ram"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psutil
@@ -11,7 +13,7 @@ import pytest
 from flexserv_resources.plugin import ResourcesPlugin
 from resources_fakes import GIB, FakeDevice, FakeNvml
 
-from flexserv_core.testing import app_client, make_app
+from flexserv_core.testing import app_client, make_app, wait_until_async
 
 GPU_FIELDS = {
     "gpu_id",
@@ -46,12 +48,23 @@ async def test_route_shape_with_real_psutil(flexserv_client: Any) -> None:
         assert set(gpu) <= GPU_FIELDS | {"error"}
 
 
+def _signalling(cpu: Callable[[float], Any], event: threading.Event) -> Callable[[float], Any]:
+    def measure(interval: float) -> Any:
+        event.set()
+        return cpu(interval)
+
+    return measure
+
+
 async def test_cpu_window_does_not_block_the_event_loop() -> None:
     app = make_app(["resources"], settings={"resources_cpu_interval": 1.0})
     async with app_client(app) as client:
+        measuring = threading.Event()
+        for probe in app.state.flexserv.probes:
+            probe.cpu = _signalling(probe.cpu, measuring)  # type: ignore[method-assign]
         started = time.perf_counter()
         slow = asyncio.ensure_future(client.get("/v1/flexserv/resources"))
-        await asyncio.sleep(0.1)
+        await wait_until_async(measuring.is_set, message="the resources request is in its CPU window")
         health_times = []
         for _ in range(3):
             t = time.perf_counter()
