@@ -8,14 +8,20 @@ is admitted when its token iterator first runs, and over the bound that raises
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 
 from flexserv_core import LoadedModel, ModelSpec, ProgressCallback, SamplingParams, TokenDelta, TooManyRequests
-from flexserv_core.testing import FakeBackendPlugin, FakeTextBackend, FakeTextModel, ServedApp, make_app
+from flexserv_core.testing import (
+    FakeBackendPlugin,
+    FakeTextBackend,
+    FakeTextModel,
+    ServedApp,
+    make_app,
+    wait_until_async,
+)
 
 USER = [{"role": "user", "content": "hi"}]
 
@@ -55,13 +61,6 @@ class BoundedPlugin(FakeBackendPlugin):
         self.backend = BoundedBackend(token_delay=0.02)
 
 
-async def _wait_for(predicate: Any, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
-
-
 async def test_stream_over_capacity_is_429_with_retry_after_then_served() -> None:
     plugin = BoundedPlugin()
     with ServedApp(make_app([plugin])) as base_url:
@@ -81,7 +80,7 @@ async def test_stream_over_capacity_is_429_with_retry_after_then_served() -> Non
                     assert refused.json()["error"]["type"] == "rate_limit_error"
                 assert model.refused == 2
             # the running stream was closed by its client: its sequence ends, the next is admitted
-            await _wait_for(lambda: model.active == 0)
+            await wait_until_async(lambda: model.active == 0, message="the stream ended")
             r = await client.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 3, "stream": True})
             assert r.status_code == 200 and r.text.rstrip().endswith("data: [DONE]")
 

@@ -7,14 +7,13 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 import trustme
 
-from flexserv_core.testing import flexserv_cmd, free_port, stop_process, write_distribution
+from flexserv_core.testing import flexserv_cmd, free_port, stop_process, wait_until, write_distribution
 
 pytestmark = pytest.mark.slow  # starts flexserv as a process
 
@@ -42,16 +41,14 @@ def _start(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
 
 
 def _wait(url: str, proc: subprocess.Popen[str], **client: object) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    def healthy() -> bool:
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
         try:
-            if httpx.get(f"{url}/health", timeout=1, **client).status_code == 200:  # type: ignore[arg-type]
-                return
+            return httpx.get(f"{url}/health", timeout=1, **client).status_code == 200  # type: ignore[arg-type]
         except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError("flexserv did not start")
+            return False
+
+    wait_until(healthy, timeout=60, interval=0.2, message="flexserv started")
 
 
 def test_https_with_a_generated_certificate_and_json_logs(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from flexserv_core.backends.base import Backend, LoadedModel, ProgressCallback
 from flexserv_core.models.spec import ModelKind, ModelSpec
 from flexserv_core.testing.app import app_client, make_app
 from flexserv_core.testing.fakes import FakeBackendPlugin, FakeTextModel
+from flexserv_core.testing.waiting import wait_until_async
 
 CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
@@ -83,10 +84,7 @@ async def test_a_hung_load_fails_after_load_timeout_and_a_late_model_is_unloaded
         assert registry.state_of("fake-model").value == "unloaded" and registry.active_requests == 0
         # the hung load finishes late: its model is freed, never served
         plugin.backend.release.set()
-        for _ in range(100):
-            if plugin.backend.unloaded:
-                break
-            await asyncio.sleep(0.02)
+        await wait_until_async(lambda: plugin.backend.unloaded, message="the late model was freed")
         assert plugin.backend.unloaded == plugin.backend.models[:1]
         # and the next request loads again and is served
         ok = await client.post("/v1/chat/completions", json=CHAT)
@@ -120,11 +118,7 @@ async def test_a_model_whose_engine_died_fails_health_until_a_request_replaces_i
         response = await client.post("/v1/chat/completions", json=CHAT)
         assert response.status_code == 200
         assert plugin.backend.models[-1] is not first, "the broken model kept serving"
-        for _ in range(100):
-            if first in plugin.backend.unloaded:
-                break
-            await asyncio.sleep(0.02)
-        assert first in plugin.backend.unloaded
+        await wait_until_async(lambda: first in plugin.backend.unloaded, message="the broken model was freed")
         assert (await client.get("/v1/flexserv/health")).status_code == 200
 
 

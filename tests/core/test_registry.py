@@ -20,6 +20,7 @@ from flexserv_core.models.registry import ModelState
 from flexserv_core.models.spec import ModelKind, ModelSpec
 from flexserv_core.testing.app import app_client, make_app
 from flexserv_core.testing.fakes import FakeBackendPlugin, FakeTextBackend, FakeTextModel
+from flexserv_core.testing.waiting import wait_until_async
 
 
 class EventRecorder:
@@ -42,15 +43,6 @@ async def _hold(server: Any, release: asyncio.Event, started: asyncio.Event | No
         return lease.model
 
 
-async def until(predicate: Any, timeout: float = 10.0) -> None:
-    """Poll a condition another task or thread brings about (no event to wait on)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        assert loop.time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.005)
-
-
 async def test_concurrent_first_requests_share_one_load() -> None:
     fake = FakeBackendPlugin(load_delay=0.3)
     app = make_app([fake])
@@ -71,7 +63,7 @@ async def test_unload_during_load_is_honoured_when_the_load_ends() -> None:
         server = app.state.flexserv
         release = asyncio.Event()
         holder = asyncio.create_task(_hold(server, release))
-        await until(lambda: server.registry.state_of("fake-model") is ModelState.LOADING)
+        await wait_until_async(lambda: server.registry.state_of("fake-model") is ModelState.LOADING)
         body = (await client.post("/v1/flexserv/models/unload", json={"model_id": "fake-model"})).json()
         assert body["unloaded"] == [
             {"model_id": "fake-model", "was_loaded": False, "had_active_requests": True, "pending": True}
@@ -79,11 +71,9 @@ async def test_unload_during_load_is_honoured_when_the_load_ends() -> None:
         assert any("still loading" in w for w in body["warnings"])
         release.set()
         model = await holder  # the request that triggered the load is still served
-        for _ in range(50):
-            if model.unloaded:
-                break
-            await asyncio.sleep(0.02)
-        assert model.unloaded, "the model stayed resident after an unload during its load"
+        await wait_until_async(
+            lambda: model.unloaded, message="the model stayed resident after an unload during its load"
+        )
         assert (await client.get("/v1/flexserv/models/loaded")).json() == {"models": []}
         assert ("unloaded", "manual") in events.types()
 
@@ -105,7 +95,7 @@ async def test_unload_while_in_use_lets_the_request_finish_then_reloads() -> Non
         assert not first.unloaded, "freed while a request still held it"
         release.set()
         assert await holder is first
-        await until(lambda: first.unloaded)
+        await wait_until_async(lambda: first.unloaded, message="freed once the request released it")
         release2 = asyncio.Event()
         release2.set()
         second = await _hold(server, release2)
@@ -121,11 +111,7 @@ async def test_ttl_evicts_idle_model() -> None:
         release.set()
         await _hold(server, release)
         assert (await client.get("/v1/flexserv/models/loaded")).json()["models"]
-        for _ in range(40):
-            await asyncio.sleep(0.05)
-            if fake.backend.models[0].unloaded:
-                break
-        assert fake.backend.models[0].unloaded
+        await wait_until_async(lambda: fake.backend.models[0].unloaded, message="the TTL evicted the idle model")
         assert ("evicted", "ttl") in events.types()
 
 

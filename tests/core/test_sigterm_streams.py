@@ -16,7 +16,7 @@ import httpx
 import psutil
 import pytest
 
-from flexserv_core.testing import flexserv_cmd, free_port, stop_process, write_distribution
+from flexserv_core.testing import flexserv_cmd, free_port, stop_process, wait_healthy, write_distribution
 
 pytestmark = pytest.mark.slow  # starts flexserv as a process
 
@@ -44,17 +44,12 @@ def start(tmp_path: Path) -> tuple[subprocess.Popen[str], str]:
         env=env,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, "flexserv exited during start-up"
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    stop_process(proc)
-    raise AssertionError("flexserv did not start")
+    try:
+        wait_healthy(url, proc, timeout=60)
+    except AssertionError:
+        stop_process(proc)
+        raise
+    return proc, url
 
 
 async def stream(client: httpx.AsyncClient, max_tokens: int, started: asyncio.Event) -> list[str]:

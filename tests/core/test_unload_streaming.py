@@ -10,6 +10,7 @@ import openai
 from flexserv_core.testing.app import make_app
 from flexserv_core.testing.fakes import FakeBackendPlugin
 from flexserv_core.testing.process import ServedApp
+from flexserv_core.testing.waiting import wait_until_async
 
 
 async def test_unload_during_stream_reports_active_and_stream_completes() -> None:
@@ -39,11 +40,8 @@ async def test_unload_during_stream_reports_active_and_stream_completes() -> Non
         assert body["active_requests_at_eviction"] == 1
         text = await task
         assert len(text) == 30, "the stream was cut by the unload"
-        for _ in range(400):  # freeing runs in a worker thread once the stream's lease is released
-            if fake.backend.models[0].unloaded:
-                break
-            await asyncio.sleep(0.005)
-        assert fake.backend.models[0].unloaded
+        # freeing runs in a worker thread once the stream's lease is released
+        await wait_until_async(lambda: fake.backend.models[0].unloaded, message="the unloaded model was freed")
         assert (await client.get("/v1/flexserv/models/loaded")).json() == {"models": []}
         again = await sdk.chat.completions.create(
             model="fake-model", messages=[{"role": "user", "content": "hi"}], max_tokens=3
