@@ -146,7 +146,7 @@ async def test_startup_in_call_order_and_shutdown_reversed() -> None:
 
     @hookimpl
     async def flexserv_startup() -> None:  # an async implementation is awaited in its turn
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0)  # it suspends: were it not awaited in its turn, the later ones would log first
         log.append("flexserv_startup:async")
 
     plugins.insert(2, SimpleNamespace(__name__="async", flexserv_startup=flexserv_startup))
@@ -164,7 +164,7 @@ async def test_preprocess_request_order_with_an_async_implementation() -> None:
 
     @hookimpl
     async def flexserv_preprocess_request(body: dict[str, Any]) -> None:
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0)  # it suspends before its edit: only an awaited edit reaches the model
         log.append("async")
         body["max_tokens"] = 1
 

@@ -53,12 +53,11 @@ async def test_disconnect_releases_the_model_promptly(server_url: str) -> None:
         await stream.close()
         closed_at = time.monotonic()
         async with httpx.AsyncClient(base_url=server_url) as client:
-            while time.monotonic() - closed_at < 10:
-                health = (await client.get("/v1/flexserv/health")).json()
-                if health["active_requests"] == 0:
-                    break
-                await asyncio.sleep(0.05)
-        assert health["active_requests"] == 0
+
+            async def released() -> bool:
+                return bool((await client.get("/v1/flexserv/health")).json()["active_requests"] == 0)
+
+            await wait_until_async(released, 10, interval=0.05, message="the request was released")
         assert time.monotonic() - closed_at < 5
 
 
