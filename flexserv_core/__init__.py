@@ -183,11 +183,13 @@ __all__ = [
     "resolve_plugin_settings",
     "resolve_settings",
     "tool_parser_names",
+    "until_disconnect",
 ]
 
 if typing.TYPE_CHECKING:
     from flexserv_core.api.body import parse_body
     from flexserv_core.api.body import request_context as open_request_context
+    from flexserv_core.api.disconnect import until_disconnect
     from flexserv_core.app import create_app
 
 #: Route helpers for plugins that add JSON routes, and the app factory (for plugins
@@ -197,6 +199,7 @@ _LAZY = {
     "create_app": ("flexserv_core.app", "create_app"),
     "parse_body": ("flexserv_core.api.body", "parse_body"),
     "open_request_context": ("flexserv_core.api.body", "request_context"),
+    "until_disconnect": ("flexserv_core.api.disconnect", "until_disconnect"),
 }
 
 

@@ -19,7 +19,7 @@ from flexserv_classification.common import (
     use_model,
 )
 from flexserv_classification.kinds import Aggregation, ClassificationModel, Entity, TokenClassificationModel
-from flexserv_core import open_request_context, parse_body
+from flexserv_core import open_request_context, parse_body, until_disconnect
 
 CLASSIFY_ENDPOINT = "/v1/classify"
 TOKEN_CLASSIFY_ENDPOINTS = ["/v1/token-classify", "/v1/ner"]
@@ -50,7 +50,9 @@ async def classify(request: Request[Any, Any, Any]) -> dict[str, Any]:
     body = await parse_body(request, ClassifyRequest, open_request_context(request, CLASSIFY_ENDPOINT))
     texts = _inputs(server, body.input)
     async with use_model(server, body.model, ClassificationModel) as (model, name):
-        result = await model.classify(texts, truncate=limits_of(server).classification_truncate)
+        result = await until_disconnect(
+            request, model.classify(texts, truncate=limits_of(server).classification_truncate)
+        )
         labels = model.labels
     data = []
     for i, probs in enumerate(result.probs):
@@ -87,8 +89,11 @@ async def token_classify(request: Request[Any, Any, Any]) -> dict[str, Any]:
     body = await parse_body(request, TokenClassifyRequest, open_request_context(request, endpoint))
     texts = _inputs(server, body.input)
     async with use_model(server, body.model, TokenClassificationModel) as (model, name):
-        result = await model.classify_tokens(
-            texts, aggregation=body.aggregation, truncate=limits_of(server).classification_truncate
+        result = await until_disconnect(
+            request,
+            model.classify_tokens(
+                texts, aggregation=body.aggregation, truncate=limits_of(server).classification_truncate
+            ),
         )
     grouped = body.aggregation != "none"
     data = [

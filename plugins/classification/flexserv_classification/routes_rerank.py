@@ -20,7 +20,7 @@ from flexserv_classification.common import (
     use_model,
 )
 from flexserv_classification.kinds import RerankModel
-from flexserv_core import ContextLengthExceeded, InvalidRequest, open_request_context, parse_body
+from flexserv_core import ContextLengthExceeded, InvalidRequest, open_request_context, parse_body, until_disconnect
 
 RERANK_ENDPOINT = "/v1/rerank"
 SCORE_ENDPOINT = "/v1/score"
@@ -64,7 +64,9 @@ async def rerank(request: Request[Any, Any, Any]) -> dict[str, Any]:
     check_texts(documents, limits, param="documents", noun="documents")
     async with use_model(server, body.model, RerankModel) as (model, name):
         try:
-            result = await model.score([(body.query, d) for d in documents], truncate=limits.classification_truncate)
+            result = await until_disconnect(
+                request, model.score([(body.query, d) for d in documents], truncate=limits.classification_truncate)
+            )
         except ContextLengthExceeded as exc:
             raise reparam(exc, "documents") from None
     order = sorted(range(len(documents)), key=lambda i: result.scores[i], reverse=True)
@@ -104,7 +106,9 @@ async def score(request: Request[Any, Any, Any]) -> dict[str, Any]:
     check_texts(second, limits, param="text_2", noun="text_2")
     async with use_model(server, body.model, RerankModel) as (model, name):
         try:
-            result = await model.score(list(zip(first, second, strict=True)), truncate=limits.classification_truncate)
+            result = await until_disconnect(
+                request, model.score(list(zip(first, second, strict=True)), truncate=limits.classification_truncate)
+            )
         except ContextLengthExceeded as exc:
             raise reparam(exc, "text_2") from None
     data = [{"index": i, "object": "score", "score": s} for i, s in enumerate(result.scores)]
