@@ -90,6 +90,53 @@ async def test_disconnect_over_asgi_cancels_every_sequence(path: str, body: dict
         assert app.state.flexserv.registry.active_requests == 0
 
 
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "n": 2}),
+        ("/v1/completions", {"prompt": "hi"}),
+    ],
+)
+async def test_disconnect_cancels_a_request_that_is_not_streamed(path: str, body: dict[str, Any]) -> None:
+    """The client goes away while a 500-token answer is being generated: every
+    sequence stops within a step, counted as ``abort``, and the lease is released."""
+    fake = FakeBackendPlugin(token_delay=TOKEN_DELAY)
+    app = make_app([fake])
+    server = app.state.flexserv
+    async with app_client(app):
+        payload = json.dumps({**body, "max_tokens": 500}).encode()
+        sent: list[dict[str, Any]] = []
+        messages = iter([{"type": "http.request", "body": payload, "more_body": False}])
+        emitted_at_disconnect = -1
+
+        async def receive() -> dict[str, Any]:
+            nonlocal emitted_at_disconnect
+            message = next(messages, None)
+            if message is not None:
+                return message
+            model = await wait_until_async(lambda: fake.backend.models and fake.backend.models[0])
+            await wait_until_async(lambda: model.tokens_emitted >= 5, message="generation under way")
+            emitted_at_disconnect = model.tokens_emitted
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        await asyncio.wait_for(app(_scope(path), receive, send), timeout=10)  # type: ignore[arg-type]
+        model = fake.backend.models[0]
+        sequences = body.get("n", 1)
+        assert model.cancelled_sequences == model.generated_sequences == sequences
+        assert model.tokens_emitted <= emitted_at_disconnect + sequences
+        assert server.registry.active_requests == 0
+        assert not any(b'"choices"' in m.get("body", b"") for m in sent), "nobody was answered"
+
+        def finished(reason: str) -> float | None:
+            labels = {"model_name": "fake-model", "finished_reason": reason}
+            return server.metrics.registry.get_sample_value("flexserv:request_success_total", labels)
+
+        assert finished("abort") == sequences and not finished("error")
+
+
 @pytest.fixture
 def served_fake() -> Iterator[tuple[str, FakeBackendPlugin]]:
     fake = FakeBackendPlugin(token_delay=TOKEN_DELAY)
