@@ -11,6 +11,7 @@ from typing import Any
 from litestar import MediaType, Request, Response, post
 
 from flexserv_core.api.body import new_id, parse_body, request_context
+from flexserv_core.api.chat_images import attach_images
 from flexserv_core.api.disconnect import until_disconnect
 from flexserv_core.api.message_rules import check_messages
 from flexserv_core.api.streaming import DONE, READY, SSEGenerator, error_event, sse_event, sse_response
@@ -66,6 +67,7 @@ async def create_chat_completion(request: Request[Any, Any, Any]) -> Response[An
     ):
         metrics.admitted(lease.spec.name)
         model = lease.model
+        await attach_images(model, lease.spec, body.messages, context)
         prompt_ids, jobs, plan = chat_plan(model, lease.spec, body, context)
         await prepare_jobs(jobs)
         apply_timeouts(jobs, server.settings.core)
@@ -111,6 +113,7 @@ async def _stream(server: FlexServer, body: ChatCompletionRequest, context: Requ
     ):
         metrics.admitted(lease.spec.name)
         model = lease.model
+        await attach_images(model, lease.spec, body.messages, context)
         prompt_ids, jobs, plan = chat_plan(model, lease.spec, body, context)
         await prepare_jobs(jobs)
         apply_timeouts(jobs, server.settings.core)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from flexserv_core import hooks
+from flexserv_core.api.chat_images import IMAGES
 from flexserv_core.api.structured import check_logit_bias, request_constraint
 from flexserv_core.api.text_bounds import default_budget
 from flexserv_core.api.text_generation import ChoiceJob, ChoiceResult
@@ -21,7 +22,7 @@ from flexserv_core.api.text_validation import (
     max_tokens_for,
 )
 from flexserv_core.api.tool_calls import ToolPlan, plan_tools, template_messages, template_tools
-from flexserv_core.backends.base import Constraint, SamplingParams, TextGenerationModel
+from flexserv_core.backends.base import Constraint, ImageInput, SamplingParams, TextGenerationModel
 from flexserv_core.errors import InvalidRequest, UnsupportedParameter
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.request_context import RequestContext
@@ -90,22 +91,33 @@ def check_chat(body: ChatCompletionRequest) -> None:
         raise InvalidRequest("'top_logprobs' requires 'logprobs' to be true.", param="top_logprobs")
 
 
-def chat_messages(messages: list[ChatMessage], plan: ToolPlan | None = None) -> list[dict[str, Any]]:
+def chat_messages(
+    messages: list[ChatMessage],
+    plan: ToolPlan | None = None,
+    images: dict[tuple[int, int], ImageInput] | None = None,
+) -> list[dict[str, Any]]:
     """OpenAI messages -> template messages: content parts joined into one string,
-    ``developer`` served as ``system``."""
+    ``developer`` served as ``system``. A message with images (loaded by
+    :func:`~flexserv_core.api.chat_images.attach_images` into ``images``) keeps a
+    list of text and ``{"type": "image", "image": ImageInput}`` parts instead."""
     out: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
-        content = message.content
-        if isinstance(content, list):
-            texts = []
-            for j, part in enumerate(content):
+        content: str | list[dict[str, Any]] | None = message.content
+        if isinstance(message.content, list):
+            parts: list[dict[str, Any]] = []
+            for j, part in enumerate(message.content):
+                image = images.get((i, j)) if images else None
+                if image is not None:
+                    parts.append({"type": "image", "image": image})
+                    continue
                 if part.type != "text" or part.text is None:
                     raise InvalidRequest(
                         f"Content part type '{part.type}' is not supported here; send text parts ({{'type': 'text', 'text': ...}}).",
                         param=f"messages[{i}].content[{j}]",
                     )
-                texts.append(part.text)
-            content = "".join(texts)
+                parts.append({"type": "text", "text": part.text})
+            has_image = any(p["type"] == "image" for p in parts)
+            content = parts if has_image else "".join(p["text"] for p in parts)
         entry: dict[str, Any] = {
             "role": "system" if message.role == "developer" else message.role,
             "content": content or "",
@@ -148,7 +160,7 @@ def chat_plan(
     tools = template_tools(plan)
     if tools is not None:
         kwargs = {**kwargs, "tools": tools}
-    prompt_ids = model.render_chat(chat_messages(body.messages, plan), kwargs)
+    prompt_ids = model.render_chat(chat_messages(body.messages, plan, context.state.get(IMAGES)), kwargs)
     requested: int | None = body.max_tokens
     max_tokens_param = "max_tokens"
     if body.max_completion_tokens is not None:

@@ -98,11 +98,20 @@ class StreamOptions(Struct, kw_only=True):
     include_usage: bool | None = None
 
 
+class ImageURL(Struct, kw_only=True):
+    """``image_url`` of an image part: a ``data:`` URL, or an http(s) URL the server may fetch."""
+
+    url: str
+    detail: Literal["auto", "low", "high"] | None = None
+
+
 class ContentPart(Struct, kw_only=True):
-    """One part of a message's content; only ``{"type": "text", "text": ...}`` is served."""
+    """One part of a message's content: ``{"type": "text", "text": ...}``, or (for
+    vision-language models, in user messages) ``{"type": "image_url", "image_url": {"url": ...}}``."""
 
     type: str
     text: str | None = None
+    image_url: ImageURL | None = None
 
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]

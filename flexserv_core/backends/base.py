@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import msgspec
@@ -236,18 +237,48 @@ class TextLimits(msgspec.Struct, frozen=True, kw_only=True):
             is left.
         max_max_tokens: the largest ``max_tokens`` (or ``max_completion_tokens``) a
             request may ask for. ``None``: only the context bounds it.
+        max_images: most images one chat request may carry. ``0`` (the default): the
+            model takes text only, and a request with an image part gets a 400 naming
+            the model. Above 0, :meth:`TextGenerationModel.render_chat` receives image
+            parts (see there).
     """
 
     context_length: int
     vocab_size: int | None = None
     default_max_tokens: int | None = None
     max_max_tokens: int | None = None
+    max_images: int = 0
 
     def __post_init__(self) -> None:
         for name in ("context_length", "vocab_size", "default_max_tokens", "max_max_tokens"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"TextLimits.{name} must be at least 1, not {value}")
+        if self.max_images < 0:
+            raise ValueError(f"TextLimits.max_images must be at least 0, not {self.max_images}")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ImageInput:
+    """One image of a chat request, fetched and decoded by the API layer.
+
+    Attributes:
+        image: the decoded picture, a ``PIL.Image.Image`` in RGB (its size checked
+            against the server's pixel bound; the model's processor resizes it).
+        digest: sha256 (hex) of the image's encoded bytes: what a prefix cache keys
+            on, so an identical image hits and a different one with the same text does not.
+    """
+
+    image: Any
+    digest: str
+
+    @property
+    def width(self) -> int:
+        return int(self.image.width)
+
+    @property
+    def height(self) -> int:
+        return int(self.image.height)
 
 
 class TextGenerationModel(LoadedModel):
@@ -271,7 +302,16 @@ class TextGenerationModel(LoadedModel):
     @abc.abstractmethod
     def render_chat(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any]) -> list[int]:
         """Apply the chat template (with ``template_kwargs`` for this request only)
-        and return prompt token ids ending with the generation prompt."""
+        and return prompt token ids ending with the generation prompt.
+
+        A message's ``content`` is a string, except in requests with images (only
+        for models whose ``limits.max_images`` is above 0): there, each message that
+        has an image carries a list of ``{"type": "text", "text": ...}`` and
+        ``{"type": "image", "image": ImageInput}`` parts, in the request's order.
+        The API hands the returned object, unchanged, to :meth:`generate` as
+        ``prompt_ids``, so a backend may return a ``list[int]`` subclass that also
+        carries the prompt's processed images.
+        """
 
     @abc.abstractmethod
     def encode(self, text: str) -> list[int]:

@@ -13,9 +13,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from flexserv_core.api.responses.images import chat_content, input_image
 from flexserv_core.api.responses.schemas import (
     FunctionCall,
     FunctionCallOutput,
+    InputImage,
     InputItem,
     InputMessage,
     InputText,
@@ -65,7 +67,7 @@ def _string(item: dict[str, Any], key: str, param: str) -> str:
     return value
 
 
-def _content(value: Any, param: str) -> tuple[str, list[InputText | OutputText]]:
+def _content(value: Any, param: str, images: bool = False) -> tuple[str, list[InputText | OutputText | InputImage]]:
     if isinstance(value, str):
         return value, [InputText(text=value)]
     if not isinstance(value, list):
@@ -73,10 +75,13 @@ def _content(value: Any, param: str) -> tuple[str, list[InputText | OutputText]]
             f"'{param}' must be a string or a list of content parts.", param=param, code="invalid_value"
         )
     texts: list[str] = []
-    parts: list[InputText | OutputText] = []
+    parts: list[InputText | OutputText | InputImage] = []
     for j, part in enumerate(value):
         where = f"{param}[{j}]"
         kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "input_image" and images:
+            parts.append(input_image(part, where))
+            continue
         if kind not in TEXT_PARTS:
             raise unsupported(
                 f"Content part type {kind!r} is not supported; send 'input_text' parts.", param=f"{where}.type"
@@ -107,8 +112,9 @@ def _add_item(conversation: Conversation, item: dict[str, Any], param: str) -> N
             raise InvalidRequest(
                 f"'{param}.role' must be one of {', '.join(ROLES)}.", param=f"{param}.role", code="invalid_value"
             )
-        text, parts = _content(item.get("content"), f"{param}.content")
-        conversation.messages.append({"role": "system" if role == "developer" else role, "content": text})
+        text, parts = _content(item.get("content"), f"{param}.content", images=role == "user")
+        content = chat_content(text, parts)
+        conversation.messages.append({"role": "system" if role == "developer" else role, "content": content})
         conversation.items.append(InputMessage(id=item.get("id") or item_id("msg"), role=role, content=parts))
     elif kind == "function_call":
         call_id, name = _string(item, "call_id", param), _string(item, "name", param)

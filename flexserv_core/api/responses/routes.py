@@ -14,6 +14,7 @@ from flexserv_core import hooks
 from flexserv_core.api.body import read_json_object, request_context, validate
 from flexserv_core.api.disconnect import until_disconnect
 from flexserv_core.api.responses.events import EventWriter, OutputStreamer
+from flexserv_core.api.responses.image_loading import attach_input_images
 from flexserv_core.api.responses.items import Conversation, add_output, item_id
 from flexserv_core.api.responses.output import build_response, output_items, status_of, usage
 from flexserv_core.api.responses.reasoning import prompt_opens_reasoning
@@ -64,6 +65,7 @@ async def _jobs(
 ) -> tuple[list[int], list[ChoiceJob], ToolPlan | None]:
     """The chat path's plan: prompt, jobs, tools; the backend compiles the
     constraint (``text.format``, a required tool call) before any output."""
+    await attach_input_images(model, spec, plan, context)
     try:
         prompt_ids, jobs, tools = chat_plan(model, spec, plan.chat, context)
         await prepare_jobs(jobs)

@@ -70,6 +70,11 @@ class InputText(Struct, kw_only=True, tag="input_text", tag_field="type"):
     text: str
 
 
+class InputImage(Struct, kw_only=True, tag="input_image", tag_field="type"):
+    image_url: str
+    detail: str = "auto"
+
+
 class OutputMessage(Struct, kw_only=True, tag="message", tag_field="type"):
     id: str
     role: Literal["assistant"] = "assistant"
@@ -83,7 +88,7 @@ class InputMessage(Struct, kw_only=True, tag="message", tag_field="type"):
     id: str
     role: str
     status: ResponseStatus = "completed"
-    content: list[InputText | OutputText] = []
+    content: list[InputText | OutputText | InputImage] = []
 
 
 class ReasoningItem(Struct, kw_only=True, tag="reasoning", tag_field="type"):

@@ -116,7 +116,7 @@ class TransformersBackend(Backend):
             quantization=ts.transformers_quantization,
         )
         started = time.perf_counter()
-        model, tokenizer = load_model_and_tokenizer(spec, options, progress)
+        model, tokenizer, processor = load_model_and_tokenizer(spec, options, progress)
         progress(f"starting the {ts.transformers_engine} engine", None)
         text_model = TransformersTextModel(
             spec,
@@ -125,6 +125,8 @@ class TransformersBackend(Backend):
             settings=self.settings,
             engine=ts.transformers_engine,
             default_max_tokens=ts.transformers_default_max_tokens,
+            processor=processor,
+            max_images=ts.transformers_max_images,
         )
         log.info(
             "model '%s' loaded in %.2f s on %s (%s), engine %s",

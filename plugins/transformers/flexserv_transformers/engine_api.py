@@ -70,6 +70,7 @@ if TYPE_CHECKING:
 
     from flexserv_core import Settings
     from flexserv_transformers.grammar import GrammarState
+    from flexserv_transformers.media import PromptMedia
 
 __all__ = [
     "DEFAULT_ENGINE",
@@ -137,12 +138,19 @@ class Engine(Protocol):
         ...
 
     def generate(
-        self, prompt_ids: list[int], params: SamplingParams, grammar: GrammarState | None = None
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        grammar: GrammarState | None = None,
+        *,
+        media: PromptMedia | None = None,
     ) -> AsyncGenerator[EngineToken, None]:
         """Stream the tokens that complete ``prompt_ids`` (usually an ``async def``
         generator). Called on the event loop. ``grammar`` is the sequence's matcher
         when ``params.constraint`` is set: the engine hands it to its
-        :class:`~flexserv_transformers.sampling.SamplerState`, which masks and advances it."""
+        :class:`~flexserv_transformers.sampling.SamplerState`, which masks and advances it.
+        ``media`` (vision-language models) holds the prompt's images: their features
+        replace the embeddings of the image tokens at prefill (see :mod:`..media`)."""
         ...
 
     def stats(self) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from flexserv_core import ModelLoadError
 
 if TYPE_CHECKING:
     import torch
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin
 
     from flexserv_core import ModelSpec, ProgressCallback
 
@@ -301,8 +301,12 @@ def convert_gguf(gguf: Path, out_dir: Path, progress: ProgressCallback) -> None:
 
 def load_model_and_tokenizer(
     spec: ModelSpec, options: LoadOptions, progress: ProgressCallback
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load ``spec`` (see the module docstring); errors are :class:`ModelLoadError`."""
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin | None]:
+    """Load ``spec`` (see the module docstring); errors are :class:`ModelLoadError`.
+
+    A vision-language checkpoint (its config has a ``vision_config``) is loaded with
+    ``AutoModelForImageTextToText`` and returns its processor (which sizes the
+    images) as the third item; a text model returns ``None`` there."""
     source = resolve_source(spec)
     if source.kind == "hub" and source.gguf_file:
         source = ResolvedSource(kind="gguf", location=_hub_download(spec, source.location, source.gguf_file))
@@ -333,10 +337,22 @@ def _hub_message(spec: ModelSpec, repo: str, exc: BaseException) -> str:
     return f"Model '{spec.name}': could not load {repo!r} from the Hugging Face Hub (is the id right, and is it reachable?): {type(exc).__name__}: {exc}"
 
 
+def is_vision_language(location: str, options: LoadOptions, revision: dict[str, Any]) -> bool:
+    """Whether the checkpoint at ``location`` is a vision-language model (its config
+    has a ``vision_config``); a config that cannot be read is left to the load."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(location, trust_remote_code=options.trust_remote_code, **revision)
+    except Exception:
+        return False
+    return getattr(config, "vision_config", None) is not None
+
+
 def _from_pretrained(
     spec: ModelSpec, location: str, options: LoadOptions, *, hub: bool
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin | None]:
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 
     # The revision pins a Hub id only; a local directory or converted GGUF has none.
     revision: dict[str, Any] = {"revision": spec.revision} if hub and spec.revision else {}
@@ -348,23 +364,36 @@ def _from_pretrained(
         kwargs["device_map"] = str(options.device)
     elif options.device.type != "cpu":
         kwargs["device_map"] = str(options.device)
+    vision = is_vision_language(location, options, revision)
+    processor: ProcessorMixin | None = None
     try:
-        tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=options.trust_remote_code, **revision)
-        model = AutoModelForCausalLM.from_pretrained(location, **kwargs)
+        if vision:
+            processor = AutoProcessor.from_pretrained(location, trust_remote_code=options.trust_remote_code, **revision)
+            tokenizer = getattr(processor, "tokenizer", None)
+            if tokenizer is None or getattr(processor, "image_processor", None) is None:
+                raise ModelLoadError(
+                    f"Model '{spec.name}': {location!r} is a vision-language model, but its processor has no"
+                    " tokenizer or no image processor."
+                )
+            model = AutoModelForImageTextToText.from_pretrained(location, **kwargs)
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=options.trust_remote_code, **revision)
+            model = AutoModelForCausalLM.from_pretrained(location, **kwargs)
     except ModelLoadError:
         raise
     except Exception as exc:
         if hub and isinstance(exc, OSError):
             raise ModelLoadError(_hub_message(spec, location, exc)) from exc
         raise ModelLoadError(
-            f"Model '{spec.name}': transformers could not load {location!r} as a causal LM: {type(exc).__name__}: {exc}"
+            f"Model '{spec.name}': transformers could not load {location!r} as a"
+            f" {'vision-language model' if vision else 'causal LM'}: {type(exc).__name__}: {exc}"
         ) from exc
     if options.quantization == "int8":
         from flexserv_transformers.int8 import quantize_linears
 
         quantize_linears(model, options.dtype)
     model.eval()
-    return model, tokenizer
+    return model, tokenizer, processor
 
 
 def _bnb_config(options: LoadOptions) -> Any:
@@ -390,6 +419,22 @@ def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) ->
     if tokenizer.eos_token_id is not None:
         ids.add(int(tokenizer.eos_token_id))
     return frozenset(ids)
+
+
+def image_token_id(model: PreTrainedModel, processor: ProcessorMixin) -> int:
+    """The id of the token each image placeholder expands into."""
+    for attr in ("image_token_id", "image_token_index"):
+        value = getattr(model.config, attr, None)
+        if isinstance(value, int):
+            return value
+    value = getattr(processor, "image_token_id", None)
+    if isinstance(value, int):
+        return value
+    token = getattr(processor, "image_token", None)
+    tokenizer = getattr(processor, "tokenizer", None)
+    if isinstance(token, str) and tokenizer is not None:
+        return int(tokenizer.convert_tokens_to_ids(token))
+    raise ModelLoadError(f"cannot tell the image token of {type(model).__name__} (no config.image_token_id)")
 
 
 def context_length(model: PreTrainedModel) -> int:

@@ -21,14 +21,24 @@ from flexserv_core import (
 from flexserv_transformers.detokenize import IncrementalDetokenizer
 from flexserv_transformers.engine_api import Engine, EngineModel, load_engine_factory
 from flexserv_transformers.grammar import GrammarCompiler
-from flexserv_transformers.loading import context_length, embedding_rows, eos_token_ids, parameter_dtype
+from flexserv_transformers.loading import (
+    context_length,
+    embedding_rows,
+    eos_token_ids,
+    image_token_id,
+    parameter_dtype,
+)
+from flexserv_transformers.media import ImagePrompt, PromptMedia
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin
 
-    from flexserv_core import ModelSpec, Settings
+    from flexserv_core import ImageInput, ModelSpec, Settings
 
 log = logging.getLogger(__name__)
+
+#: Processor outputs that describe the text, not the images.
+_TEXT_INPUTS = frozenset({"input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids"})
 
 
 class TransformersTextModel(TextGenerationModel):
@@ -51,13 +61,18 @@ class TransformersTextModel(TextGenerationModel):
         settings: Settings,
         engine: str,
         default_max_tokens: int,
+        processor: ProcessorMixin | None = None,
+        max_images: int = 8,
     ) -> None:
         dtype = parameter_dtype(model)
         super().__init__(spec, device=str(model.device), dtype=str(dtype).removeprefix("torch."))
         self.tokenizer = tokenizer
+        #: A vision-language model's processor (sizes images, expands their tokens); ``None``: text only.
+        self.processor = processor
+        self.image_token_id = image_token_id(model, processor) if processor is not None else None
         self.eos_token_ids = eos_token_ids(model, tokenizer)
         self.engine_name = engine
-        template = tokenizer.chat_template
+        template = getattr(processor, "chat_template", None) or tokenizer.chat_template
         self.chat_template = template if isinstance(template, str) else None
         self._token_texts: dict[int, str] = {}
         engine_model = EngineModel(
@@ -75,6 +90,7 @@ class TransformersTextModel(TextGenerationModel):
             context_length=self.engine.max_sequence_tokens,
             vocab_size=embedding_rows(model.get_input_embeddings()),
             default_max_tokens=default_max_tokens,
+            max_images=max_images if processor is not None else 0,
         )
         self.grammars = GrammarCompiler(tokenizer, self.eos_token_ids, engine_model.vocab_size)
         self._model: PreTrainedModel | None = model
@@ -82,7 +98,7 @@ class TransformersTextModel(TextGenerationModel):
     # -- prompts --------------------------------------------------------------------
 
     def render_chat(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any]) -> list[int]:
-        if not self.tokenizer.chat_template:
+        if not self.chat_template:
             raise InvalidRequest(
                 f"The model '{self.spec.name}' has no chat template; use /v1/completions with a raw prompt.",
                 param="messages",
@@ -92,6 +108,8 @@ class TransformersTextModel(TextGenerationModel):
             raise InvalidRequest(
                 f"chat_template_kwargs may not set {', '.join(reserved)}.", param="chat_template_kwargs"
             )
+        if self.processor is not None:
+            return self._render_with_images(messages, template_kwargs)
         try:
             ids = self.tokenizer.apply_chat_template(
                 messages, add_generation_prompt=True, tokenize=True, return_dict=False, **template_kwargs
@@ -103,6 +121,55 @@ class TransformersTextModel(TextGenerationModel):
         # tokenize=True with return_dict=False gives the ids of one conversation; the
         # return annotation is the union over every combination of those flags.
         return [int(i) for i in cast("list[int]", ids)]
+
+    def _render_with_images(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any]) -> list[int]:
+        """A vision-language model's prompt: every message's content as parts (what
+        its template expects), images as ``{"type": "image"}`` placeholders; the
+        processor then expands each placeholder into the image's tokens and sizes
+        the pixels. Returns an :class:`ImagePrompt` when there are images."""
+        assert self.processor is not None and self.image_token_id is not None
+        images: list[ImageInput] = []
+        rendered: list[dict[str, Any]] = []
+        for message in messages:
+            content = message.get("content")
+            if isinstance(content, str):
+                content = [{"type": "text", "text": content}]
+            elif isinstance(content, list):
+                parts = []
+                for part in content:
+                    if part.get("type") == "image":
+                        images.append(part["image"])
+                        parts.append({"type": "image"})
+                    else:
+                        parts.append(part)
+                content = parts
+            rendered.append({**message, "content": content})
+        try:
+            text = self.tokenizer.apply_chat_template(
+                rendered,
+                chat_template=self.chat_template,
+                add_generation_prompt=True,
+                tokenize=False,
+                **template_kwargs,
+            )
+        except Exception as exc:
+            raise InvalidRequest(
+                f"The chat template of '{self.spec.name}' rejected the messages: {exc}", param="messages"
+            ) from exc
+        assert isinstance(text, str)
+        if not images:
+            return [int(i) for i in self.tokenizer(text, add_special_tokens=False)["input_ids"]]
+        out = self.processor(
+            text=[text], images=[image.image for image in images], return_tensors="pt", add_special_tokens=False
+        )
+        ids = [int(i) for i in out["input_ids"][0]]
+        pixels = {k: v for k, v in out.items() if k not in _TEXT_INPUTS and hasattr(v, "is_floating_point")}
+        media = PromptMedia(pixels, [image.digest for image in images], ids, self.image_token_id)
+        if not media.positions:
+            raise InvalidRequest(
+                f"The chat template of '{self.spec.name}' does not place the images in the prompt.", param="messages"
+            )
+        return ImagePrompt(ids, media)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=True)["input_ids"])
@@ -141,7 +208,8 @@ class TransformersTextModel(TextGenerationModel):
         if params.constraint is not None:
             grammar = await asyncio.to_thread(self.grammars.state, params.constraint)
         detokenizer = IncrementalDetokenizer(self.tokenizer, prompt_ids)
-        async with aclosing(self.engine.generate(prompt_ids, params, grammar)) as tokens:
+        media = prompt_ids.media if isinstance(prompt_ids, ImagePrompt) else None
+        async with aclosing(self.engine.generate(prompt_ids, params, grammar, media=media)) as tokens:
             async for token in tokens:
                 if token.finish_reason == "stop":
                     text = detokenizer.flush()

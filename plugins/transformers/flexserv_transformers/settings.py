@@ -79,6 +79,12 @@ class TransformersSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=T
             extra={"aliases": ["default_max_tokens"]},
         ),
     ] = 2048
+    transformers_max_images: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1, description="Most images one chat request may carry to a vision-language model (400 beyond)."
+        ),
+    ] = 8
     transformers_engine: Annotated[str, _meta("Generation engine.", metavar="{" + ",".join(ENGINES) + "}")] = (
         DEFAULT_ENGINE
     )

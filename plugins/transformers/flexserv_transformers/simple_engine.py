@@ -28,6 +28,7 @@ import torch
 from flexserv_core import SamplingParams, ServiceUnavailable, Settings
 from flexserv_transformers.engine_api import EngineModel, EngineToken, queue_timeout_error
 from flexserv_transformers.grammar import GrammarState
+from flexserv_transformers.media import PromptMedia, media_inputs
 from flexserv_transformers.sampling import SamplerState, sample_next
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ class _Sequence:
         "id",
         "last_token",
         "loop",
+        "media",
         "params",
         "prompt_ids",
         "queue",
@@ -58,6 +60,7 @@ class _Sequence:
         self.params = params
         self.sampler = sampler
         self.loop = loop
+        self.media: PromptMedia | None = None
         self.queue: asyncio.Queue[EngineToken | BaseException] = asyncio.Queue()
         self.cache: Any = None
         self.last_token = -1
@@ -110,11 +113,17 @@ class SimpleEngine:
         return self._em.context_length
 
     async def generate(
-        self, prompt_ids: list[int], params: SamplingParams, grammar: GrammarState | None = None
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        grammar: GrammarState | None = None,
+        *,
+        media: PromptMedia | None = None,
     ) -> AsyncGenerator[EngineToken, None]:
         assert 0 < len(prompt_ids) < self.max_sequence_tokens, "the API layer checks prompts against TextLimits"
         sampler = SamplerState(params, vocab_size=self._em.vocab_size, device=self._em.device, grammar=grammar)
         seq = _Sequence(list(prompt_ids), params, sampler, asyncio.get_running_loop())
+        seq.media = media
         with self._cv:
             if self._closed:
                 raise ServiceUnavailable(f"model '{self._em.name}' is being unloaded")
@@ -222,7 +231,11 @@ class SimpleEngine:
             seq.cache = DynamicCache(config=model.config)
             input_ids = torch.tensor([seq.prompt_ids], device=self._em.device)
             self._counters["prefill_tokens"] += len(seq.prompt_ids)
-            out = model(input_ids=input_ids, use_cache=True, logits_to_keep=1, **{self._cache_kwarg: seq.cache})
+            images = media_inputs(seq.media, model) if seq.media is not None else {}
+            out = model(
+                input_ids=input_ids, use_cache=True, logits_to_keep=1, **images, **{self._cache_kwarg: seq.cache}
+            )
+            seq.media = None
         else:
             input_ids = torch.tensor([[seq.last_token]], device=self._em.device)
             out = model(input_ids=input_ids, use_cache=True, **{self._cache_kwarg: seq.cache})

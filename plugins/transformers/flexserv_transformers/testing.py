@@ -29,7 +29,9 @@ __all__ = [
     "TIE_TOLERANCE",
     "TINY_CHAT_TEMPLATE",
     "TINY_SPECIAL_TOKENS",
+    "TINY_VLM_CHAT_TEMPLATE",
     "build_tiny_llama",
+    "build_tiny_llava",
     "tie_tolerance",
     "train_tiny_tokenizer",
 ]
@@ -164,4 +166,99 @@ def build_tiny_llama(
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
+    return path
+
+
+#: ChatML over content parts: ``{"type": "image"}`` renders the ``<image>`` placeholder
+#: (string contents are accepted too).
+TINY_VLM_CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' }}"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}{{ '<image>' }}{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}{{ '<|im_end|>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def build_tiny_llava(
+    path: str | Path, *, seed: int = 0, max_position_embeddings: int = 256, image_size: int = 32, patch_size: int = 8
+) -> Path:
+    """Write a tiny random LLaVA (a CLIP vision tower, a projector and a Llama) with
+    its processor to ``path``; return it.
+
+    The processor is a ``LlavaProcessor``: a ``CLIPImageProcessor`` that resizes and
+    crops every image to ``image_size`` pixels square, and the tiny tokenizer with an
+    ``<image>`` token that expands into ``(image_size / patch_size) ** 2`` image tokens
+    (16 by default). Its chat template is :data:`TINY_VLM_CHAT_TEMPLATE`. The
+    checkpoint loads through the transformers backend like a real LLaVA one.
+    """
+    import torch
+    from transformers import (
+        CLIPImageProcessor,
+        CLIPVisionConfig,
+        GenerationConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+    )
+
+    path = Path(path)
+    tokenizer = train_tiny_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    tokenizer.chat_template = TINY_VLM_CHAT_TEMPLATE
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    bos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    image_token = tokenizer.convert_tokens_to_ids("<image>")
+    vision = CLIPVisionConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        image_size=image_size,
+        patch_size=patch_size,
+        projection_dim=32,
+    )
+    text = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_position_embeddings,
+        bos_token_id=bos,
+        eos_token_id=eos,
+        pad_token_id=bos,
+        tie_word_embeddings=True,
+    )
+    config = LlavaConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_id=image_token,
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="default",
+    )
+    model = LlavaForConditionalGeneration(config)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():  # as in build_tiny_llama: logits far from flat, images that change them
+        for param in model.parameters():
+            if param.dim() > 1:
+                param.normal_(0.0, 0.2, generator=generator)
+    model.generation_config = GenerationConfig(bos_token_id=bos, eos_token_id=eos, pad_token_id=bos)
+    processor = LlavaProcessor(
+        image_processor=CLIPImageProcessor(
+            size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
+        ),
+        tokenizer=tokenizer,
+        patch_size=patch_size,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
+        image_token="<image>",
+        chat_template=TINY_VLM_CHAT_TEMPLATE,
+    )
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    processor.save_pretrained(path)
     return path

@@ -18,8 +18,9 @@ from collections.abc import Sequence
 
 import msgspec
 
-#: Key of a full block: (key of the previous block or None, the block's token ids).
-BlockKey = tuple[object, tuple[int, ...]]
+#: Key of a full block: (key of the previous block or None, the block's token ids;
+#: an image token is its image's digest instead, see ``Sequence.key_content``).
+BlockKey = tuple[object, tuple[int | str, ...]]
 
 
 class BlockStats(msgspec.Struct, kw_only=True):

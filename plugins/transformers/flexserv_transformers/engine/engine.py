@@ -26,6 +26,7 @@ from flexserv_transformers.engine.sequence import Sequence
 from flexserv_transformers.engine.settings import CPU_KV_CACHE_MIB, GPU_KV_CACHE_MIB, EngineSettings
 from flexserv_transformers.engine_api import EngineModel, EngineToken, queue_timeout_error
 from flexserv_transformers.grammar import GrammarState
+from flexserv_transformers.media import PromptMedia
 from flexserv_transformers.sampling import sample_next
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,13 @@ class PagedEngine:
         """The model's context, or the whole KV cache when that is smaller."""
         return min(self.context_length, self.capacity_tokens)
 
-    def _submit(self, prompt_ids: list[int], params: SamplingParams, grammar: GrammarState | None) -> Sequence:
+    def _submit(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        grammar: GrammarState | None,
+        media: PromptMedia | None = None,
+    ) -> Sequence:
         assert 0 < len(prompt_ids) < self.max_sequence_tokens, "the API layer checks prompts against TextLimits"
         total = len(prompt_ids) + params.max_tokens
         loop = asyncio.get_running_loop()
@@ -130,6 +137,7 @@ class PagedEngine:
             vocab_size=self.vocab_size,
             device=self.device,
             grammar=grammar,
+            media=media,
         )
         limit = self.settings.transformers_max_batch_size + self.settings.transformers_max_queued_requests
         with self._wake:
@@ -150,15 +158,21 @@ class PagedEngine:
         return max(1.0, per_step * self.settings.transformers_max_batch_size)
 
     def generate(
-        self, prompt_ids: list[int], params: SamplingParams, grammar: GrammarState | None = None
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        grammar: GrammarState | None = None,
+        *,
+        media: PromptMedia | None = None,
     ) -> AsyncGenerator[EngineToken, None]:
         """Submit now (call it on the event loop) and stream outputs for ``prompt_ids``; the last one has ``finish_reason`` set.
         ``grammar`` (for ``params.constraint``) masks each step's logits and advances with each kept token.
+        ``media`` (a vision-language prompt's images) enters at prefill: see :meth:`ModelRunner.forward`.
 
         Raises :class:`TooManyRequests` at once when the queue is full. Closing the
         iterator early cancels the sequence within one step.
         """
-        seq = self._submit(prompt_ids, params, grammar)
+        seq = self._submit(prompt_ids, params, grammar, media)
         return self._stream(seq)
 
     async def _stream(self, seq: Sequence) -> AsyncGenerator[EngineToken, None]:
@@ -190,6 +204,7 @@ class PagedEngine:
             "preemptions": self.scheduler.preemptions,
             "restarts": self.restarts,
             "peak_running": self.scheduler.peak_running,
+            "images_encoded": self.runner.images_encoded,
             "kv_cache": {
                 "block_size": blocks.block_size,
                 "total_blocks": blocks.total_blocks,

@@ -15,6 +15,7 @@ from flexserv_transformers.engine.kv_cache import (
     register_attention,
 )
 from flexserv_transformers.engine.sequence import Sequence
+from flexserv_transformers.media import image_features
 
 
 def kv_geometry(model: Any) -> tuple[int, int, int]:
@@ -37,6 +38,8 @@ class ModelRunner:
         self.device = next(model.parameters()).device
         self._no_mask = torch.empty(1, 1, 0, 0, dtype=torch.bool, device=self.device)
         self._offsets = torch.arange(cache.block_size, device=self.device)
+        #: Prompts whose images went through the vision encoder (a cache hit on them does not).
+        self.images_encoded = 0
 
     def clear_blocks(self, blocks: list[int]) -> None:
         self.cache.clear_blocks(self._tensor(blocks))
@@ -88,13 +91,41 @@ class ModelRunner:
         layout = StepLayout(cache=self.cache, slots=slot_tensor, decode=decode, prefills=prefills)
         return self._tensor(ids), self._tensor(positions), layout, keep
 
+    def embeddings(self, ids: torch.Tensor, plan: list[tuple[Sequence, int]]) -> torch.Tensor | None:
+        """The row's input embeddings with image features at the image tokens of this
+        step's prefill chunks; ``None`` when no chunk holds an image token (the model
+        then embeds ``ids`` itself). A prompt's features are computed the first time
+        a chunk needs them, so a prefix-cache hit on the whole image skips the vision encoder."""
+        chunks = [
+            (row, seq, n)
+            for row, (seq, n) in zip(_row_starts(plan), plan, strict=True)
+            if seq.media is not None and seq.media.overlaps(seq.num_computed, seq.num_computed + n)
+        ]
+        if not chunks:
+            return None
+        embeds = self.model.get_input_embeddings()(ids)
+        for row, seq, n in chunks:
+            media = seq.media
+            assert media is not None
+            if media.features is None:
+                media.features = image_features(self.model, media)
+                media.inputs = {}
+                self.images_encoded += 1
+            index = media.index(seq.num_computed, seq.num_computed + n).to(self.device)
+            where = (index >= 0).nonzero().squeeze(1)
+            embeds[row + where] = media.features[index[where]].to(embeds.dtype)
+        return embeds
+
     @torch.inference_mode()
     def forward(self, plan: list[tuple[Sequence, int]]) -> tuple[torch.Tensor, list[int]]:
         """Run the step; return last-position logits ``[k, vocab]`` and, for each
-        row, the index in ``plan`` of the sequence it belongs to."""
+        row, the index in ``plan`` of the sequence it belongs to. Image features
+        enter as input embeddings (see :meth:`embeddings`)."""
         ids, positions, layout, keep = self.layout(plan)
+        embeds = self.embeddings(ids, plan)
+        inputs = {"input_ids": ids[None]} if embeds is None else {"inputs_embeds": embeds[None]}
         out = self.model(
-            input_ids=ids[None],
+            **inputs,
             position_ids=positions[None],
             attention_mask=self._no_mask,
             use_cache=False,
@@ -103,3 +134,12 @@ class ModelRunner:
         )
         owners = [i for i, (seq, n) in enumerate(plan) if seq.num_computed + n == len(seq.tokens)]
         return out.logits[0], owners
+
+
+def _row_starts(plan: list[tuple[Sequence, int]]) -> list[int]:
+    """Offset of each planned sequence's first new token in the flattened row."""
+    starts, row = [], 0
+    for _seq, n in plan:
+        starts.append(row)
+        row += n
+    return starts

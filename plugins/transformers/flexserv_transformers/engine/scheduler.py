@@ -32,7 +32,7 @@ def extend_keys(seq: Sequence, block_size: int, upto_blocks: int) -> None:
     keys = seq.block_keys
     prev: object = hash(keys[-1]) if keys else None
     for i in range(len(keys), upto_blocks):
-        key: BlockKey = (prev, tuple(seq.tokens[i * block_size : (i + 1) * block_size]))
+        key: BlockKey = (prev, seq.key_content(i * block_size, (i + 1) * block_size))
         keys.append(key)
         prev = hash(key)
 

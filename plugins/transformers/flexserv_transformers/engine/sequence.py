@@ -10,6 +10,7 @@ from flexserv_core import SamplingParams
 from flexserv_transformers.engine.blocks import BlockKey
 from flexserv_transformers.engine_api import EngineToken
 from flexserv_transformers.grammar import GrammarState
+from flexserv_transformers.media import PromptMedia
 from flexserv_transformers.sampling import SamplerState
 
 _ids = itertools.count()
@@ -36,6 +37,7 @@ class Sequence:
         vocab_size: int,
         device: str = "cpu",
         grammar: GrammarState | None = None,
+        media: PromptMedia | None = None,
     ) -> None:
         self.id = next(_ids)
         self.prompt_len = len(prompt_ids)
@@ -53,6 +55,17 @@ class Sequence:
         self.finished = False
         self.preemptions = 0
         self.submitted_at = time.monotonic()
+        #: The prompt's images (vision-language models), else ``None``.
+        self.media = media
+
+    def key_content(self, start: int, stop: int) -> tuple[int | str, ...]:
+        """What the prefix cache keys positions ``start..stop-1`` on: the token ids,
+        with each image token replaced by its image's digest (see :mod:`...media`)."""
+        media = self.media
+        if media is None or start >= media.end:
+            return tuple(self.tokens[start:stop])
+        marks = media.marks
+        return tuple(marks.get(p, self.tokens[p]) for p in range(start, stop))
 
     def queue_expired(self, now: float) -> bool:
         """Still waiting for its first step past ``params.queue_timeout``."""
