@@ -102,7 +102,7 @@ def chat_messages(
     list of text and ``{"type": "image", "image": ImageInput}`` parts instead."""
     out: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
-        content: str | list[dict[str, Any]] | None = message.content
+        content: str | list[dict[str, Any]] | None = message.content if isinstance(message.content, str) else None
         if isinstance(message.content, list):
             parts: list[dict[str, Any]] = []
             for j, part in enumerate(message.content):

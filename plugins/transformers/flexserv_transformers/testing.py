@@ -236,7 +236,7 @@ def build_tiny_llava(
     config = LlavaConfig(
         vision_config=vision,
         text_config=text,
-        image_token_id=image_token,
+        image_token_index=image_token,
         vision_feature_layer=-1,
         vision_feature_select_strategy="default",
     )

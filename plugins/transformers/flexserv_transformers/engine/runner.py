@@ -103,7 +103,7 @@ class ModelRunner:
         ]
         if not chunks:
             return None
-        embeds = self.model.get_input_embeddings()(ids)
+        embeds: torch.Tensor = self.model.get_input_embeddings()(ids)
         for row, seq, n in chunks:
             media = seq.media
             assert media is not None
