@@ -376,6 +376,7 @@ def _from_pretrained(
                     " tokenizer or no image processor."
                 )
             model = AutoModelForImageTextToText.from_pretrained(location, **kwargs)
+            _check_positions(spec, model)
         else:
             tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=options.trust_remote_code, **revision)
             model = AutoModelForCausalLM.from_pretrained(location, **kwargs)
@@ -394,6 +395,18 @@ def _from_pretrained(
         quantize_linears(model, options.dtype)
     model.eval()
     return model, tokenizer, processor
+
+
+def _check_positions(spec: ModelSpec, model: PreTrainedModel) -> None:
+    """Refuse multimodal rotary positions (Qwen2-VL style): the engines feed 1-D positions."""
+    text = model.config.get_text_config()
+    for attr in ("rope_scaling", "rope_parameters"):
+        rope = getattr(text, attr, None)
+        if isinstance(rope, dict) and "mrope_section" in rope:
+            raise ModelLoadError(
+                f"Model '{spec.name}': {type(model).__name__} uses multimodal rotary positions (mrope), which"
+                " FlexServ's engines do not compute; LLaVA-style vision-language models are supported."
+            )
 
 
 def _bnb_config(options: LoadOptions) -> Any:
