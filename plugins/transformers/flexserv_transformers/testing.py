@@ -30,6 +30,7 @@ __all__ = [
     "TINY_CHAT_TEMPLATE",
     "TINY_SPECIAL_TOKENS",
     "TINY_VLM_CHAT_TEMPLATE",
+    "build_tiny_idefics3",
     "build_tiny_llama",
     "build_tiny_llava",
     "tie_tolerance",
@@ -256,6 +257,78 @@ def build_tiny_llava(
         vision_feature_select_strategy="default",
         num_additional_image_tokens=1,
         image_token="<image>",
+        chat_template=TINY_VLM_CHAT_TEMPLATE,
+    )
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    processor.save_pretrained(path)
+    return path
+
+
+def build_tiny_idefics3(path: str | Path, *, seed: int = 0, max_position_embeddings: int = 512) -> Path:
+    """Write a tiny random Idefics3 (SmolVLM's architecture) with its processor to
+    ``path``; return it.
+
+    Its processor splits an image into tiles plus a global view, each a run of
+    ``<image>`` tokens between ``<fake_token_around_image>`` and row/column tokens: an
+    image is several runs of image tokens, unlike LLaVA's one. The chat template is
+    :data:`TINY_VLM_CHAT_TEMPLATE`.
+    """
+    import torch
+    from transformers import (
+        GenerationConfig,
+        Idefics3Config,
+        Idefics3ForConditionalGeneration,
+        Idefics3ImageProcessor,
+        Idefics3Processor,
+        LlamaConfig,
+    )
+    from transformers.models.idefics3.configuration_idefics3 import Idefics3VisionConfig
+
+    path = Path(path)
+    tokenizer = train_tiny_tokenizer()
+    grid = [f"<row_{r}_col_{c}>" for r in range(1, 5) for c in range(1, 5)]
+    tokenizer.add_special_tokens(
+        {"additional_special_tokens": ["<image>", "<fake_token_around_image>", "<global-img>", *grid]}
+    )
+    tokenizer.chat_template = TINY_VLM_CHAT_TEMPLATE
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    bos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    vision = Idefics3VisionConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=32, patch_size=8
+    )
+    text = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_position_embeddings,
+        bos_token_id=bos,
+        eos_token_id=eos,
+        pad_token_id=bos,
+        tie_word_embeddings=True,
+    )
+    config = Idefics3Config(
+        vision_config=vision.to_dict(),
+        text_config=text.to_dict(),
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        scale_factor=2,
+    )
+    model = Idefics3ForConditionalGeneration(config)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() > 1:
+                param.normal_(0.0, 0.2, generator=generator)
+    model.generation_config = GenerationConfig(bos_token_id=bos, eos_token_id=eos, pad_token_id=bos)
+    processor = Idefics3Processor(
+        image_processor=Idefics3ImageProcessor(
+            size={"longest_edge": 64}, max_image_size={"longest_edge": 32}, do_image_splitting=True
+        ),
+        tokenizer=tokenizer,
+        image_seq_len=4,
         chat_template=TINY_VLM_CHAT_TEMPLATE,
     )
     path.mkdir(parents=True, exist_ok=True)
