@@ -110,6 +110,7 @@ def serve_forever(plugins: list[str], settings: Settings, options: RayOptions) -
 
     from flexserv_ray.app import application
     from flexserv_ray.cluster import RayCluster, StartInterrupted
+    from flexserv_ray.proxy_errors import proxy_env
 
     host = settings.core.host
     port = settings.core.port or _free_port(host)
@@ -117,7 +118,7 @@ def serve_forever(plugins: list[str], settings: Settings, options: RayOptions) -
     app_args = app_args_from(plugins, settings, models_per_replica=options.models_per_replica, include_secrets=True)
     signals = StopSignals()
     signals.install()
-    cluster = RayCluster(options.address, local_cpus=options.local_cpus)
+    cluster = RayCluster(options.address, local_cpus=options.local_cpus, local_env=proxy_env(options.retry_after))
     try:
         cluster.start()
     except StartInterrupted:
@@ -136,6 +137,8 @@ def serve_forever(plugins: list[str], settings: Settings, options: RayOptions) -
             serve.run(application(app_args, deployment), name=options.app_name, route_prefix="/")
             signals.interruptible = False
             _print_address(host, port, deployment, options.app_name, cluster)
+            if not cluster.started_here:
+                _note_proxy_errors()
             signals.stop.wait()
         except _Interrupted:
             print("stopping: asked to stop while the application deployed", flush=True)
@@ -158,6 +161,16 @@ def _print_address(host: str, port: int, deployment: dict[str, Any], app_name: s
         scale = f"{deployment['num_replicas']} replica(s)"
     print(f"FlexServ on Ray Serve listening on http://{host}:{port} ({scale}, app {app_name!r}, {where})")
     print(f"  OpenAI API: http://{host}:{port}/v1   health: http://{host}:{port}/v1/flexserv/health", flush=True)
+
+
+def _note_proxy_errors() -> None:
+    from flexserv_ray.proxy_errors import PROXY_CALLBACK, PROXY_CALLBACK_ENV
+
+    print(
+        f"  note: on a cluster this command did not start, Ray's proxy answers overload and a lost replica "
+        f"in plain text unless its nodes run with {PROXY_CALLBACK_ENV}={PROXY_CALLBACK} (see the plugin's README)",
+        flush=True,
+    )
 
 
 def run(context: CommandContext) -> int:

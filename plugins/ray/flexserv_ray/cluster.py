@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from types import TracebackType
 
 log = logging.getLogger(__name__)
@@ -16,12 +17,15 @@ class StartInterrupted(Exception):
 class RayCluster:
     """``with RayCluster(address, local_cpus):`` connects to ``address`` (or
     ``$RAY_ADDRESS``); without either it starts a private local cluster on
-    127.0.0.1 with at most ``local_cpus`` CPUs and no dashboard, and on exit shuts
-    down that cluster and nothing else. A joined cluster is left running."""
+    127.0.0.1 with at most ``local_cpus`` CPUs, no dashboard and ``local_env`` in its
+    processes' environment, and on exit shuts down that cluster and nothing else. A
+    joined cluster is left running."""
 
-    def __init__(self, address: str | None, *, local_cpus: int) -> None:
+    def __init__(self, address: str | None, *, local_cpus: int, local_env: Mapping[str, str] | None = None) -> None:
         self.address = address or os.environ.get("RAY_ADDRESS") or None
         self.local_cpus = local_cpus
+        #: Environment of a local cluster's processes (Ray's proxy reads its middleware from it).
+        self.local_env = dict(local_env or {})
         self.started_here = False
 
     def __enter__(self) -> RayCluster:
@@ -45,6 +49,10 @@ class RayCluster:
         if self.address:
             ray.init(address=self.address, logging_level=logging.WARNING)
         else:
+            # Ray's processes inherit this process's environment when it starts them.
+            for name, value in self.local_env.items():
+                if os.environ.setdefault(name, value) != value:
+                    log.warning("%s is set to %r: kept, instead of %r", name, os.environ[name], value)
             # address="local" always starts a new cluster, never one another user runs.
             ray.init(
                 address="local",

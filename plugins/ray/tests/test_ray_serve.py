@@ -9,6 +9,7 @@ started, by its PID from Ray's state API.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import time
@@ -25,6 +26,7 @@ import ray
 from flexserv_ray.app import application
 from flexserv_ray.app_args import app_args_from
 from flexserv_ray.options import RayOptions, deployment_options
+from flexserv_ray.proxy_errors import proxy_env
 from ray import serve
 
 from flexserv_core.testing import free_port, make_plugin_manager, make_settings
@@ -45,6 +47,9 @@ def cluster() -> Iterator[str]:
     # Replicas import the test plugin module by name; workers inherit this from the raylet.
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS_DIR), saved) if p)
     os.environ["FLEXSERV_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    # As `flexserv ray-serve` does for the cluster it starts: the proxy shapes its errors.
+    proxy_vars = proxy_env(retry_after=1.0)
+    os.environ.update(proxy_vars)
     port, dashboard_port = free_port(), free_port()
     # Ray's state API (replica PIDs, replica counts) is served by the dashboard
     # process, so this cluster has one, on a free loopback port.
@@ -64,6 +69,8 @@ def cluster() -> Iterator[str]:
         serve.shutdown()
         ray.shutdown()
         os.environ.pop("FLEXSERV_DISABLE_PLUGIN_AUTOLOAD", None)
+        for name in proxy_vars:
+            os.environ.pop(name, None)
         if saved is None:
             os.environ.pop("PYTHONPATH", None)
         else:
@@ -146,28 +153,44 @@ async def test_two_replicas_of_the_embedded_chat_model_share_40_streams(deployed
     assert served == replica_ids()  # the header names the replicas Ray runs
 
 
-async def test_a_killed_replica_is_replaced_and_queued_requests_complete(deployed: Callable[..., str]) -> None:
+async def raw_stream(http: httpx.AsyncClient, model: str, max_tokens: int) -> tuple[str, list[str]]:
+    """(replica id, the ``data:`` payloads in order) of one streamed chat, read as raw SSE."""
+    body = {"model": model, "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": max_tokens}
+    async with http.stream("POST", "/v1/chat/completions", json=body | {"stream": True}) as response:
+        assert response.status_code == 200, response.status_code
+        payloads = [line.removeprefix("data: ") async for line in response.aiter_lines() if line.startswith("data: ")]
+    return response.headers["x-flexserv-replica"], payloads
+
+
+async def test_a_killed_replica_is_replaced_and_its_streams_end_with_an_error_event(
+    deployed: Callable[..., str],
+) -> None:
     base = deployed(FAKE, {"model": ["fake-a=fake://a"], "fake_token_delay": 0.05}, RayOptions(replicas=2, num_cpus=1))
     original_ids = replica_ids()
     victim = replica_actors()[0]
     victim_id = victim.name.rsplit("#", 1)[-1]
-    async with client_for(base) as client:
-        running = [asyncio.create_task(stream_chat(client, "fake-a", 40)) for _ in range(10)]  # ~2 s each
+    async with client_for(base) as client, httpx.AsyncClient(base_url=base, timeout=120) as http:
+        running = [asyncio.create_task(raw_stream(http, "fake-a", 40)) for _ in range(10)]  # ~2 s each
         await asyncio.sleep(0.8)
         os.kill(victim.pid, signal.SIGKILL)
         await asyncio.sleep(0.2)
         after = await asyncio.gather(*(stream_chat(client, "fake-a", 5) for _ in range(10)))
-        first_wave = await asyncio.gather(*running, return_exceptions=True)
+        # No connection error: every stream of the first wave ends as an event stream.
+        first_wave = await asyncio.gather(*running)
     # Requests sent after the kill never started on the dead replica: all complete.
     assert all(finish == "length" and len(text) == 5 for _, text, finish in after)
-    # Streams on the survivor completed; those on the victim ended in an error.
-    for result in first_wave:
-        if isinstance(result, BaseException):
-            assert isinstance(result, (openai.APIError, httpx.HTTPError)), repr(result)
-        else:
-            replica, text, finish = result
-            assert replica != victim_id and finish == "length" and len(text) == 40
-    assert any(isinstance(r, BaseException) for r in first_wave), "no stream was on the killed replica"
+    cut = [payloads for replica, payloads in first_wave if replica == victim_id]
+    assert cut, "no stream was on the killed replica"
+    for payloads in cut:
+        # Some tokens, then an OpenAI-shaped error event, then [DONE].
+        assert payloads[-1] == "[DONE]", payloads[-3:]
+        error = json.loads(payloads[-2])["error"]
+        assert error["code"] == "replica_failed" and error["type"] == "server_error", error
+        assert set(error) == {"message", "type", "param", "code"}
+        assert 0 < len(payloads) - 2 < 40 + 1  # cut short
+    for replica, payloads in first_wave:
+        if replica != victim_id:  # streams on the survivor completed
+            assert payloads[-1] == "[DONE]" and json.loads(payloads[-2])["choices"][0]["finish_reason"] == "length"
     replacement = wait_for(lambda: replica_ids() - original_ids, 60, "a replacement replica")
     async with client_for(base) as client:
         seen: set[str] = set()
@@ -177,6 +200,41 @@ async def test_a_killed_replica_is_replaced_and_queued_requests_complete(deploye
             seen |= {r for r, _, _ in results}
     assert seen & replacement, (seen, replacement)  # the new replica serves
     assert victim_id not in seen
+
+
+async def test_a_cut_stream_raises_an_api_error_in_the_openai_sdk(deployed: Callable[..., str]) -> None:
+    base = deployed(FAKE, {"model": ["fake-a=fake://a"], "fake_token_delay": 0.05}, RayOptions(replicas=1, num_cpus=1))
+    victim = replica_actors()[0]
+    async with client_for(base) as client:
+        stream = asyncio.create_task(stream_chat(client, "fake-a", 40))
+        await asyncio.sleep(0.8)
+        os.kill(victim.pid, signal.SIGKILL)
+        with pytest.raises(openai.APIError) as cut:
+            await stream
+    # The SDK's own error for an error event (not a connection error), with the server's body.
+    assert type(cut.value) is openai.APIError
+    assert isinstance(cut.value.body, dict) and cut.value.body["code"] == "replica_failed"
+
+
+async def test_overload_is_an_openai_shaped_429_with_retry_after(deployed: Callable[..., str]) -> None:
+    base = deployed(
+        FAKE,
+        {"model": ["fake-a=fake://a"], "fake_token_delay": 0.05},
+        RayOptions(replicas=1, num_cpus=1, max_ongoing_requests=1, max_queued_requests=1, retry_after=2),
+    )
+    async with client_for(base) as client:
+        results = await asyncio.gather(*(stream_chat(client, "fake-a", 20) for _ in range(6)), return_exceptions=True)
+    refused = [r for r in results if isinstance(r, BaseException)]
+    served = [r for r in results if not isinstance(r, BaseException)]
+    # one running + one queued at most; the rest refused at once, none hangs
+    assert 2 <= len(served) < 6 and refused, results
+    for exc in refused:
+        assert isinstance(exc, openai.RateLimitError), repr(exc)
+        assert exc.response.headers["retry-after"] == "2"
+        assert exc.response.headers["content-type"] == "application/json"
+        assert exc.body["type"] == "rate_limit_error" and exc.body["code"] == "too_many_requests", exc.body
+        assert set(exc.body) == {"message", "type", "param", "code"}
+    assert all(finish == "length" for _, _, finish in served)
 
 
 async def test_multiplexing_routes_each_model_to_the_replica_holding_it(deployed: Callable[..., str]) -> None:
