@@ -128,7 +128,7 @@ def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
     add("--ray-overload-status", dest="overload_status", type=int, choices=(429, 503), default=429,
         help="Status of a request refused by the proxy when the queue is full.")  # fmt: skip
     add("--ray-retry-after", dest="retry_after", type=_non_negative_float, default=1.0, metavar="S",
-        help="Retry-After (seconds) sent with a refused request.")  # fmt: skip
+        help="Retry-After (seconds) sent with a request the proxy refused, or whose replica was lost.")  # fmt: skip
     add("--ray-models-per-replica", dest="models_per_replica", type=_positive_int, default=3, metavar="N",
         help="Multiplexing: models one replica keeps loaded (least recently used is unloaded).")  # fmt: skip
     add("--ray-health-check-period", dest="health_check_period", type=_non_negative_float, default=10.0,

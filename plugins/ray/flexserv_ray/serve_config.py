@@ -17,6 +17,9 @@ HEADER = """\
 # `args` are the FlexServ plugins and settings the command resolved; secret
 # settings (the API key) are left out: give them to the replicas as environment
 # variables (runtime_env.env_vars or the pod's env), e.g. FLEXSERV_API_KEY.
+# For OpenAI-shaped errors from Ray's proxy (overload, a lost replica), every node's
+# environment needs RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH=flexserv_ray.proxy_errors:proxy_middlewares
+# (and FLEXSERV_RAY_RETRY_AFTER, seconds): Ray's proxies read them at start.
 """
 
 
