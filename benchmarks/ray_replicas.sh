@@ -12,6 +12,7 @@
 #
 # Usage (repository root, venv built):  benchmarks/ray_replicas.sh [OUT_DIR]
 # Knobs: CONC=1,4 REQS=12 TOKENS=32 ROUNDS=2 BENCH_TIMEOUT=240 START_TIMEOUT=300 DEADLINE=1500
+# IDLE=20 (seconds the idle Ray processes' CPU is measured, subtracted from the per-token CPU)
 set -uo pipefail
 OUT=${1:-bench-ray}
 BIN=${BIN:-.venv/bin}
@@ -23,6 +24,7 @@ BENCH_TIMEOUT=${BENCH_TIMEOUT:-240}
 START_TIMEOUT=${START_TIMEOUT:-300}
 DEADLINE=${DEADLINE:-1500}
 BATCH=${BATCH:-8}
+IDLE=${IDLE:-20}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 FLEXSERV_DISABLE_PLUGIN_AUTOLOAD=1
 mkdir -p "$OUT"
 RAY_TMPDIR=$(mktemp -d)  # this script's Ray cluster files, apart from any other Ray on the machine
@@ -76,13 +78,45 @@ start_server() {  # $1 = label, $2 = port, rest = command; sets STARTED_PID
   return 1
 }
 
-bench() {  # $1 = label, $2 = port
-  local label=$1 port=$2
+descendants() {  # $1 = pid: it and all its descendants
+  echo "$1"
+  for child in $(ps -o pid= --ppid "$1"); do descendants "$child"; done
+}
+
+cpu_ticks() {  # $1 = server pid, $2 = process title prefix: CPU (utime+stime, clock ticks) of those processes
+  local total=0 p
+  for p in $(descendants "$1"); do
+    if tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | grep -q "^$2"; then
+      total=$((total + $(awk '{print $14 + $15}' /proc/"$p"/stat 2>/dev/null || echo 0)))
+    fi
+  done
+  echo "$total"
+}
+
+bench() {  # $1 = label, $2 = port, $3 = server pid for the Ray runs (CPU of the proxy and replicas)
+  local label=$1 port=$2 server=${3:-}
   log "bench $label"
+  local proxy0 replica0
+  [ -n "$server" ] && { proxy0=$(cpu_ticks "$server" "ray::ProxyActor"); replica0=$(cpu_ticks "$server" "ray::ServeReplica"); }
+  local t0=$SECONDS
   FLEXSERV_PLUGINS=bench timeout "$BENCH_TIMEOUT" "$BIN/flexserv" bench --url "http://127.0.0.1:$port" --concurrency "$CONC" \
     --requests "$REQS" --max-tokens "$TOKENS" --warmup 2 --timeout 120 --quiet --json >"$OUT/$label.json" &
   wait $! || log "bench $label failed or timed out (exit $?)"
   echo "$label $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/loadavg.txt"
+  if [ -n "$server" ]; then
+    echo "$label proxy_cpu_s=$(( $(cpu_ticks "$server" "ray::ProxyActor") - proxy0 ))/$(getconf CLK_TCK)" \
+      "replicas_cpu_s=$(( $(cpu_ticks "$server" "ray::ServeReplica") - replica0 ))/$(getconf CLK_TCK)" \
+      "wall_s=$((SECONDS - t0))/1" >>"$OUT/cpu.txt"
+  fi
+}
+
+idle_cpu() {  # $1 = label, $2 = server pid: CPU of the idle proxy and replicas over IDLE seconds
+  local proxy0 replica0
+  proxy0=$(cpu_ticks "$2" "ray::ProxyActor"); replica0=$(cpu_ticks "$2" "ray::ServeReplica")
+  sleep "$IDLE"
+  echo "$1-idle proxy_cpu_s=$(( $(cpu_ticks "$2" "ray::ProxyActor") - proxy0 ))/$(getconf CLK_TCK)" \
+    "replicas_cpu_s=$(( $(cpu_ticks "$2" "ray::ServeReplica") - replica0 ))/$(getconf CLK_TCK)" \
+    "wall_s=$IDLE/1" >>"$OUT/cpu.txt"
 }
 
 COMMON=(-p transformers --transformers-max-batch-size "$BATCH")
@@ -98,9 +132,11 @@ for config in "ray1 1 2" "ray2 2 1"; do
   port=$(free_port)
   if start_server "$label" "$port" "$BIN/flexserv" ray-serve -p ray "${COMMON[@]}" --port "$port" \
     --ray-replicas "$replicas" --ray-num-cpus "$cpus" --ray-local-cpus 2; then
+    log "$label processes: $(for p in $(descendants "$STARTED_PID"); do tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | cut -c1-36; echo; done | grep '^ray::' | sort | uniq -c | tr -s ' \n' ' ')"
+    idle_cpu "$label" "$STARTED_PID"
     for round in $(seq 1 "$ROUNDS"); do
       bench "plain-$label-r$round" "$PLAIN_PORT"
-      bench "$label-r$round" "$port"
+      bench "$label-r$round" "$port" "$STARTED_PID"
     done
   fi
   stop_server "$STARTED_PID"

@@ -32,10 +32,46 @@ def row(name: str, level: dict[str, Any]) -> str:
     )
 
 
+def eval_ratio(value: str) -> float:
+    """``"123/100"`` (clock ticks / ticks per second) -> 1.23."""
+    ticks, per_second = value.split("/")
+    return int(ticks) / int(per_second)
+
+
 def config_of(name: str) -> str:
     """``plain-ray1-r2`` -> ``plain (beside ray1)``; ``ray1-r2`` -> ``ray1``."""
     base = name.rsplit("-r", 1)[0]
     return f"plain (beside {base.split('-', 1)[1]})" if base.startswith("plain-") else base
+
+
+def print_cpu(out: Path, lines: list[str]) -> None:
+    """CPU per output token of Ray's proxy and replicas, net of their idle CPU over the same time."""
+    runs = {
+        label: {k: eval_ratio(v) for k, v in (f.split("=") for f in fields)} for label, *fields in map(str.split, lines)
+    }
+    print("\nCPU of Ray's proxy and replicas per output token, net of their idle CPU (warm-up requests included):\n")
+    print(
+        "| run | wall | proxy CPU | idle proxy CPU | replicas CPU | idle replicas CPU | tokens | proxy ms/token | replicas ms/token |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for label, cpu in runs.items():
+        report_path = out / f"{label}.json"
+        if label.endswith("-idle") or not report_path.exists():
+            continue
+        try:
+            tokens = sum(lv["output_tokens"] for lv in json.loads(report_path.read_text())["levels"])
+        except ValueError:
+            continue
+        idle = runs.get(label.rsplit("-r", 1)[0] + "-idle")
+        share = cpu["wall_s"] / idle["wall_s"] if idle else 0.0
+        idle_proxy = idle["proxy_cpu_s"] * share if idle else 0.0
+        idle_replicas = idle["replicas_cpu_s"] * share if idle else 0.0
+        proxy, replicas = cpu["proxy_cpu_s"] - idle_proxy, cpu["replicas_cpu_s"] - idle_replicas
+        print(
+            f"| {label} | {cpu['wall_s']:.0f} s | {cpu['proxy_cpu_s']:.2f} s | {idle_proxy:.2f} s "
+            f"| {cpu['replicas_cpu_s']:.2f} s | {idle_replicas:.2f} s | {tokens} "
+            f"| {proxy * 1000 / tokens:.2f} | {replicas * 1000 / tokens:.2f} |"
+        )
 
 
 def main(out: Path) -> None:
@@ -75,6 +111,9 @@ def main(out: Path) -> None:
             "itl_s": {"p50": med("itl_s", "p50")},
         }
         print(row(config, merged))
+    cpu = out / "cpu.txt"
+    if cpu.exists():
+        print_cpu(out, cpu.read_text().splitlines())
     loadavg = out / "loadavg.txt"
     if loadavg.exists():
         print("\nLoad average (1, 5, 15 min) after each run:\n")
