@@ -223,11 +223,14 @@ async def test_overload_is_an_openai_shaped_429_with_retry_after(deployed: Calla
         RayOptions(replicas=1, num_cpus=1, max_ongoing_requests=1, max_queued_requests=1, retry_after=2),
     )
     async with client_for(base) as client:
-        results = await asyncio.gather(*(stream_chat(client, "fake-a", 20) for _ in range(6)), return_exceptions=True)
+        # each stream takes ~2 s, so all six reach the proxy while the first still runs
+        results = await asyncio.gather(*(stream_chat(client, "fake-a", 40) for _ in range(6)), return_exceptions=True)
     refused = [r for r in results if isinstance(r, BaseException)]
     served = [r for r in results if not isinstance(r, BaseException)]
-    # one running + one queued at most; the rest refused at once, none hangs
-    assert 2 <= len(served) < 6 and refused, results
+    # One runs, at most one waits in the proxy's queue, the rest are refused at once; none
+    # hangs. (Ray's queue count is the proxy router's, which can still hold a request of
+    # the previous test's deployment of the same name: then the queue is already full.)
+    assert 1 <= len(served) <= 2 and len(refused) >= 4, results
     for exc in refused:
         assert isinstance(exc, openai.RateLimitError), repr(exc)
         assert exc.response.headers["retry-after"] == "2"
