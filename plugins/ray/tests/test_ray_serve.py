@@ -121,8 +121,11 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-async def stream_chat(client: openai.AsyncOpenAI, model: str, max_tokens: int, **extra: Any) -> tuple[str, str, str]:
-    """(replica id, text, finish_reason) of one streamed chat completion."""
+async def stream_chat(
+    client: openai.AsyncOpenAI, model: str, max_tokens: int, started: asyncio.Semaphore | None = None, **extra: Any
+) -> tuple[str, str, str]:
+    """(replica id, text, finish_reason) of one streamed chat completion; ``started`` is
+    released once, at its first chunk."""
     raw = await client.chat.completions.with_raw_response.create(
         model=model,
         messages=[{"role": "user", "content": "Say hello."}],
@@ -133,6 +136,9 @@ async def stream_chat(client: openai.AsyncOpenAI, model: str, max_tokens: int, *
     replica = raw.headers["x-flexserv-replica"]
     text, finish = "", ""
     async for chunk in raw.parse():
+        if started is not None and not text and not finish:
+            started.release()
+            started = None
         for choice in chunk.choices:
             text += choice.delta.content or ""
             finish = choice.finish_reason or finish
@@ -153,13 +159,27 @@ async def test_two_replicas_of_the_embedded_chat_model_share_40_streams(deployed
     assert served == replica_ids()  # the header names the replicas Ray runs
 
 
-async def raw_stream(http: httpx.AsyncClient, model: str, max_tokens: int) -> tuple[str, list[str]]:
-    """(replica id, the ``data:`` payloads in order) of one streamed chat, read as raw SSE."""
+async def raw_stream(
+    http: httpx.AsyncClient, model: str, max_tokens: int, started: asyncio.Semaphore | None = None
+) -> tuple[str, list[str]]:
+    """(replica id, the ``data:`` payloads in order) of one streamed chat, read as raw SSE;
+    ``started`` is released once, at the stream's first payload."""
     body = {"model": model, "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": max_tokens}
+    payloads: list[str] = []
     async with http.stream("POST", "/v1/chat/completions", json=body | {"stream": True}) as response:
         assert response.status_code == 200, response.status_code
-        payloads = [line.removeprefix("data: ") async for line in response.aiter_lines() if line.startswith("data: ")]
+        async for line in response.aiter_lines():
+            if line.startswith("data: "):
+                payloads.append(line.removeprefix("data: "))
+                if started is not None and len(payloads) == 1:
+                    started.release()
     return response.headers["x-flexserv-replica"], payloads
+
+
+async def all_started(started: asyncio.Semaphore, count: int) -> None:
+    """Wait until ``count`` streams have sent their first payload."""
+    for _ in range(count):
+        await asyncio.wait_for(started.acquire(), timeout=60)
 
 
 async def test_a_killed_replica_is_replaced_and_its_streams_end_with_an_error_event(
@@ -170,8 +190,9 @@ async def test_a_killed_replica_is_replaced_and_its_streams_end_with_an_error_ev
     victim = replica_actors()[0]
     victim_id = victim.name.rsplit("#", 1)[-1]
     async with client_for(base) as client, httpx.AsyncClient(base_url=base, timeout=120) as http:
-        running = [asyncio.create_task(raw_stream(http, "fake-a", 40)) for _ in range(10)]  # ~2 s each
-        await asyncio.sleep(0.8)
+        started = asyncio.Semaphore(0)
+        running = [asyncio.create_task(raw_stream(http, "fake-a", 40, started)) for _ in range(10)]  # ~2 s each
+        await all_started(started, 10)
         os.kill(victim.pid, signal.SIGKILL)
         await asyncio.sleep(0.2)
         after = await asyncio.gather(*(stream_chat(client, "fake-a", 5) for _ in range(10)))
@@ -206,8 +227,9 @@ async def test_a_cut_stream_raises_an_api_error_in_the_openai_sdk(deployed: Call
     base = deployed(FAKE, {"model": ["fake-a=fake://a"], "fake_token_delay": 0.05}, RayOptions(replicas=1, num_cpus=1))
     victim = replica_actors()[0]
     async with client_for(base) as client:
-        stream = asyncio.create_task(stream_chat(client, "fake-a", 40))
-        await asyncio.sleep(0.8)
+        started = asyncio.Semaphore(0)
+        stream = asyncio.create_task(stream_chat(client, "fake-a", 40, started))
+        await all_started(started, 1)
         os.kill(victim.pid, signal.SIGKILL)
         with pytest.raises(openai.APIError) as cut:
             await stream
