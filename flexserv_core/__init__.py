@@ -84,7 +84,9 @@ from flexserv_core.settings import (
     resolve_settings,
 )
 from flexserv_core.stash import Stash, StashKey
+from flexserv_core.tool_call_stream import CallSyntax, ToolCallFragment, ToolCallStream, ToolStreamEvent
 from flexserv_core.tool_parsers import (
+    JsonToolParser,
     ParsedToolCall,
     ParsedToolOutput,
     ToolParser,
@@ -98,6 +100,7 @@ __all__ = [
     "RESERVED_TEMPLATE_KWARGS",
     "Backend",
     "BatchRunner",
+    "CallSyntax",
     "Command",
     "CommandContext",
     "Constraint",
@@ -117,6 +120,7 @@ __all__ = [
     "GpuInfo",
     "ImageInput",
     "InvalidRequest",
+    "JsonToolParser",
     "Lease",
     "LoadedModel",
     "MicroBatcher",
@@ -155,7 +159,10 @@ __all__ = [
     "TextLimits",
     "TokenDelta",
     "TooManyRequests",
+    "ToolCallFragment",
+    "ToolCallStream",
     "ToolParser",
+    "ToolStreamEvent",
     "TopLogprob",
     "Transcription",
     "TranscriptionModel",

@@ -26,15 +26,22 @@ start-up); the name is then valid in ``tool_parser`` options.
 from __future__ import annotations
 
 import json
-import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from flexserv_core.backends.base import Constraint
+from flexserv_core.tool_call_stream import (
+    BufferedCallStream,
+    CallSyntax,
+    JsonCallStream,
+    ToolCallStream,
+    parse_with_stream,
+)
 
 __all__ = [
     "HermesToolParser",
+    "JsonToolParser",
     "Llama3JsonToolParser",
     "MistralToolParser",
     "ParsedToolCall",
@@ -79,37 +86,6 @@ def call_schema(tools: list[dict[str, Any]], arguments_key: str = "arguments") -
     return options[0] if len(options) == 1 else {"anyOf": options}
 
 
-def _decode_json_values(text: str) -> list[Any] | None:
-    """All JSON values in ``text`` separated by whitespace or ``;``; ``None`` if any part is not JSON."""
-    decoder = json.JSONDecoder()
-    values: list[Any] = []
-    pos = 0
-    while True:
-        while pos < len(text) and text[pos] in " \t\r\n;":
-            pos += 1
-        if pos >= len(text):
-            return values
-        try:
-            value, pos = decoder.raw_decode(text, pos)
-        except ValueError:
-            return None
-        values.append(value)
-
-
-def _call(obj: Any, arguments_key: str) -> ParsedToolCall | None:
-    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-        return None
-    args = obj.get(arguments_key, obj.get("arguments", obj.get("parameters", {})))
-    if isinstance(args, str):  # some models write the arguments as a JSON string
-        try:
-            args = json.loads(args)
-        except ValueError:
-            return None
-    if not isinstance(args, dict):
-        return None
-    return ParsedToolCall(name=obj["name"], arguments=json.dumps(args, ensure_ascii=False))
-
-
 class ToolParser:
     """One model family's tool-call syntax. Subclasses set ``name`` and ``markers``."""
 
@@ -143,27 +119,39 @@ class ToolParser:
         """Calls written the way this family writes them (history for templates without tool support)."""
         raise NotImplementedError
 
+    def stream(self) -> ToolCallStream:
+        """A parser for one output fed piece by piece (streaming). This default holds
+        the output back from :meth:`call_start` and :meth:`parse` s the rest at the
+        end; a format that can do better overrides it."""
 
-class HermesToolParser(ToolParser):
-    name = "hermes"
-    markers = ("<tool_call>",)
-    _block = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+        def parse(text: str) -> tuple[str | None, list[tuple[str, str]]]:
+            parsed = self.parse(text)
+            return parsed.content, [(c.name, c.arguments) for c in parsed.calls]
+
+        return BufferedCallStream(self.call_start, parse)
+
+
+class JsonToolParser(ToolParser):
+    """A format that writes each call as a JSON object with ``name`` and ``arguments``
+    (or ``parameters``) in the markup :attr:`syntax` describes. Its calls stream
+    incrementally, and :meth:`parse` runs the same machine over the whole output, so
+    both give the same calls with the same ``arguments`` text: the JSON the model
+    wrote (arguments written as a JSON string are unwrapped)."""
+
+    syntax: ClassVar[CallSyntax]
+
+    def stream(self) -> JsonCallStream:
+        return JsonCallStream(self.syntax)
 
     def parse(self, text: str) -> ParsedToolOutput:
-        calls: list[ParsedToolCall] = []
-        kept: list[str] = []
-        pos = 0
-        for match in self._block.finditer(text):
-            values = _decode_json_values(match.group(1))
-            parsed = [_call(v, "arguments") for v in values] if values else []
-            if not parsed or any(c is None for c in parsed):
-                continue  # not a well-formed call: leave it in the content
-            kept.append(text[pos : match.start()])
-            pos = match.end()
-            calls.extend(c for c in parsed if c is not None)
-        kept.append(text[pos:])
-        content = "".join(kept).strip()
-        return ParsedToolOutput(content=content or None, calls=calls)
+        content, calls = parse_with_stream(self.stream(), text)
+        return ParsedToolOutput(content=content, calls=[ParsedToolCall(n, a) for n, a in calls])
+
+
+class HermesToolParser(JsonToolParser):
+    name = "hermes"
+    markers = ("<tool_call>",)
+    syntax = CallSyntax(markers=markers, close="</tool_call>")
 
     def constraint(self, tools: list[dict[str, Any]], *, parallel: bool) -> Constraint:
         return Constraint(
@@ -182,27 +170,10 @@ class HermesToolParser(ToolParser):
         )
 
 
-class Llama3JsonToolParser(ToolParser):
+class Llama3JsonToolParser(JsonToolParser):
     name = "llama3_json"
     markers = ("<|python_tag|>",)
-
-    def parse(self, text: str) -> ParsedToolOutput:
-        body = text.strip()
-        body = body.removeprefix("<|python_tag|>").strip()
-        if not body.startswith("{"):
-            return ParsedToolOutput(content=text.strip() or None)
-        values = _decode_json_values(body)
-        calls = [_call(v, "parameters") for v in values] if values else []
-        if not calls or any(c is None for c in calls):
-            return ParsedToolOutput(content=text.strip() or None)
-        return ParsedToolOutput(content=None, calls=[c for c in calls if c is not None])
-
-    def call_start(self, text: str) -> int | None:
-        at = super().call_start(text)
-        if at is not None:
-            return at
-        stripped = text.lstrip()
-        return len(text) - len(stripped) if stripped.startswith("{") or not stripped else None
+    syntax = CallSyntax(markers=markers, bare=True)
 
     def constraint(self, tools: list[dict[str, Any]], *, parallel: bool) -> Constraint:
         return Constraint(
@@ -217,23 +188,10 @@ class Llama3JsonToolParser(ToolParser):
         return "; ".join(f'{{"name": {json.dumps(c.name)}, "parameters": {c.arguments}}}' for c in calls)
 
 
-class MistralToolParser(ToolParser):
+class MistralToolParser(JsonToolParser):
     name = "mistral"
     markers = ("[TOOL_CALLS]",)
-
-    def parse(self, text: str) -> ParsedToolOutput:
-        at = text.find("[TOOL_CALLS]")
-        if at < 0:
-            return ParsedToolOutput(content=text.strip() or None)
-        head, body = text[:at], text[at + len("[TOOL_CALLS]") :]
-        values = _decode_json_values(body.strip())
-        if not values:
-            return ParsedToolOutput(content=text.strip() or None)
-        items = values[0] if len(values) == 1 and isinstance(values[0], list) else values
-        calls = [_call(v, "arguments") for v in items]
-        if not calls or any(c is None for c in calls):
-            return ParsedToolOutput(content=text.strip() or None)
-        return ParsedToolOutput(content=head.strip() or None, calls=[c for c in calls if c is not None])
+    syntax = CallSyntax(markers=markers, array=True)
 
     def constraint(self, tools: list[dict[str, Any]], *, parallel: bool) -> Constraint:
         schema: dict[str, Any] = {"type": "array", "items": call_schema(tools), "minItems": 1}

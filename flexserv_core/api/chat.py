@@ -27,6 +27,7 @@ from flexserv_core.api.text_schemas import (
     ChatCompletionChunk,
     ChatCompletionRequest,
     ChatDelta,
+    ToolCallDelta,
     Usage,
     encode,
 )
@@ -144,20 +145,20 @@ async def _chunks(
         async with aclosing(merge(jobs)) as events:
             async for event in events:
                 streamer = streamers.get(event.index)
-                text = streamer.feed(event.text) if streamer is not None else event.text
-                if text or event.tokens:
-                    logprobs = chat_logprobs(event.tokens) if _wants_logprobs(jobs) else None
-                    yield chunk([ChatChunkChoice(index=event.index, delta=ChatDelta(content=text), logprobs=logprobs)])
+                pieces = streamer.feed(event.text) if streamer is not None else [event.text] if event.text else []
+                if event.tokens and not pieces:
+                    pieces = [""]  # the tokens' logprobs go out even when their text is held back
+                logprobs = chat_logprobs(event.tokens) if event.tokens and _wants_logprobs(jobs) else None
+                for piece in pieces:
+                    yield chunk([ChatChunkChoice(index=event.index, delta=_delta(piece), logprobs=logprobs)])
+                    logprobs = None
                 if event.finish_reason is not None:
                     completion_tokens += event.completion_tokens
                     finish: str = event.finish_reason
                     if streamer is not None:
-                        rest, deltas = streamer.finish()
-                        if rest:
-                            yield chunk([ChatChunkChoice(index=event.index, delta=ChatDelta(content=rest))])
-                        for delta in deltas:
-                            yield chunk([ChatChunkChoice(index=event.index, delta=ChatDelta(tool_calls=[delta]))])
-                        if deltas:
+                        for piece in streamer.finish():
+                            yield chunk([ChatChunkChoice(index=event.index, delta=_delta(piece))])
+                        if streamer.calls:
                             finish = "tool_calls"
                     yield chunk([ChatChunkChoice(index=event.index, delta=ChatDelta(), finish_reason=finish)])
     except Exception as exc:  # the stream has started: the error becomes its last event
@@ -172,6 +173,10 @@ async def _chunks(
         )
         yield chunk([], usage)
     yield DONE
+
+
+def _delta(piece: str | ToolCallDelta) -> ChatDelta:
+    return ChatDelta(content=piece) if isinstance(piece, str) else ChatDelta(tool_calls=[piece])
 
 
 def _wants_logprobs(jobs: list[ChoiceJob]) -> bool:

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from flexserv_core.api.text_schemas import (
@@ -30,9 +29,9 @@ from flexserv_core.api.text_schemas import (
 from flexserv_core.backends.base import Constraint, TextGenerationModel
 from flexserv_core.errors import InvalidRequest, quote
 from flexserv_core.models.spec import ModelSpec
+from flexserv_core.tool_call_stream import ToolStreamEvent
 from flexserv_core.tool_parsers import (
     ParsedToolCall,
-    ParsedToolOutput,
     ToolParser,
     get_tool_parser,
     guess_tool_parser,
@@ -46,8 +45,6 @@ FALLBACK_PROMPT = (
     "To call a function, reply with the call only, written exactly like this example:\n{example}\n"
     "Results of calls come back in messages that start with 'Result of'."
 )
-#: Size of the argument fragments a streamed tool call is sent in.
-ARGUMENT_FRAGMENT = 16
 
 
 @dataclass(slots=True)
@@ -221,44 +218,45 @@ def split_output(plan: ToolPlan, text: str) -> tuple[str | None, list[ToolCall]]
     return parsed.content, calls
 
 
-@dataclass(slots=True)
 class ToolStreamer:
-    """Streams one choice's content and holds back what may be a call; at the end
-    turns the held text into tool-call deltas (id and name first, then arguments)."""
+    """Streams one choice: content as the model writes it (minus what may be a call
+    marker, held back until it is not), and each call as OpenAI's incremental
+    ``tool_calls`` deltas: index, id, type and name as soon as the name is known,
+    then argument fragments as they are written."""
 
-    plan: ToolPlan
-    text: str = ""
-    sent: int = 0
-    calls: int = 0
-    _pending: list[str] = field(default_factory=list)
+    def __init__(self, plan: ToolPlan) -> None:
+        self.plan = plan
+        self.calls = 0
+        self._stream = plan.parser.stream()
 
-    def feed(self, chunk: str) -> str:
-        """New output in; the content that can be sent now out."""
-        self.text += chunk
-        at = self.plan.parser.call_start(self.text[self.sent :])
-        end = len(self.text) if at is None else self.sent + at
-        out, self.sent = self.text[self.sent : end], max(self.sent, end)
+    def feed(self, chunk: str) -> list[str | ToolCallDelta]:
+        """New output in; what can be sent now out, in order."""
+        return self._deltas(self._stream.feed(chunk))
+
+    def finish(self) -> list[str | ToolCallDelta]:
+        """The output is complete: the rest."""
+        return self._deltas(self._stream.finish())
+
+    def _deltas(self, events: list[ToolStreamEvent]) -> list[str | ToolCallDelta]:
+        out: list[str | ToolCallDelta] = []
+        for event in events:
+            if isinstance(event, str):
+                if out and isinstance(out[-1], str):
+                    out[-1] += event
+                else:
+                    out.append(event)
+            elif event.index > 0 and not self.plan.parallel:
+                continue  # parallel_tool_calls=false keeps the first call only
+            elif event.name is not None:
+                self.calls = max(self.calls, event.index + 1)
+                out.append(
+                    ToolCallDelta(
+                        index=event.index,
+                        id=new_call_id(),
+                        type="function",
+                        function=ToolCallDeltaFunction(name=event.name, arguments=""),
+                    )
+                )
+            elif event.arguments:
+                out.append(ToolCallDelta(index=event.index, function=ToolCallDeltaFunction(arguments=event.arguments)))
         return out
-
-    def finish(self) -> tuple[str, list[ToolCallDelta]]:
-        """The rest: ``(content, deltas)``; deltas are empty when no call was made."""
-        rest = self.text[self.sent :]
-        parsed: ParsedToolOutput = self.plan.parser.parse(rest) if rest else ParsedToolOutput(None)
-        if not parsed.calls:
-            return rest, []
-        deltas: list[ToolCallDelta] = []
-        for index, call in enumerate(_limit(self.plan, parsed.calls)):
-            deltas.extend(call_deltas(index, call))
-        self.calls = len(_limit(self.plan, parsed.calls))
-        return parsed.content or "", deltas
-
-
-def call_deltas(index: int, call: ParsedToolCall) -> Iterator[ToolCallDelta]:
-    yield ToolCallDelta(
-        index=index, id=new_call_id(), type="function", function=ToolCallDeltaFunction(name=call.name, arguments="")
-    )
-    args = call.arguments
-    for start in range(0, len(args), ARGUMENT_FRAGMENT):
-        yield ToolCallDelta(
-            index=index, function=ToolCallDeltaFunction(arguments=args[start : start + ARGUMENT_FRAGMENT])
-        )

@@ -1,5 +1,5 @@
-"""Tool-call parsers on outputs recorded from each model family, the streaming
-splitter and the registry."""
+"""Tool-call parsers on outputs recorded from each model family and the registry
+(streaming: test_tool_call_stream.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from flexserv_core.api.tool_calls import ToolPlan, ToolStreamer, split_output
+from flexserv_core.api.tool_calls import ToolPlan, split_output
 from flexserv_core.tool_parsers import (
     ParsedToolCall,
     ToolParser,
@@ -104,34 +104,6 @@ def test_a_plugin_can_register_a_parser() -> None:
 
 def _plan(name: str, parallel: bool = True) -> ToolPlan:
     return ToolPlan(parser=get_tool_parser(name), tools=[], choice="auto", parallel=parallel, native=True)
-
-
-@pytest.mark.parametrize(("name", "text"), [("hermes", HERMES), ("hermes", QWEN), ("llama3_json", LLAMA_TAGGED)])
-def test_streaming_equals_whole_output(name: str, text: str) -> None:
-    plan = _plan(name)
-    _, calls = split_output(plan, text)
-    streamer = ToolStreamer(plan)
-    content = "".join(streamer.feed(text[i : i + 3]) for i in range(0, len(text), 3))
-    _rest, deltas = streamer.finish()
-    streamed: dict[int, list[str]] = {}
-    for delta in deltas:
-        entry = streamed.setdefault(delta.index, ["", ""])
-        if delta.id is not None:
-            assert delta.function is not None and delta.function.name and delta.function.arguments == ""
-            entry[0] = delta.function.name
-        else:
-            assert delta.function is not None and delta.function.name is None
-            entry[1] += delta.function.arguments or ""
-    assert [tuple(v) for _, v in sorted(streamed.items())] == [(c.function.name, c.function.arguments) for c in calls]
-    if name == "hermes" and text is HERMES:
-        assert content == "Let me look that up for you.\n"  # sent live, before the first call marker
-
-
-def test_streamer_releases_text_that_only_looked_like_a_marker() -> None:
-    streamer = ToolStreamer(_plan("hermes"))
-    assert streamer.feed("a <tool") == "a "
-    assert streamer.feed("box> b") == "<toolbox> b"
-    assert streamer.finish() == ("", [])
 
 
 def test_parallel_false_keeps_the_first_call() -> None:

@@ -211,9 +211,10 @@ async def test_required_and_named_tool_choice_stream_alike(sdk: openai.AsyncOpen
     if isinstance(choice, dict):
         assert [c.function.name for c in message.tool_calls] == ["get_weather"]
 
-    stream = await sdk.chat.completions.create(**kwargs, stream=True)
+    stream = await sdk.chat.completions.create(**kwargs, stream=True, logprobs=True)
     calls: dict[int, dict[str, str]] = {}
     first_pieces: list[Any] = []
+    fragments: dict[int, list[str]] = {}
     finish = None
     async for chunk in stream:
         for piece in chunk.choices[0].delta.tool_calls or ():
@@ -221,10 +222,14 @@ async def test_required_and_named_tool_choice_stream_alike(sdk: openai.AsyncOpen
             if piece.id:
                 first_pieces.append(piece)
                 entry["id"], entry["name"] = piece.id, piece.function.name
+            elif piece.function.arguments and chunk.choices[0].logprobs and chunk.choices[0].logprobs.content:
+                # sent with the token that wrote it (its logprobs ride along), not at the end
+                fragments.setdefault(piece.index, []).append(piece.function.arguments)
             entry["arguments"] += piece.function.arguments or ""
         finish = chunk.choices[0].finish_reason or finish
     assert finish == "tool_calls"
-    assert all(p.function.name for p in first_pieces)  # id and name come first
+    assert all(p.function.name and p.function.arguments == "" for p in first_pieces)  # id and name come first
+    assert all(len(f) > 1 for f in fragments.values()) and len(fragments) == len(calls)
     assert [(c["name"], c["arguments"]) for _, c in sorted(calls.items())] == [
         (c.function.name, c.function.arguments) for c in message.tool_calls
     ]

@@ -132,9 +132,19 @@ async def test_random_model_makes_valid_calls(sdk: openai.AsyncOpenAI, choice: A
         assert set(args) == {"word", "limit"} and 1 <= args["limit"] <= 9 and args["word"].isalpha()
     else:
         assert choice == "required" and isinstance(json.loads(call.function.arguments), dict)
-    name, arguments = "", ""
-    async for chunk in await sdk.chat.completions.create(**kwargs, stream=True):
-        for piece in chunk.choices[0].delta.tool_calls or ():
-            name = piece.function.name or name
-            arguments += piece.function.arguments or ""
-    assert (name, arguments) == (call.function.name, call.function.arguments)
+    # logprobs ride on the chunk of the token that produced the text: argument fragments
+    # that carry them were sent as the model wrote them, not in one piece at the end
+    name, fragments, live = "", [], 0
+    async for chunk in await sdk.chat.completions.create(**kwargs, stream=True, logprobs=True):
+        choice = chunk.choices[0]
+        for piece in choice.delta.tool_calls or ():
+            if piece.id:  # the first delta of the call: id, type and name, no arguments yet
+                assert piece.type == "function" and piece.function.arguments == "" and not name
+                name = piece.function.name
+            elif piece.function.arguments:
+                assert name, "the name comes before the arguments"
+                fragments.append(piece.function.arguments)
+                live += bool(choice.logprobs and choice.logprobs.content)
+    assert (name, "".join(fragments)) == (call.function.name, call.function.arguments)
+    if len(call.function.arguments) > 2:
+        assert len(fragments) > 1 and live > 1
