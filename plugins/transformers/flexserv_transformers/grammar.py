@@ -12,9 +12,11 @@ native Lark, refuses schema keywords it cannot enforce).
 * :class:`GrammarState` is one sequence's matcher: it advances with every token
   the sequence keeps, so a preempted and recomputed sequence resumes where it
   was (its tokens and its matcher never diverge).
-* :func:`apply_grammar_masks` masks the rows of a batch's logits that carry a
-  grammar; the masks are filled by llguidance's thread pool in one call, so 20
-  constrained sequences cost one parallel fill, not 20 sequential ones.
+* :func:`grammar_masks` fills the masks of the rows of a batch that carry a
+  grammar, by llguidance's thread pool in one call (20 constrained sequences cost
+  one parallel fill, not 20 sequential ones); the paged engine runs it on a worker
+  thread during the forward pass, so the masks do not add to the step.
+  :func:`apply_grammar_masks` sets the blocked logits to ``-inf``.
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from flexserv_core import Constraint, InvalidRequest
@@ -35,7 +39,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["GrammarCompiler", "GrammarState", "apply_grammar_masks", "constraint_grammar"]
+__all__ = [
+    "GrammarCompiler",
+    "GrammarMasks",
+    "GrammarState",
+    "apply_grammar_masks",
+    "constraint_grammar",
+    "grammar_masks",
+]
 
 #: Compiled grammars kept per model (grammar text is small; matchers are per sequence).
 _CACHE_SIZE = 256
@@ -225,42 +236,57 @@ class GrammarState:
             log.warning("grammar rejected token %d: %s", token_id, self.matcher.get_error())
 
 
-def _allow(mask: torch.Tensor, row: int, token_id: int) -> None:
-    bit = token_id % 32
-    value = -(1 << 31) if bit == 31 else 1 << bit  # int32 bit 31 is the sign bit
-    mask[row, token_id // 32] |= value
+@dataclass(slots=True)
+class GrammarMasks:
+    """One step's masks: for each batch row in ``rows`` (those with a grammar),
+    the tokens it may not take (``blocked``, bool ``[len(rows), vocab]``)."""
+
+    rows: list[int]
+    blocked: np.ndarray
 
 
-def apply_grammar_masks(logits: torch.Tensor, states: Sequence[GrammarState | None]) -> torch.Tensor:
-    """Set to ``-inf`` every token the row's grammar does not allow (rows without one
-    are untouched). EOS is allowed exactly when the grammar accepts."""
+def grammar_masks(states: Sequence[GrammarState | None], vocab: int) -> GrammarMasks | None:
+    """The masks of the rows of a batch that carry a grammar (``None`` if none do).
+
+    Reads the matchers only, so it may run on another thread while the forward pass
+    runs, as long as no matcher advances meanwhile. EOS is allowed exactly when the
+    grammar accepts. NumPy throughout: its single-threaded kernels do not wait on an
+    OpenMP team, which on a loaded CPU costs more than the work itself.
+    """
     rows = [i for i, s in enumerate(states) if s is not None]
     if not rows:
-        return logits
-    import llguidance.torch as lt
+        return None
+    import llguidance.numpy as lnp
 
-    vocab = logits.shape[-1]
-    words = (vocab + 31) // 32
-    mask = torch.full((len(rows), words), -1, dtype=torch.int32)
+    mask = np.full((len(rows), (vocab + 31) // 32), -1, dtype=np.int32)
     pairs = [(states[i].matcher, j) for j, i in enumerate(rows)]  # type: ignore[union-attr]
-    lt.fill_next_token_bitmask_par(_llg_executor(), pairs, mask)
+    lnp.fill_next_token_bitmask_par(_llg_executor(), pairs, mask)
+    blocked = np.unpackbits(np.invert(mask).view(np.uint8), axis=1, count=vocab, bitorder="little").view(np.bool_)
     for j, i in enumerate(rows):
         state = states[i]
         assert state is not None
         if state.eos and state.matcher.is_accepting():
-            for eos in state.eos:  # every EOS id of the model, not only the tokenizer's
-                _allow(mask, j, eos)
-    allowed = _unpack(mask, vocab).to(logits.device)
-    index = torch.tensor(rows, device=logits.device)
-    sub = logits.index_select(0, index).float().masked_fill(~allowed, float("-inf"))
-    return logits.float().index_copy(0, index, sub)
+            blocked[j, [e for e in state.eos if e < vocab]] = False  # every EOS id of the model
+    return GrammarMasks(rows, blocked)
 
 
-_BITS = torch.arange(32, dtype=torch.int32)
-
-
-def _unpack(mask: torch.Tensor, vocab: int) -> torch.Tensor:
-    """``[rows, words]`` int32 bitmask -> ``[rows, vocab]`` bool (llguidance's own
-    applier is ``torch.compile``d, which costs a minute of compiling on first use)."""
-    bits = (mask.unsqueeze(-1) >> _BITS) & 1
-    return bits.view(mask.shape[0], -1)[:, :vocab].bool()
+def apply_grammar_masks(
+    logits: torch.Tensor, states: Sequence[GrammarState | None], masks: GrammarMasks | None = None
+) -> torch.Tensor:
+    """``logits`` (float32) with every token a row's grammar does not allow set to
+    ``-inf`` (rows without one are untouched); a new tensor. ``masks``: this step's,
+    computed ahead by :func:`grammar_masks` (else they are computed here)."""
+    if masks is None:
+        masks = grammar_masks(states, logits.shape[-1])
+    if masks is None:
+        return logits
+    blocked = masks.blocked
+    if len(masks.rows) != logits.shape[0]:
+        full = np.zeros(tuple(logits.shape), dtype=np.bool_)
+        full[masks.rows] = blocked
+        blocked = full
+    if logits.device.type == "cpu":
+        out = logits.float().numpy().copy()
+        np.putmask(out, blocked, -np.inf)
+        return torch.from_numpy(out)
+    return logits.float().masked_fill(torch.from_numpy(blocked).to(logits.device), float("-inf"))

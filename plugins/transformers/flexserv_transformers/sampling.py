@@ -35,7 +35,7 @@ import torch
 
 from flexserv_core import SamplingParams
 from flexserv_transformers.engine_api import EngineToken
-from flexserv_transformers.grammar import GrammarState, apply_grammar_masks
+from flexserv_transformers.grammar import GrammarMasks, GrammarState, apply_grammar_masks
 
 __all__ = ["SamplerState", "sample_next"]
 
@@ -103,8 +103,11 @@ def _filter_top_k_top_p(logits: torch.Tensor, top_k: list[int], top_p: list[floa
 
 
 @torch.inference_mode()
-def sample_next(logits: torch.Tensor, states: Sequence[SamplerState]) -> list[EngineToken]:
+def sample_next(
+    logits: torch.Tensor, states: Sequence[SamplerState], masks: GrammarMasks | None = None
+) -> list[EngineToken]:
     """Pick one token per row of ``logits`` (``[batch, vocab]``, any float dtype).
+    ``masks``: the rows' grammar masks if computed ahead (see :func:`.grammar_masks`).
 
     Does not call :meth:`SamplerState.observe`; the engine does once it keeps the
     token. ``finish_reason`` of the results is ``None``; the engine sets it.
@@ -114,8 +117,8 @@ def sample_next(logits: torch.Tensor, states: Sequence[SamplerState]) -> list[En
     if any(s.bias is not None for s in states):
         zeros = torch.zeros(logits.shape[-1], dtype=torch.float32, device=logits.device)
         logits = logits + torch.stack([s.bias if s.bias is not None else zeros for s in states])
-    if any(s.grammar is not None for s in states):
-        logits = apply_grammar_masks(logits, [s.grammar for s in states])
+    if masks is not None or any(s.grammar is not None for s in states):
+        logits = apply_grammar_masks(logits, [s.grammar for s in states], masks)
     if any(s.uses_penalties for s in states):
         zeros = torch.zeros(logits.shape[-1], dtype=torch.float32, device=logits.device)
         counts = torch.stack([s.counts if s.counts is not None else zeros for s in states])

@@ -159,3 +159,42 @@ async def test_logit_bias_outside_vocabulary_is_400(engine_model):
     with pytest.raises(InvalidRequest) as info:
         await engine_model.prepare(SamplingParams(max_tokens=1, logit_bias={10**6: 1.0}))
     assert info.value.param == "logit_bias"
+
+
+def test_masks_match_llguidance_reference(engine_model) -> None:
+    """The NumPy mask path (computed ahead, on another thread in the paged engine)
+    blocks exactly what llguidance's own applier blocks, leaves rows without a
+    grammar alone, and allows EOS only where the grammar accepts."""
+    import llguidance.numpy as lnp
+    import numpy as np
+    import torch
+    from flexserv_transformers.grammar import apply_grammar_masks, grammar_masks
+
+    compiler = engine_model.grammars
+    vocab = engine_model.limits.vocab_size
+    done = compiler.state(Constraint(kind="choice", spec=json.dumps(["ab"])))
+    for token in compiler.tokenizer.tokenize_str("ab"):
+        done.advance(token)
+    states = [compiler.state(SCHEMA_C), None, done, compiler.state(Constraint(kind="regex", spec="[0-9]+"))]
+    logits = torch.randn(len(states), vocab)
+    masks = grammar_masks(states, vocab)
+    assert masks is not None and masks.rows == [0, 2, 3]
+    out = apply_grammar_masks(logits, states, masks)
+    assert torch.equal(out[1], logits[1]) and not torch.equal(out, logits)
+    for row in (0, 3):
+        assert states[row] is not None
+        reference = logits[row : row + 1].numpy().copy()
+        bits = lnp.allocate_token_bitmask(1, vocab)
+        lnp.fill_next_token_bitmask_par(compiler_executor(), [(states[row].matcher, 0)], bits)
+        lnp.apply_token_bitmask_inplace(reference, bits)
+        assert np.array_equal(np.isinf(reference[0]), np.isinf(out[row].numpy()))
+        assert not any(out[row, e] > -np.inf for e in engine_model.eos_token_ids)  # not accepting yet
+    allowed = torch.nonzero(out[2] > float("-inf")).flatten().tolist()
+    assert allowed and set(allowed) <= set(engine_model.eos_token_ids)  # accepting: EOS only
+    assert torch.equal(apply_grammar_masks(logits, states), out)  # computed here: the same
+
+
+def compiler_executor() -> Any:
+    from flexserv_transformers.grammar import _llg_executor
+
+    return _llg_executor()

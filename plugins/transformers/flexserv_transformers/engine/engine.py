@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncGenerator, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -25,7 +26,7 @@ from flexserv_transformers.engine.scheduler import Scheduler
 from flexserv_transformers.engine.sequence import Sequence
 from flexserv_transformers.engine.settings import CPU_KV_CACHE_MIB, GPU_KV_CACHE_MIB, EngineSettings
 from flexserv_transformers.engine_api import EngineModel, EngineToken, queue_timeout_error
-from flexserv_transformers.grammar import GrammarState
+from flexserv_transformers.grammar import GrammarMasks, GrammarState, grammar_masks
 from flexserv_transformers.media import PromptMedia
 from flexserv_transformers.sampling import sample_next
 
@@ -94,6 +95,8 @@ class PagedEngine:
         self._error: BaseException | None = None
         self._failures: list[float] = []  # monotonic times of recent failed steps
         self.restarts = 0
+        # one worker: a step's grammar masks are filled there while the forward pass runs
+        self._masker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flexserv-grammar")
         self._thread = threading.Thread(target=self._loop, name="flexserv-engine", daemon=True)
         self._thread.start()
 
@@ -226,6 +229,7 @@ class PagedEngine:
             self._closed = True
             self._wake.notify()
         self._thread.join(timeout)
+        self._masker.shutdown(wait=False)
 
     # --- engine thread --------------------------------------------------------------
 
@@ -328,11 +332,20 @@ class PagedEngine:
         if self.scheduler.fresh_blocks:
             self.runner.clear_blocks(self.scheduler.fresh_blocks)
             self.scheduler.fresh_blocks.clear()
+        # the rows that get logits: sequences whose last known token is in this step
+        sampling = [seq for seq, n in plan if seq.num_computed + n == len(seq.tokens)]
+        grammars = [s.sampler.grammar for s in sampling]
+        masks: Future[GrammarMasks | None] | None = None
+        if any(g is not None for g in grammars):
+            # masks depend only on the matchers, which advance after sampling: fill them
+            # while the forward pass runs instead of after it
+            masks = self._masker.submit(grammar_masks, grammars, self.vocab_size)
         logits, owners = self.runner.forward(plan)
         self.scheduler.after_step(plan)
         if owners:
             seqs = [plan[i][0] for i in owners]
-            picks = sample_next(logits, [s.sampler for s in seqs])
+            assert all(a is b for a, b in zip(seqs, sampling, strict=True))
+            picks = sample_next(logits, [s.sampler for s in seqs], masks.result() if masks is not None else None)
             for seq, pick in zip(seqs, picks, strict=True):
                 self._emit(seq, pick)
         self._steps += 1
