@@ -84,13 +84,8 @@ class OutputStreamer:
         for kind, chunk in self.splitter.finish():
             out += self._route(kind, chunk)
         if self.tools is not None:
-            rest, deltas = self.tools.finish()
-            out += self._answer(rest)
-            if deltas:
-                self._held = ""
-                out += self._close("completed")
-                out += self._calls(deltas)
-            elif self._held:
+            out += self._tool_pieces(self.tools.finish())
+            if self._held and not self.tools.calls:
                 out += self._piece("text", self._held)
             out += self._end_call(status)
         if self._kind is None and not self.items:
@@ -100,8 +95,24 @@ class OutputStreamer:
 
     def _route(self, kind: Kind, chunk: str) -> list[bytes]:
         if kind == "text" and self.tools is not None:
-            return self._answer(self.tools.feed(chunk))
+            return self._tool_pieces(self.tools.feed(chunk))
         return self._piece(kind, chunk)
+
+    def _tool_pieces(self, pieces: list[str | ToolCallDelta]) -> list[bytes]:
+        """Answer text and tool-call deltas, in the order the model wrote them: the
+        first delta of a call closes the open message item, text after a call
+        completes the call."""
+        out: list[bytes] = []
+        for piece in pieces:
+            if isinstance(piece, str):
+                out += self._end_call("completed")
+                out += self._answer(piece)
+                continue
+            if self._call is None and self._kind is not None:
+                self._held = ""  # whitespace before a call is not part of the answer
+                out += self._close("completed")
+            out += self._calls([piece])
+        return out
 
     def _answer(self, text: str) -> list[bytes]:
         """Answer text beside possible calls: sent up to its trailing whitespace."""

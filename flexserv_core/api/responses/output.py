@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from typing import Literal
 
+from flexserv_core.api.responses.events import EventWriter, OutputStreamer
 from flexserv_core.api.responses.items import item_id
 from flexserv_core.api.responses.reasoning import split_reasoning
 from flexserv_core.api.responses.request import ResponsePlan
 from flexserv_core.api.responses.schemas import (
-    FunctionCall,
     IncompleteDetails,
     InputTokensDetails,
     OutputItem,
@@ -24,8 +24,7 @@ from flexserv_core.api.responses.schemas import (
     ResponseUsage,
     TextConfig,
 )
-from flexserv_core.api.text_schemas import ToolCall
-from flexserv_core.api.tool_calls import ToolPlan, split_output
+from flexserv_core.api.tool_calls import ToolPlan
 from flexserv_core.backends.base import TextGenerationModel
 
 
@@ -34,24 +33,21 @@ def status_of(finish_reason: str) -> Literal["completed", "incomplete"]:
 
 
 def output_items(text: str, *, inside: bool, status: ResponseStatus, tools: ToolPlan | None) -> list[OutputItem]:
-    """Reasoning (if any), the answer, then the function calls parsed from it; an
-    empty answer after reasoning or beside calls is left out."""
-    reasoning, answer = split_reasoning(text, inside=inside)
-    calls: list[ToolCall] = []
+    """Reasoning (if any), then the answer; an empty answer after reasoning is left
+    out. With tools, the items the streaming path produces (the same parser run
+    over the whole text): answer and function calls in the order the model wrote
+    them, so streamed and non-streamed responses hold the same items."""
     if tools is not None and tools.parses:
-        content, calls = split_output(tools, answer)
-        answer = content or ""
+        streamer = OutputStreamer(EventWriter(), inside=inside, tools=tools)
+        streamer.feed(text)
+        streamer.finish(status)
+        return streamer.items
+    reasoning, answer = split_reasoning(text, inside=inside)
     items: list[OutputItem] = []
     if reasoning:
         items.append(ReasoningItem(id=item_id("rs"), content=[ReasoningText(text=reasoning)]))
-    if answer or not (reasoning or calls):
+    if answer or not reasoning:
         items.append(OutputMessage(id=item_id("msg"), status=status, content=[OutputText(text=answer)]))
-    items += [
-        FunctionCall(
-            id=item_id("fc"), call_id=c.id, name=c.function.name, arguments=c.function.arguments, status=status
-        )
-        for c in calls
-    ]
     return items
 
 
