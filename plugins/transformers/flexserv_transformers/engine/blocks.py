@@ -103,12 +103,25 @@ class BlockManager:
             n += 1
         return n
 
-    def match_prefix(self, keys: Sequence[BlockKey]) -> list[int]:
+    def unheld_prefix_blocks(self, keys: Sequence[BlockKey]) -> int:
+        """How many blocks of the leading cached run of ``keys`` nobody holds: they
+        count in ``available`` now, and matching them takes them out of it."""
+        n = 0
+        for key in keys:
+            block = self._by_key.get(key)
+            if block is None:
+                break
+            n += self._refs[block] == 0
+        return n
+
+    def match_prefix(self, keys: Sequence[BlockKey], *, count: bool = True) -> list[int]:
         """Take a reference on the longest cached run of blocks matching ``keys``
-        (the caller passes only blocks it may skip computing) and return their ids."""
+        (the caller passes only blocks it may skip computing) and return their ids.
+
+        ``count=False`` leaves the lookup out of the hit statistics, for a caller
+        that records it with :meth:`count_prefix_lookup` once the blocks are used."""
         if not self.enable_prefix_caching:
             return []
-        self.prefix_queried_blocks += len(keys)
         hits: list[int] = []
         for key in keys:
             block = self._by_key.get(key)
@@ -116,8 +129,14 @@ class BlockManager:
                 break
             self._acquire(block)
             hits.append(block)
-        self.prefix_hit_blocks += len(hits)
+        if count:
+            self.count_prefix_lookup(len(keys), len(hits))
         return hits
+
+    def count_prefix_lookup(self, queried: int, hit: int) -> None:
+        """Add a lookup of ``queried`` blocks, ``hit`` of them found, to the statistics."""
+        self.prefix_queried_blocks += queried
+        self.prefix_hit_blocks += hit
 
     def register_full_block(self, block: int, key: BlockKey) -> int:
         """Record that ``block`` now holds the tokens ``key`` describes.

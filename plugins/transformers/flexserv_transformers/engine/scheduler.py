@@ -4,7 +4,9 @@ Policy, in order:
 
 * Cancelled sequences leave first and give back their blocks.
 * Waiting sequences are admitted (FIFO) while the batch has room and blocks are
-  available for their first chunk. Their cached prefix is matched at admission; a
+  available for their first chunk and a spare, not counting the cached prefix
+  blocks that nobody holds and matching would take. Their cached prefix is
+  matched at admission (and counted in the hit statistics at their first step); a
   sequence whose next uncached block is being computed right now by a running
   sequence (twenty requests with one system prompt arriving together) waits for
   it instead of computing the same prefix twice.
@@ -92,6 +94,7 @@ class Scheduler:
         seq.blocks = []
         seq.num_computed = 0
         seq.num_registered = 0
+        seq.prefix_lookup = None  # it used none of the blocks it matched
 
     def _preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)
@@ -116,7 +119,7 @@ class Scheduler:
             seq = self.waiting[0]
             # Skippable blocks: full ones, leaving at least one token to compute.
             skippable = (len(seq.tokens) - 1) // bs
-            hits = 0
+            hits = unheld = 0
             if self.blocks.enable_prefix_caching:
                 extend_keys(seq, bs, len(seq.tokens) // bs)
                 hits = self.blocks.cached_prefix_blocks(seq.block_keys[:skippable])
@@ -125,12 +128,15 @@ class Scheduler:
                         pending = self._pending_keys()
                     if seq.block_keys[hits] in pending:
                         break  # its prefix is being computed: take it from the cache next step
+                # Cached blocks nobody holds count as available, but matching takes them.
+                unheld = self.blocks.unheld_prefix_blocks(seq.block_keys[:hits])
             first_chunk = min(len(seq.tokens) - hits * bs, self.max_batch_tokens)
-            if self.running and self.blocks.available < -(-first_chunk // bs) + 1:
+            if self.running and self.blocks.available - unheld < -(-first_chunk // bs) + 1:
                 break
             self.waiting.popleft()
             if self.blocks.enable_prefix_caching:
-                seq.blocks = self.blocks.match_prefix(seq.block_keys[:skippable])
+                seq.blocks = self.blocks.match_prefix(seq.block_keys[:skippable], count=False)
+                seq.prefix_lookup = (skippable, len(seq.blocks))
                 seq.num_registered = len(seq.blocks)  # counted in blocks
                 seq.num_computed = len(seq.blocks) * bs
             self.running.append(seq)
@@ -182,6 +188,9 @@ class Scheduler:
         caching = self.blocks.enable_prefix_caching
         for seq, n in plan:
             seq.num_computed += n
+            if seq.prefix_lookup is not None:
+                self.blocks.count_prefix_lookup(*seq.prefix_lookup)
+                seq.prefix_lookup = None
             if not caching:
                 continue
             full = seq.num_computed // bs

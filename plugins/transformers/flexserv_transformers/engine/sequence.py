@@ -51,6 +51,9 @@ class Sequence:
         self.num_computed = 0  # tokens whose K/V sit in ``blocks``
         self.block_keys: list[BlockKey] = []  # keys of full blocks (grows as tokens do)
         self.num_registered = 0  # leading full blocks registered with the prefix cache
+        #: (blocks queried, blocks hit) of its admission's prefix lookup, until its first
+        #: step counts it in the cache's statistics (dropped if it is preempted before).
+        self.prefix_lookup: tuple[int, int] | None = None
         self.cancelled = False
         self.finished = False
         self.preemptions = 0

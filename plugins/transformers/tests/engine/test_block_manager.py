@@ -121,6 +121,34 @@ def test_a_prefix_match_stops_at_the_first_block_not_cached() -> None:
     assert (bm.prefix_queried_blocks, bm.prefix_hit_blocks) == (6, 1)
 
 
+def test_unheld_prefix_blocks_counts_the_matchable_blocks_nobody_holds() -> None:
+    bm = BlockManager(8, BS)
+    prompt = list(range(12))
+    cache_prompt(bm, prompt)
+    keys = keys_for(bm, prompt)
+    assert bm.unheld_prefix_blocks(keys) == 3  # all three would leave `available` if matched
+    held = bm.match_prefix(keys[:1])
+    assert bm.unheld_prefix_blocks(keys) == 2  # the held first block is not counted in `available`
+    other = [*prompt[:4], 99, 99, 99, 99, *prompt[8:]]
+    assert bm.unheld_prefix_blocks(keys_for(bm, other)) == 0  # the run stops at block 1; block 0 is held
+    bm.release(held)
+    assert bm.unheld_prefix_blocks(keys_for(bm, other)) == 1
+    assert bm.unheld_prefix_blocks(keys_for(bm, [7] * 12)) == 0
+
+
+def test_a_prefix_match_can_leave_its_counting_to_the_caller() -> None:
+    bm = BlockManager(8, BS)
+    prompt = list(range(8))
+    cache_prompt(bm, prompt)
+    keys = keys_for(bm, [*prompt, *range(50, 54)])
+    assert len(bm.match_prefix(keys, count=False)) == 2
+    assert (bm.prefix_queried_blocks, bm.prefix_hit_blocks) == (0, 0)
+    bm.count_prefix_lookup(3, 2)
+    bm.count_prefix_lookup(1, 1)
+    stats = bm.stats()
+    assert (stats.prefix_queried_blocks, stats.prefix_hit_blocks, stats.prefix_hit_tokens) == (4, 3, 3 * BS)
+
+
 def test_a_shared_block_is_freed_only_when_its_last_user_releases_it() -> None:
     bm = BlockManager(4, BS)
     prompt = list(range(8))

@@ -159,6 +159,58 @@ def test_a_lone_sequence_is_admitted_even_when_the_cache_looks_short(make_seq: M
     assert sch.blocks.available == 0
 
 
+def test_a_newcomer_whose_cached_prefix_nobody_holds_counts_it_out_of_the_available_blocks(
+    make_seq: MakeSeq,
+) -> None:
+    sch = scheduler(num_blocks=4, block_size=2, max_batch_tokens=6)
+    early, late = make_seq([0, 2]), make_seq([0, 0, 0])
+    sch.add(early)
+    sch.add(late)
+    assert step(sch) == {early.id: 2, late.id: 3}
+    assert step(sch) == {early.id: 1, late.id: 1}
+    assert step(sch) == {early.id: 1}  # late needs a third block: none left, it preempts itself
+    assert list(sch.waiting) == [late]
+    # late's two full blocks stay cached, held by nobody: they are the 2 available blocks.
+    assert (sch.blocks.available, sch.blocks.stats().cached_blocks) == (2, 2)
+    # Readmitting late would take both out of `available`, leaving none for its last
+    # token and its spare: it waits instead of being admitted and preempted at once.
+    assert step(sch) == {early.id: 1}
+    assert list(sch.waiting) == [late]
+    assert sch.preemptions == late.preemptions == 1
+    stats = sch.blocks.stats()
+    # Only its first admission's lookup counts (one block queried, none cached then).
+    assert (stats.prefix_queried_blocks, stats.prefix_hit_blocks) == (1, 0)
+    sch.finish(early)
+    # Alone, it is admitted: its first block is still cached, the second was evicted for early.
+    assert step(sch) == {late.id: 3}
+    stats = sch.blocks.stats()
+    assert (stats.prefix_queried_blocks, stats.prefix_hit_blocks) == (3, 1)
+    assert sch.preemptions == 1
+
+
+def test_a_newcomer_preempted_before_its_first_step_leaves_its_prefix_lookup_uncounted(make_seq: MakeSeq) -> None:
+    sch = scheduler(num_blocks=6, block_size=2)
+    a, b = make_seq([0, 1, 2]), make_seq([10, 11, 12])
+    sch.add(a)
+    sch.add(b)
+    step(sch)
+    step(sch)  # two blocks each, both full: each needs a third for its next token
+    newcomer = make_seq([0, 1, 50])  # a's first block, held by a, then one token to compute
+    sch.add(newcomer)
+    # Admitted (a block for its token and a spare: the 2 available), but both decoders
+    # need a block first, so it preempts itself before computing anything.
+    assert step(sch) == {a.id: 1, b.id: 1}
+    assert list(sch.waiting) == [newcomer]
+    assert newcomer.preemptions == 1
+    stats = sch.blocks.stats()
+    assert (stats.prefix_queried_blocks, stats.prefix_hit_blocks) == (2, 0)  # a's and b's admissions only
+    sch.finish(b)
+    assert step(sch) == {a.id: 1, newcomer.id: 1}
+    assert newcomer.blocks[0] == a.blocks[0]
+    stats = sch.blocks.stats()
+    assert (stats.prefix_queried_blocks, stats.prefix_hit_blocks) == (3, 1)  # counted once, when used
+
+
 # --- the step's plan -----------------------------------------------------------------
 
 
