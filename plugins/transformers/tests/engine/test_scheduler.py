@@ -128,6 +128,24 @@ def test_without_prefix_caching_a_newcomer_still_waits_for_a_chunk_and_a_spare_b
     assert sch.preemptions == 0
 
 
+def test_without_prefix_caching_a_preempted_long_prompt_is_recomputed_from_its_start(make_seq: MakeSeq) -> None:
+    sch = scheduler(num_blocks=4, block_size=2, caching=False, max_batch_tokens=4)
+    early = make_seq(prompt(1))
+    sch.add(early)
+    step(sch)
+    long = make_seq(prompt(10, 100))  # a first chunk of 4 tokens (2 blocks) and a spare: the 3 left
+    sch.add(long)
+    assert step(sch) == {early.id: 1, long.id: 3}
+    assert step(sch) == {early.id: 1, long.id: 1}  # early took the last block; long fills its second
+    assert step(sch) == {early.id: 1}  # long needs a third block: none left, it preempts itself
+    assert list(sch.waiting) == [long]
+    sch.finish(early)
+    assert step(sch) == {long.id: 4}  # nothing cached: from its first token again
+    assert long.num_computed == 4
+    stats = sch.blocks.stats()
+    assert (stats.prefix_queried_blocks, stats.prefix_hit_blocks, stats.cached_blocks) == (0, 0, 0)
+
+
 def test_a_newcomer_whose_prefix_is_cached_needs_blocks_only_for_the_rest(make_seq: MakeSeq) -> None:
     sch = scheduler(num_blocks=5, block_size=4)
     leader = make_seq(prompt(8))
