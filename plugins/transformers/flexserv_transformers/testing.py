@@ -29,6 +29,7 @@ __all__ = [
     "TIE_TOLERANCE",
     "TINY_CHAT_TEMPLATE",
     "TINY_SPECIAL_TOKENS",
+    "TINY_TOOLS_CHAT_TEMPLATE",
     "TINY_VLM_CHAT_TEMPLATE",
     "build_tiny_idefics3",
     "build_tiny_llama",
@@ -76,6 +77,20 @@ TINY_CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
     "{% if enable_thinking is defined %}{% if enable_thinking %}{{ '<think>\n' }}{% else %}{{ '<think></think>\n' }}{% endif %}{% endif %}"
     "{% endif %}"
+)
+
+#: ChatML that renders ``tools`` in a system turn, assistant ``tool_calls`` as
+#: Hermes-style ``<tool_call>`` JSON and ``tool`` messages as ``<tool_response>``: a
+#: tools-aware template for tiny models (the Hermes parser reads what it renders).
+TINY_TOOLS_CHAT_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\nTools:\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}<|im_end|>\n{% endif %}"
+    "{% for m in messages %}"
+    "{% if m['role'] == 'assistant' and m.get('tool_calls') %}<|im_start|>assistant\n"
+    "{% for c in m['tool_calls'] %}<tool_call>\n{{ {'name': c['function']['name'], 'arguments': c['function']['arguments']} | tojson }}\n</tool_call>{% endfor %}<|im_end|>\n"
+    "{% elif m['role'] == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m['content'] }}\n</tool_response><|im_end|>\n"
+    "{% else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
 _CORPUS = [

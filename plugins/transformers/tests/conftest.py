@@ -7,6 +7,8 @@
 * ``smollm`` — the embedded SmolLM2-135M-Instruct loaded through the backend in
   float32 (the model the parity and behaviour tests share).
 * ``tiny_dir`` / ``tiny`` — a tiny random Llama built in-process, and loaded.
+* ``tiny_tools_served`` — ``(url, app)`` of a real loopback server with a tiny random
+  Llama named ``tiny`` whose chat template knows tools (one per test module).
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from typing import Any
 
 import pytest
 from flexserv_transformers.backend import embedded_gguf
-from flexserv_transformers.testing import SMOLLM2_MISSING
+from flexserv_transformers.testing import SMOLLM2_MISSING, TINY_TOOLS_CHAT_TEMPLATE, build_tiny_llama
 
-from flexserv_core.testing import flexserv_cmd, free_port, stop_process, wait_healthy
+from flexserv_core.testing import ServedApp, flexserv_cmd, free_port, make_app, stop_process, wait_healthy
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -139,3 +141,16 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
     finally:
         stop_process(proc)
+
+
+@pytest.fixture(scope="module")
+def tiny_tools_served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
+    path = build_tiny_llama(
+        tmp_path_factory.mktemp("tiny-tools"), chat_template=TINY_TOOLS_CHAT_TEMPLATE, max_position_embeddings=2048
+    )
+    app = make_app(
+        ["transformers"],
+        settings={"model": [f"tiny={path}"], "dtype": "float32", "cache_dir": str(tmp_path_factory.mktemp("c"))},
+    )
+    with ServedApp(app, start_timeout=120) as url:
+        yield url, app

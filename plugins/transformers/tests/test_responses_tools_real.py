@@ -7,28 +7,14 @@ random weights give a valid object or call; the call's output, sent back with
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Annotated, Any
 
 import openai
 import pytest
-from flexserv_transformers.testing import build_tiny_llama
 from pydantic import BaseModel, Field
-
-from flexserv_core.testing import ServedApp, make_app
 
 pytestmark = pytest.mark.slow
 
-TOOLS_TEMPLATE = (
-    "{% if tools %}<|im_start|>system\nTools:\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}<|im_end|>\n{% endif %}"
-    "{% for m in messages %}"
-    "{% if m['role'] == 'assistant' and m.get('tool_calls') %}<|im_start|>assistant\n"
-    "{% for c in m['tool_calls'] %}<tool_call>\n{{ {'name': c['function']['name'], 'arguments': c['function']['arguments']} | tojson }}\n</tool_call>{% endfor %}<|im_end|>\n"
-    "{% elif m['role'] == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m['content'] }}\n</tool_response><|im_end|>\n"
-    "{% else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endif %}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 PARAMETERS = {
     "type": "object",
     "properties": {
@@ -49,26 +35,13 @@ class Entry(BaseModel):
     plural: bool
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
-    path = build_tiny_llama(
-        tmp_path_factory.mktemp("tiny-resp-tools"), chat_template=TOOLS_TEMPLATE, max_position_embeddings=2048
-    )
-    app = make_app(
-        ["transformers"],
-        settings={"model": [f"tiny={path}"], "dtype": "float32", "cache_dir": str(tmp_path_factory.mktemp("c"))},
-    )
-    with ServedApp(app, start_timeout=120) as url:
-        yield url, app
-
-
 @pytest.fixture
-def sdk(served: tuple[str, Any]) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=f"{served[0]}/v1", api_key="x", max_retries=0, timeout=300)
+def sdk(tiny_tools_served: tuple[str, Any]) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{tiny_tools_served[0]}/v1", api_key="x", max_retries=0, timeout=300)
 
 
-def _tokenizer(served: tuple[str, Any]) -> Any:
-    return served[1].state.flexserv.registry.model_if_loaded("tiny").tokenizer
+def _tokenizer(tiny_tools_served: tuple[str, Any]) -> Any:
+    return tiny_tools_served[1].state.flexserv.registry.model_if_loaded("tiny").tokenizer
 
 
 def _check_lookup(arguments: str) -> None:
@@ -135,7 +108,7 @@ async def test_forced_call_streamed_and_not(sdk: openai.AsyncOpenAI, choice: Any
     assert final.name == call.name and final.type == "function_call"
 
 
-async def test_round_trip_to_a_final_message(sdk: openai.AsyncOpenAI, served: tuple[str, Any]) -> None:
+async def test_round_trip_to_a_final_message(sdk: openai.AsyncOpenAI, tiny_tools_served: tuple[str, Any]) -> None:
     first = await sdk.responses.create(
         model="tiny",
         input=QUESTION,
@@ -157,7 +130,7 @@ async def test_round_trip_to_a_final_message(sdk: openai.AsyncOpenAI, served: tu
     )
     assert [item.type for item in second.output] == ["message"] and second.output_text
     # the prompt is exactly the template's rendering of the call and its result as chat history
-    expected = _tokenizer(served).apply_chat_template(
+    expected = _tokenizer(tiny_tools_served).apply_chat_template(
         [
             {"role": "user", "content": QUESTION},
             {

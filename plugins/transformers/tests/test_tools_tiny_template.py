@@ -6,27 +6,13 @@ valid call (streamed and not, alike)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import openai
 import pytest
-from flexserv_transformers.testing import build_tiny_llama
-
-from flexserv_core.testing import ServedApp, make_app
 
 pytestmark = pytest.mark.slow
 
-TOOLS_TEMPLATE = (
-    "{% if tools %}<|im_start|>system\nTools:\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}<|im_end|>\n{% endif %}"
-    "{% for m in messages %}"
-    "{% if m['role'] == 'assistant' and m.get('tool_calls') %}<|im_start|>assistant\n"
-    "{% for c in m['tool_calls'] %}<tool_call>\n{{ {'name': c['function']['name'], 'arguments': c['function']['arguments']} | tojson }}\n</tool_call>{% endfor %}<|im_end|>\n"
-    "{% elif m['role'] == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m['content'] }}\n</tool_response><|im_end|>\n"
-    "{% else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endif %}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 LOOKUP = {
     "type": "function",
     "function": {
@@ -47,30 +33,19 @@ OTHER = {"type": "function", "function": {"name": "other", "parameters": {"type"
 USER = [{"role": "user", "content": "look up fox"}]
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
-    path = build_tiny_llama(
-        tmp_path_factory.mktemp("tiny-tools"), chat_template=TOOLS_TEMPLATE, max_position_embeddings=2048
-    )
-    app = make_app(
-        ["transformers"],
-        settings={"model": [f"tiny={path}"], "dtype": "float32", "cache_dir": str(tmp_path_factory.mktemp("c"))},
-    )
-    with ServedApp(app, start_timeout=120) as url:
-        yield url, app
-
-
 @pytest.fixture
-def sdk(served: tuple[str, Any]) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=f"{served[0]}/v1", api_key="x", max_retries=0, timeout=300)
+def sdk(tiny_tools_served: tuple[str, Any]) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{tiny_tools_served[0]}/v1", api_key="x", max_retries=0, timeout=300)
 
 
-def _tokenizer(served: tuple[str, Any]) -> Any:
-    server = served[1].state.flexserv
+def _tokenizer(tiny_tools_served: tuple[str, Any]) -> Any:
+    server = tiny_tools_served[1].state.flexserv
     return server.registry.model_if_loaded("tiny").tokenizer
 
 
-async def test_tools_and_history_reach_the_template(sdk: openai.AsyncOpenAI, served: tuple[str, Any]) -> None:
+async def test_tools_and_history_reach_the_template(
+    sdk: openai.AsyncOpenAI, tiny_tools_served: tuple[str, Any]
+) -> None:
     history: list[Any] = [
         *USER,
         {
@@ -87,7 +62,7 @@ async def test_tools_and_history_reach_the_template(sdk: openai.AsyncOpenAI, ser
         {"role": "tool", "tool_call_id": "call_7", "content": "a small wild dog"},
     ]
     r = await sdk.chat.completions.create(model="tiny", messages=history, tools=[LOOKUP], max_tokens=1)
-    expected = _tokenizer(served).apply_chat_template(
+    expected = _tokenizer(tiny_tools_served).apply_chat_template(
         [
             USER[0],
             {
@@ -109,7 +84,7 @@ async def test_tools_and_history_reach_the_template(sdk: openai.AsyncOpenAI, ser
         return_dict=False,
     )
     assert r.usage.prompt_tokens == len(expected)
-    rendered = _tokenizer(served).decode(expected)
+    rendered = _tokenizer(tiny_tools_served).decode(expected)
     assert '"name": "lookup"' in rendered and "<tool_response>\na small wild dog" in rendered
 
 
