@@ -69,7 +69,7 @@ async def create_chat_completion(request: Request[Any, Any, Any]) -> Response[An
         metrics.admitted(lease.spec.name)
         model = lease.model
         await attach_images(model, lease.spec, body.messages, context)
-        prompt_ids, jobs, plan = chat_plan(model, lease.spec, body, context)
+        prompt_ids, jobs, plan = await chat_plan(model, lease.spec, body, context)
         await prepare_jobs(jobs)
         apply_timeouts(jobs, server.settings.core)
         metrics.start(len(prompt_ids), jobs)
@@ -115,7 +115,7 @@ async def _stream(server: FlexServer, body: ChatCompletionRequest, context: Requ
         metrics.admitted(lease.spec.name)
         model = lease.model
         await attach_images(model, lease.spec, body.messages, context)
-        prompt_ids, jobs, plan = chat_plan(model, lease.spec, body, context)
+        prompt_ids, jobs, plan = await chat_plan(model, lease.spec, body, context)
         await prepare_jobs(jobs)
         apply_timeouts(jobs, server.settings.core)
         metrics.start(len(prompt_ids), jobs)

@@ -7,6 +7,7 @@ OpenAI-shaped 4xx error, also for streaming requests.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from flexserv_core import hooks
@@ -140,7 +141,21 @@ def chat_template_kwargs(spec: ModelSpec, context: RequestContext) -> dict[str, 
     return merged
 
 
-def chat_plan(
+async def render_prompt(
+    model: TextGenerationModel, messages: list[dict[str, Any]], template_kwargs: dict[str, Any], *, images: bool
+) -> list[int]:
+    """``model.render_chat``, on a worker thread when the messages carry images.
+
+    A backend's image processor resizes and normalises pixels (tens of ms per
+    image, more for large ones): on the event loop that would stall every other
+    request. Text-only prompts render in well under a millisecond, where a thread
+    hop would cost more than it saves, so they stay on the loop."""
+    if images:
+        return await asyncio.to_thread(model.render_chat, messages, template_kwargs)
+    return model.render_chat(messages, template_kwargs)
+
+
+async def chat_plan(
     model: TextGenerationModel, spec: ModelSpec, body: ChatCompletionRequest, context: RequestContext
 ) -> tuple[list[int], list[ChoiceJob], ToolPlan | None]:
     """Render the prompt and plan ``n`` choices: ``(prompt_ids, jobs, tool plan)``; the
@@ -160,7 +175,9 @@ def chat_plan(
     tools = template_tools(plan)
     if tools is not None:
         kwargs = {**kwargs, "tools": tools}
-    prompt_ids = model.render_chat(chat_messages(body.messages, plan, context.state.get(IMAGES)), kwargs)
+    images = context.state.get(IMAGES)
+    messages = chat_messages(body.messages, plan, images)
+    prompt_ids = await render_prompt(model, messages, kwargs, images=bool(images))
     requested: int | None = body.max_tokens
     max_tokens_param = "max_tokens"
     if body.max_completion_tokens is not None:

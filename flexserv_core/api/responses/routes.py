@@ -67,7 +67,7 @@ async def _jobs(
     constraint (``text.format``, a required tool call) before any output."""
     await attach_input_images(model, spec, plan, context)
     try:
-        prompt_ids, jobs, tools = chat_plan(model, spec, plan.chat, context)
+        prompt_ids, jobs, tools = await chat_plan(model, spec, plan.chat, context)
         await prepare_jobs(jobs)
     except FlexServError as exc:
         raise responses_param(exc) from None
