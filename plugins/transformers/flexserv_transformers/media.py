@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from flexserv_core import InvalidRequest
+
 __all__ = ["ImagePrompt", "PromptMedia", "image_features", "media_inputs"]
 
 
@@ -108,7 +110,10 @@ def media_inputs(media: PromptMedia, model: Any) -> dict[str, torch.Tensor]:
 
 def image_features(model: Any, media: PromptMedia) -> torch.Tensor:
     """``[n_image_tokens, hidden]``: the vision tower and projector of ``model`` over
-    ``media.inputs``, in the model's dtype, one row per image-token position."""
+    ``media.inputs``, in the model's dtype, one row per image-token position.
+
+    Raises :class:`InvalidRequest` (code ``image_features_mismatch``) when the
+    features are not one per image token."""
     out = model.get_image_features(**media_inputs(media, model))
     pooled = getattr(out, "pooler_output", None)
     feats: Any = pooled if pooled is not None else out
@@ -117,7 +122,12 @@ def image_features(model: Any, media: PromptMedia) -> torch.Tensor:
     else:
         rows = feats.reshape(-1, feats.shape[-1])
     if rows.shape[0] != len(media.positions):
-        raise RuntimeError(
-            f"the vision encoder gave {rows.shape[0]} feature rows for {len(media.positions)} image tokens"
+        # the processor and the model disagree about the images' size (a mis-matched
+        # or edited processor config): this request cannot be served, others can
+        raise InvalidRequest(
+            f"The model's vision encoder makes {rows.shape[0]} image features of this request's images, but the"
+            f" model's processor gave the prompt {len(media.positions)} image tokens; the images cannot be placed"
+            " in the prompt (the processor's configuration does not match the model's).",
+            code="image_features_mismatch",
         )
     return rows

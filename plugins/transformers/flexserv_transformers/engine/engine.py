@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from flexserv_core import FinishReason, SamplingParams, ServiceUnavailable, TooManyRequests
+from flexserv_core import FinishReason, InvalidRequest, SamplingParams, ServiceUnavailable, TooManyRequests
 from flexserv_transformers.engine.blocks import BlockManager
 from flexserv_transformers.engine.kv_cache import PagedKVCache
 from flexserv_transformers.engine.runner import ModelRunner, kv_geometry
@@ -332,6 +332,11 @@ class PagedEngine:
         if self.scheduler.fresh_blocks:
             self.runner.clear_blocks(self.scheduler.fresh_blocks)
             self.scheduler.fresh_blocks.clear()
+        refused = self.runner.encode_images(plan)
+        if refused:
+            plan = self._refuse(plan, refused)
+            if not plan:
+                return
         # the rows that get logits: sequences whose last known token is in this step
         sampling = [seq for seq, n in plan if seq.num_computed + n == len(seq.tokens)]
         grammars = [s.sampler.grammar for s in sampling]
@@ -350,6 +355,19 @@ class PagedEngine:
                 self._emit(seq, pick)
         self._steps += 1
         self._step_time += time.perf_counter() - t0
+
+    def _refuse(
+        self, plan: list[tuple[Sequence, int]], refused: list[tuple[Sequence, InvalidRequest]]
+    ) -> list[tuple[Sequence, int]]:
+        """End the sequences whose images cannot be served (their request gets the
+        400, before any token); return the rest of the plan, which runs as planned."""
+        for seq, error in refused:
+            log.warning("model '%s': refusing a sequence: %s", self.name, error.message)
+            self.scheduler.finish(seq)
+            self._done(seq)
+            seq.emit(error)
+        gone = {id(seq) for seq, _error in refused}
+        return [(seq, n) for seq, n in plan if id(seq) not in gone]
 
     def _emit(self, seq: Sequence, pick: EngineToken) -> None:
         if seq.cancelled:

@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from flexserv_core import InvalidRequest
 from flexserv_transformers.engine.kv_cache import (
     ATTN_IMPL,
     DecodeBatch,
@@ -91,26 +92,40 @@ class ModelRunner:
         layout = StepLayout(cache=self.cache, slots=slot_tensor, decode=decode, prefills=prefills)
         return self._tensor(ids), self._tensor(positions), layout, keep
 
+    def encode_images(self, plan: list[tuple[Sequence, int]]) -> list[tuple[Sequence, InvalidRequest]]:
+        """Compute the image features this step's prefill chunks need and have not
+        yet (a prefix-cache hit on the whole image never needs them, so the vision
+        encoder is skipped). Returns the sequences whose images cannot be served
+        (features not one per image token), with why: the engine fails those alone,
+        before the step's forward pass, instead of failing the whole batch."""
+        refused: list[tuple[Sequence, InvalidRequest]] = []
+        for _row, seq, _n in _image_chunks(plan):
+            media = seq.media
+            assert media is not None
+            if media.features is not None:
+                continue
+            try:
+                media.features = image_features(self.model, media)
+            except InvalidRequest as exc:
+                refused.append((seq, exc))
+                continue
+            media.inputs = {}
+            self.images_encoded += 1
+        return refused
+
     def embeddings(self, ids: torch.Tensor, plan: list[tuple[Sequence, int]]) -> torch.Tensor | None:
         """The row's input embeddings with image features at the image tokens of this
         step's prefill chunks; ``None`` when no chunk holds an image token (the model
-        then embeds ``ids`` itself). A prompt's features are computed the first time
-        a chunk needs them, so a prefix-cache hit on the whole image skips the vision encoder."""
-        chunks = [
-            (row, seq, n)
-            for row, (seq, n) in zip(_row_starts(plan), plan, strict=True)
-            if seq.media is not None and seq.media.overlaps(seq.num_computed, seq.num_computed + n)
-        ]
+        then embeds ``ids`` itself). Features come from :meth:`encode_images`."""
+        chunks = _image_chunks(plan)
         if not chunks:
             return None
+        if self.encode_images(plan):
+            raise RuntimeError("a sequence whose images cannot be served was left in the step's plan")
         embeds: torch.Tensor = self.model.get_input_embeddings()(ids)
         for row, seq, n in chunks:
             media = seq.media
-            assert media is not None
-            if media.features is None:
-                media.features = image_features(self.model, media)
-                media.inputs = {}
-                self.images_encoded += 1
+            assert media is not None and media.features is not None
             index = media.index(seq.num_computed, seq.num_computed + n).to(self.device)
             where = (index >= 0).nonzero().squeeze(1)
             embeds[row + where] = media.features[index[where]].to(embeds.dtype)
@@ -134,6 +149,15 @@ class ModelRunner:
         )
         owners = [i for i, (seq, n) in enumerate(plan) if seq.num_computed + n == len(seq.tokens)]
         return out.logits[0], owners
+
+
+def _image_chunks(plan: list[tuple[Sequence, int]]) -> list[tuple[int, Sequence, int]]:
+    """``(row, sequence, tokens)`` of the planned chunks that hold image tokens."""
+    return [
+        (row, seq, n)
+        for row, (seq, n) in zip(_row_starts(plan), plan, strict=True)
+        if seq.media is not None and seq.media.overlaps(seq.num_computed, seq.num_computed + n)
+    ]
 
 
 def _row_starts(plan: list[tuple[Sequence, int]]) -> list[int]:
