@@ -6,7 +6,9 @@
   (none by default, so fetching is off), within ``--image-max-bytes`` and
   ``--image-fetch-timeout`` (the whole fetch, redirects included). Every address
   a host resolves to must be public (not loopback, private, link-local, reserved
-  or multicast) unless ``--image-url-allow-private``; redirects are followed by
+  or multicast) unless ``--image-url-allow-private``, and the connection goes to
+  one of the addresses checked (the name is resolved once: no DNS rebinding,
+  :mod:`.pinned_transport`); redirects are followed by
   hand, at most ``--image-max-redirects``, each hop checked like the first.
 * The bytes are decoded with Pillow (PNG, JPEG, WebP, GIF, BMP): the header's
   size is checked against ``--image-max-pixels`` before any pixel is decoded, so
@@ -23,7 +25,6 @@ import binascii
 import hashlib
 import io
 import ipaddress
-import socket
 import warnings
 from typing import Annotated
 from urllib.parse import unquote_to_bytes, urljoin, urlsplit
@@ -31,6 +32,7 @@ from urllib.parse import unquote_to_bytes, urljoin, urlsplit
 import httpx
 import msgspec
 
+from flexserv_core.api.pinned_transport import AddressCheck, PinnedTransport
 from flexserv_core.backends.base import ImageInput
 from flexserv_core.errors import InvalidRequest
 
@@ -144,8 +146,8 @@ def _public(address: str) -> bool:
     return ip.is_global and not ip.is_multicast
 
 
-async def _check_target(url: str, settings: ImageSettings, param: str) -> None:
-    """Scheme, host allow-list and (unless allowed) public addresses only."""
+def _check_target(url: str, settings: ImageSettings, param: str) -> None:
+    """Scheme and host allow-list (the addresses are checked when connecting: :func:`_address_check`)."""
     parts = urlsplit(url)
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
         raise _bad("An image URL must be an http(s) URL with a host.", param, "invalid_image_url")
@@ -156,20 +158,24 @@ async def _check_target(url: str, settings: ImageSettings, param: str) -> None:
             param,
             "image_url_not_allowed",
         )
-    if settings.image_url_allow_private:
-        return
-    port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
-    try:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError):
-        raise _bad(f"The image URL's host {host[:100]!r} could not be resolved.", param, "invalid_image_url") from None
-    if not infos or not all(_public(str(info[4][0])) for info in infos):
-        raise _bad(
-            f"The image URL's host {host[:100]!r} resolves to a private, loopback or link-local address; such"
-            " URLs are refused (--image-url-allow-private allows them).",
-            param,
-            "image_url_not_allowed",
-        )
+
+
+def _address_check(settings: ImageSettings, param: str) -> AddressCheck:
+    """Public addresses only (unless ``--image-url-allow-private``), checked on the
+    addresses the connection will use (see :mod:`.pinned_transport`)."""
+
+    async def check(host: str, addresses: list[str]) -> None:
+        if settings.image_url_allow_private:
+            return
+        if not addresses or not all(_public(address) for address in addresses):
+            raise _bad(
+                f"The image URL's host {host[:100]!r} resolves to a private, loopback or link-local address; such"
+                " URLs are refused (--image-url-allow-private allows them).",
+                param,
+                "image_url_not_allowed",
+            )
+
+    return check
 
 
 async def fetch_image(url: str, settings: ImageSettings, param: str) -> bytes:
@@ -187,10 +193,12 @@ async def fetch_image(url: str, settings: ImageSettings, param: str) -> bytes:
 
 async def _fetch(url: str, settings: ImageSettings, param: str) -> bytes:
     limit = settings.image_max_bytes
-    # trust_env=False: no proxy from the environment, which would bypass the address checks
-    async with httpx.AsyncClient(follow_redirects=False, trust_env=False) as client:
+    # trust_env=False: no proxy from the environment, which would bypass the address checks;
+    # the transport connects only to addresses it resolved and checked (no DNS rebinding)
+    transport = PinnedTransport(_address_check(settings, param))
+    async with httpx.AsyncClient(transport=transport, follow_redirects=False, trust_env=False) as client:
         for _hop in range(settings.image_max_redirects + 1):
-            await _check_target(url, settings, param)
+            _check_target(url, settings, param)
             try:
                 async with client.stream("GET", url, headers={"Accept": "image/*"}) as response:
                     if response.is_redirect:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -112,11 +113,15 @@ IMAGE = png((48, 40), (10, 200, 10))
 
 
 class _Handler(BaseHTTPRequestHandler):
+    #: ``(path, Host header)`` of every request served.
+    seen: list[tuple[str, str | None]] = []
+
     def log_message(self, *args: Any) -> None:
         pass
 
     def do_GET(self) -> None:
         path = self.path
+        self.seen.append((path, self.headers.get("Host")))
         if path == "/cat.png":
             self._send(IMAGE)
         elif path == "/big.png":
@@ -275,3 +280,68 @@ async def test_a_text_only_model_answers_image_parts_with_a_400_naming_it(flexse
     body = info.value.body
     assert body["code"] == "image_input_not_supported" and body["param"] == "input[0].content[1]"
     assert "'fake-model'" in body["message"]
+
+
+# --- DNS rebinding: the connection goes to the address that was checked ------------------
+
+
+def fake_dns(monkeypatch: pytest.MonkeyPatch, answers: dict[str, list[str]]) -> list[str]:
+    """Resolve each name in ``answers`` to its next address (the last one repeats);
+    returns the names looked up, in order. Other names resolve as usual."""
+    real = socket.getaddrinfo
+    asked: list[str] = []
+
+    def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        name = host.decode() if isinstance(host, bytes) else host  # anyio passes IDNA-encoded bytes
+        if name not in answers:
+            return real(host, port, *args, **kwargs)
+        asked.append(name)
+        queue = answers[name]
+        address = queue.pop(0) if len(queue) > 1 else queue[0]
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (address, int(port)))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return asked
+
+
+def treat_as_public(monkeypatch: pytest.MonkeyPatch, address: str) -> None:
+    """No public server is reachable here: let one loopback address stand in for one."""
+    real_public = image_input._public
+    monkeypatch.setattr(image_input, "_public", lambda a: a == address or real_public(a))
+
+
+async def test_a_rebinding_name_cannot_move_the_connection_to_a_private_address(
+    image_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The name answers the check with a "public" address (127.0.0.2, where nothing
+    listens) and any later lookup with loopback, where the image server listens:
+    the fetch must connect to the checked address and so never reach the server."""
+    port = image_server.rsplit(":", 1)[1]
+    treat_as_public(monkeypatch, "127.0.0.2")
+    asked = fake_dns(monkeypatch, {"rebind.test": ["127.0.0.2", "127.0.0.1"]})
+    served = len(_Handler.seen)
+    error = await refused(
+        f"http://rebind.test:{port}/cat.png", settings(image_url_hosts=["rebind.test"]), code="image_fetch_failed"
+    )
+    assert "ConnectError" in error.message, error.message
+    assert asked == ["rebind.test"]  # resolved once, by the check that connects
+    assert len(_Handler.seen) == served  # the loopback server was never reached
+
+
+async def test_the_checked_address_is_used_with_the_name_in_the_host_header(
+    image_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port = image_server.rsplit(":", 1)[1]
+    treat_as_public(monkeypatch, "127.0.0.1")
+    asked = fake_dns(monkeypatch, {"images.test": ["127.0.0.1"]})
+    image = await load_image(f"http://images.test:{port}/cat.png", settings(image_url_hosts=["images.test"]), PARAM)
+    assert image.digest == hashlib.sha256(IMAGE).hexdigest()
+    assert asked == ["images.test"]
+    assert _Handler.seen[-1] == ("/cat.png", f"images.test:{port}")
+    # a name resolving to loopback (not treated as public) is refused before any connection
+    served = len(_Handler.seen)
+    fake_dns(monkeypatch, {"inside.test": ["127.0.0.3"]})
+    error = await refused(
+        f"http://inside.test:{port}/cat.png", settings(image_url_hosts=["*"]), code="image_url_not_allowed"
+    )
+    assert "'inside.test'" in error.message and len(_Handler.seen) == served
