@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 
@@ -117,9 +118,10 @@ class _Body(httpx.AsyncByteStream):
 class PinnedTransport(httpx.AsyncBaseTransport):
     """httpx transport over an httpcore pool whose connections go through :class:`CheckedBackend`."""
 
-    def __init__(self, check: AddressCheck) -> None:
+    def __init__(self, check: AddressCheck, *, ssl_context: ssl.SSLContext | None = None) -> None:
+        """``ssl_context``: httpx's default (certifi's CAs, hostname checks) unless given."""
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(), network_backend=CheckedBackend(check)
+            ssl_context=ssl_context or httpx.create_ssl_context(), network_backend=CheckedBackend(check)
         )
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
