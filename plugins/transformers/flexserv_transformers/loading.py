@@ -26,6 +26,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -157,11 +158,35 @@ def gguf_cache_path(gguf: Path, cache_dir: Path) -> Path:
     return root / f"{gguf.stem}-{file_sha256(gguf, root)[:32]}"
 
 
-def ensure_gguf_checkpoint(gguf: Path, cache_dir: Path, progress: ProgressCallback) -> Path:
+def ensure_gguf_checkpoint(gguf: Path, cache_dir: Path, progress: ProgressCallback, dtype: Any = None) -> Path:
     """Return a plain checkpoint directory for ``gguf``, converting it on first use
-    (or again when the cached entry fails :func:`verify_checkpoint`)."""
+    (or again when the cached entry fails :func:`verify_checkpoint`).
+
+    The conversion is kept in float32. With a ``dtype`` of 16 bits a copy in that
+    dtype is cached beside it and returned: loading it maps the file's weights as
+    they are (no float32 pages read and cast at each load, no anonymous copy of the
+    weights), and its tensors are the ones a load of the float32 entry in that
+    dtype gives, so outputs do not change.
+    """
     progress(f"checking the conversion cache for {gguf.name}", None)
     target = gguf_cache_path(gguf, cache_dir)
+    sha = target.name.rsplit("-", 1)[1]
+    base = _ensure_entry(target, gguf, sha, lambda tmp: convert_gguf(gguf, tmp, progress))
+    name = _narrow_dtype_name(dtype)
+    if name is None:
+        return base
+    variant = target.with_name(f"{target.name}-{name}")
+    return _ensure_entry(variant, gguf, sha, lambda tmp: cast_checkpoint(base, tmp, dtype, progress))
+
+
+def _narrow_dtype_name(dtype: Any) -> str | None:
+    """``"bfloat16"`` / ``"float16"`` for those dtypes, else ``None`` (kept in float32)."""
+    name = str(dtype).removeprefix("torch.") if dtype is not None else ""
+    return name if name in ("bfloat16", "float16") else None
+
+
+def _ensure_entry(target: Path, gguf: Path, sha: str, build: Callable[[Path], None]) -> Path:
+    """``target`` if it verifies, else built by ``build(tmp)`` and renamed into place."""
     root = target.parent
     if target.exists():
         problem = verify_checkpoint(target, root)
@@ -175,13 +200,13 @@ def ensure_gguf_checkpoint(gguf: Path, cache_dir: Path, progress: ProgressCallba
     _remove_stale_tmp(root)
     tmp = root / f".tmp-{target.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
-        convert_gguf(gguf, tmp, progress)
+        build(tmp)
         _write_atomic(
             tmp / MANIFEST,
             json.dumps(
                 {
                     "source": str(gguf),
-                    "sha256": target.name.rsplit("-", 1)[1],
+                    "sha256": sha,
                     "created": time.time(),
                     "seconds": time.perf_counter() - started,
                     "files": _file_table(tmp),
@@ -296,6 +321,20 @@ def convert_gguf(gguf: Path, out_dir: Path, progress: ProgressCallback) -> None:
     progress(f"converting {name}: done", 1.0)
 
 
+def cast_checkpoint(source: Path, out_dir: Path, dtype: Any, progress: ProgressCallback) -> None:
+    """Save the float32 checkpoint ``source`` again in ``dtype`` (its other files copied)."""
+    from transformers import AutoModelForCausalLM
+
+    progress(f"writing a {_narrow_dtype_name(dtype)} copy of the converted checkpoint", None)
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
+    out_dir.mkdir(parents=True)
+    model.save_pretrained(out_dir)
+    del model
+    for path in source.iterdir():  # tokenizer, chat template: what save_pretrained did not write
+        if path.is_file() and path.name != MANIFEST and not (out_dir / path.name).exists():
+            shutil.copy2(path, out_dir / path.name)
+
+
 # --- loading --------------------------------------------------------------------------
 
 
@@ -312,7 +351,9 @@ def load_model_and_tokenizer(
         source = ResolvedSource(kind="gguf", location=_hub_download(spec, source.location, source.gguf_file))
     location = source.location
     if source.kind == "gguf":
-        location = str(ensure_gguf_checkpoint(Path(source.location), options.cache_dir, progress))
+        # bnb quantizes what it loads: keep it on the float32 entry, as before.
+        narrow = options.dtype if options.quantization in ("none", "int8") else None
+        location = str(ensure_gguf_checkpoint(Path(source.location), options.cache_dir, progress, narrow))
     progress(f"loading weights from {location}", None)
     return _from_pretrained(spec, location, options, hub=source.kind == "hub")
 

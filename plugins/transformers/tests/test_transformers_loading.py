@@ -257,3 +257,47 @@ def test_quantization_without_cuda_is_a_load_error(tmp_path, tiny_spec, load_mod
         pytest.skip("this machine has CUDA")
     with pytest.raises(ModelLoadError, match="needs a CUDA GPU"):
         load_model(tiny_spec, tmp_path, quantization="bnb-8bit")
+
+
+def test_narrow_dtype_gets_its_own_entry_built_once_from_the_float32_one(tmp_path, monkeypatch):
+    converted: list[Path] = []
+    cast: list[tuple[Path, str]] = []
+
+    def fake_cast(source: Path, out_dir: Path, dtype: object, progress) -> None:
+        cast.append((source, str(dtype)))
+        out_dir.mkdir(parents=True)
+        (out_dir / "config.json").write_text('{"dtype": "bfloat16"}')
+
+    monkeypatch.setattr(loading, "convert_gguf", fake_convert(converted))
+    monkeypatch.setattr(loading, "cast_checkpoint", fake_cast)
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"weights")
+    cache = tmp_path / "cache"
+    base = loading.ensure_gguf_checkpoint(gguf, cache, noop)
+    narrow = loading.ensure_gguf_checkpoint(gguf, cache, noop, "torch.bfloat16")
+    assert narrow == base.with_name(base.name + "-bfloat16") and (narrow / loading.MANIFEST).is_file()
+    assert loading.ensure_gguf_checkpoint(gguf, cache, noop, "torch.bfloat16") == narrow
+    assert converted == [gguf] and cast == [(base, "torch.bfloat16")]  # each built once
+    assert loading.ensure_gguf_checkpoint(gguf, cache, noop, "torch.float32") == base
+    (narrow / "config.json").write_text("{}")  # a damaged copy is rebuilt from the float32 entry
+    assert loading.ensure_gguf_checkpoint(gguf, cache, noop, "torch.bfloat16") == narrow
+    assert len(cast) == 2 and converted == [gguf]
+
+
+@pytest.mark.slow
+def test_cast_checkpoint_gives_the_tensors_of_a_narrow_load(tmp_path, tiny_dir):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path / "bf16"
+    loading.cast_checkpoint(tiny_dir, out, torch.bfloat16, noop)
+    copied = AutoModelForCausalLM.from_pretrained(out, dtype=torch.bfloat16).state_dict()
+    direct = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.bfloat16).state_dict()
+    assert copied.keys() == direct.keys()
+    assert all(copied[k].dtype == torch.bfloat16 and torch.equal(copied[k], direct[k]) for k in direct)
+    # half the bytes on disk, and the tokenizer came along
+    size = sum(p.stat().st_size for p in out.glob("*.safetensors"))
+    assert size < 0.6 * sum(p.stat().st_size for p in tiny_dir.glob("*.safetensors"))
+    assert AutoTokenizer.from_pretrained(out).encode("hello world") == AutoTokenizer.from_pretrained(tiny_dir).encode(
+        "hello world"
+    )
