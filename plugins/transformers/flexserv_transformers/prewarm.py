@@ -41,7 +41,25 @@ def _run() -> None:
             importlib.import_module(name)
         except Exception:  # the load will import it again and report the error properly
             log.debug("background import of %s failed", name, exc_info=True)
+    _build_weight_mappings()
     log.info("torch and transformers imported in the background in %.2f s", time.perf_counter() - started)
+
+
+def _build_weight_mappings() -> None:
+    """Build transformers' table of checkpoint key conversions now.
+
+    The first ``from_pretrained`` of a process builds it for every model type
+    (~1,200 regular expressions, more than ``re``'s cache keeps): measured as most
+    of the first load's time after the imports. It is cached for the process, so
+    building it here takes that off the first request. A private helper of
+    transformers, hence optional: without it the load builds the table itself.
+    """
+    try:
+        from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+
+        get_checkpoint_conversion_mapping("llama")
+    except Exception:
+        log.debug("building transformers' weight conversion table failed", exc_info=True)
 
 
 def start() -> None:
