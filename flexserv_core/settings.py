@@ -18,6 +18,7 @@ warning.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import re
@@ -291,10 +292,7 @@ def _strip_optional(tp: Any) -> Any:
 
 def describe_fields(struct: type[msgspec.Struct]) -> list[SettingField]:
     info = msgspec.inspect.type_info(struct)
-    hints = typing.get_type_hints(struct, include_extras=False)
-    # Evaluated once per struct: asked per field, it made start-up quadratic in a
-    # struct's field count (~0.5 s of `flexserv run` on a quiet 2-core machine).
-    annotated = typing.get_type_hints(struct, include_extras=True)
+    hints, annotated = _type_hints(struct)
     fields = []
     for f in info.fields:  # type: ignore[attr-defined]
         meta = _field_meta(annotated[f.name])
@@ -320,6 +318,17 @@ def describe_fields(struct: type[msgspec.Struct]) -> list[SettingField]:
             )
         )
     return fields
+
+
+@functools.cache
+def _type_hints(struct: type[msgspec.Struct]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The struct's field types without and with ``Annotated`` metadata.
+
+    Evaluated once per struct: ``flexserv run`` describes every settings struct
+    dozens of times, and evaluating the annotations (strings, under ``from
+    __future__ import annotations``) was most of that start-up cost.
+    """
+    return typing.get_type_hints(struct, include_extras=False), typing.get_type_hints(struct, include_extras=True)
 
 
 def _field_meta(hint: Any) -> msgspec.Meta | None:
