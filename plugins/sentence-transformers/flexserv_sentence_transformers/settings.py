@@ -26,3 +26,10 @@ class SentenceTransformersSettings(msgspec.Struct, kw_only=True, forbid_unknown_
         Literal["auto", "cpu", "cuda", "mps"],
         msgspec.Meta(description="Device for embedding models; auto picks CUDA, then MPS, then CPU."),
     ] = "auto"
+    sentence_transformers_dtype: Annotated[
+        Literal["auto", "float32", "bfloat16", "float16"],
+        msgspec.Meta(
+            description="Weights and compute dtype of embedding models; auto: bfloat16 on a CPU with bf16 matrix "
+            "instructions (AMX or AVX512-BF16), else float32.",
+        ),
+    ] = "auto"

@@ -20,6 +20,12 @@ TEXTS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def embed_settings() -> dict[str, Any]:
+    # float32, as the in-process reference runs: these tests check parity, not the dtype default
+    return {"sentence_transformers_dtype": "float32"}
+
+
 def cosine(a: Any, b: Any) -> float:
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
