@@ -20,6 +20,7 @@ import torch
 
 from flexserv_core import FinishReason, InvalidRequest, SamplingParams, ServiceUnavailable, TooManyRequests
 from flexserv_transformers.engine.blocks import BlockManager
+from flexserv_transformers.engine.heap import HeapTrimmer
 from flexserv_transformers.engine.kv_cache import PagedKVCache
 from flexserv_transformers.engine.runner import ModelRunner, kv_geometry
 from flexserv_transformers.engine.scheduler import Scheduler
@@ -97,6 +98,7 @@ class PagedEngine:
         self.restarts = 0
         # one worker: a step's grammar masks are filled there while the forward pass runs
         self._masker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flexserv-grammar")
+        self.heap = HeapTrimmer()
         self._thread = threading.Thread(target=self._loop, name="flexserv-engine", daemon=True)
         self._thread.start()
 
@@ -236,6 +238,10 @@ class PagedEngine:
     def _take_inbox(self) -> bool:
         """Move new requests to the scheduler; wait while there is nothing to do.
         Returns False when the engine is closing."""
+        with self._wake:
+            idle = not self._closed and not self._inbox and not self.scheduler.has_work()
+        if idle:
+            self.heap.idle()  # outside the lock: submitting a request never waits for a trim
         with self._wake:
             while not self._closed and not self._inbox and not self.scheduler.has_work():
                 self._wake.wait()
