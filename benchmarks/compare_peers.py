@@ -425,13 +425,17 @@ def embedding_peers(args: argparse.Namespace, path: Path) -> list[Peer]:
 INFINITY = "0.0.78"
 
 
-def inprocess_embeddings(path: Path, levels: list[tuple[int, int]]) -> dict[int, dict[str, Any]]:
-    """The limit: sentence-transformers' own forward in batches of each level's concurrency, no server."""
+def inprocess_embeddings(path: Path, levels: list[tuple[int, int]], dtype: str = "auto") -> dict[int, dict[str, Any]]:
+    """The limit: sentence-transformers' own forward in batches of each level's concurrency, no server,
+    in the dtype FlexServ's ``--sentence-transformers-dtype`` would pick (``auto``) or the one given."""
     import torch
     from embed_load import SENTENCES
+    from flexserv_sentence_transformers.backend import pick_dtype
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(str(path), device="cpu")
+    chosen = pick_dtype(dtype, "cpu")
+    print(f"[inprocess] {chosen}", file=sys.stderr)
+    model = SentenceTransformer(str(path), device="cpu", model_kwargs={"dtype": getattr(torch, chosen)})
     out = {}
     for concurrency, requests in levels:
         texts = [f"{SENTENCES[i % len(SENTENCES)]} ({i})" for i in range(requests)]
@@ -452,7 +456,7 @@ def run_embedding_peer(args: argparse.Namespace, peer: Peer, out_dir: Path, path
 
     result = PeerResult(peer.name)
     if peer.name == "inprocess":
-        result.levels = inprocess_embeddings(path, args.levels)
+        result.levels = inprocess_embeddings(path, args.levels, args.inprocess_dtype)
         result.load_avg.append(os.getloadavg()[0])
         return result
     log = out_dir / f"{peer.name}.log"
@@ -618,6 +622,12 @@ def main() -> int:
     parser.add_argument("--flexserv-args", default="", help="Extra 'flexserv run' arguments (one string).")
     parser.add_argument("--task", choices=["chat", "embeddings"], default="chat", help="What to load the servers with.")
     parser.add_argument("--infinity-args", default="", help="Extra Infinity server arguments (one string).")
+    parser.add_argument(
+        "--inprocess-dtype",
+        default="auto",
+        choices=["auto", "float32", "bfloat16"],
+        help="dtype of the in-process embeddings limit; auto: what FlexServ's --sentence-transformers-dtype auto picks.",
+    )
     parser.add_argument("--tf-cb-args", default="", help="Extra 'transformers serve --continuous-batching' arguments.")
     parser.add_argument("--venv", type=Path, default=ROOT / ".bench-venv", help="The peers' separate venv.")
     parser.add_argument(

@@ -16,9 +16,10 @@ class SentenceTransformersSettings(msgspec.Struct, kw_only=True, forbid_unknown_
         float,
         msgspec.Meta(
             ge=0,
-            description="How long (ms) an idle embedding model waits for more requests to batch with the first one.",
+            description="How long (ms) an idle embedding model waits for more requests to batch with the first one "
+            "(0: it starts at once; requests that arrive while a batch runs still form the next one).",
         ),
-    ] = 2.0
+    ] = 0.0
     sentence_transformers_forward_batch: Annotated[
         int, msgspec.Meta(ge=1, description="Sequences per forward pass (inputs are sorted by length first).")
     ] = 32
