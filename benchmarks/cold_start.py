@@ -3,7 +3,9 @@
 Each repetition starts a fresh server (the embedded model, built-in plugins only,
 the conversion cache warm), polls ``GET /v1/models`` until it answers, sends one
 streaming chat request at once and records, from the moment the process was
-started: when the server answered, when the first token arrived. Configurations
+started: when the server answered, when the first token arrived, and the CPU
+seconds the server had used by then (``cpu_s``; on a shared machine the wall
+times stretch with the load, the work hardly changes). Configurations
 (``--config NAME:--flag value ...``, extra ``flexserv run`` arguments) alternate::
 
     HF_HUB_OFFLINE=1 python benchmarks/cold_start.py --repeat 3 \\
@@ -23,6 +25,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_peers import free_port, stop
@@ -62,7 +65,10 @@ def one(extra: list[str], timeout: float) -> dict[str, float]:
                 for line in response.iter_lines():
                     if line.startswith("data: ") and '"content"' in line and first is None:
                         first = time.monotonic() - started
-        return {"ready_s": ready, "first_token_s": first or float("nan")}
+            # CPU seconds the server spent until then (all its threads): the work itself, which a
+            # busy shared machine stretches in wall time but hardly changes.
+            cpu = psutil.Process(proc.pid).cpu_times()
+        return {"ready_s": ready, "first_token_s": first or float("nan"), "cpu_s": cpu.user + cpu.system}
     finally:
         stop(proc)
 
@@ -81,7 +87,7 @@ def main() -> None:
             rows[name].append(row)
             print(rep, name, json.dumps(row), file=sys.stderr, flush=True)
     summary = {
-        name: {key: statistics.median(r[key] for r in data) for key in ("ready_s", "first_token_s", "load1")}
+        name: {key: statistics.median(r[key] for r in data) for key in ("ready_s", "first_token_s", "cpu_s", "load1")}
         for name, data in rows.items()
     }
     print(json.dumps({"median": summary, "runs": rows}, indent=1))
