@@ -34,3 +34,10 @@ def test_an_explicit_wait_policy_wins():
 def test_too_late_once_torch_is_loaded():
     code = "import torch, os\nfrom flexserv_core import prefer_passive_openmp\nprint(prefer_passive_openmp(), os.environ.get('OMP_WAIT_POLICY'))"
     assert _run(code, _env()).split() == ["False", "None"]
+
+
+def test_importing_the_plugin_bounds_onednn_primitive_cache():
+    code = "import os, flexserv_transformers; print(os.environ.get('ONEDNN_PRIMITIVE_CACHE_CAPACITY'))"
+    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
+    assert _run(code, env).split() == ["16"]
+    assert _run(code, {**env, "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "1024"}).split() == ["1024"]
