@@ -55,7 +55,7 @@ TEXT_CHAT = [{"role": "user", "content": "Tell me a long story."}]
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory, flexserv_test_cache: Path) -> Iterator[tuple[str, Any]]:
-    vlm = build_tiny_llava(tmp_path_factory.mktemp("tiny-llava"))
+    vlm = build_tiny_llava(tmp_path_factory.mktemp("tiny-llava"), max_position_embeddings=2048)
     app = make_app(
         ["transformers"],
         settings={
@@ -76,11 +76,13 @@ async def test_a_feature_count_mismatch_fails_only_its_request(served: tuple[str
         assert good.usage.prompt_tokens > 16
         model = server.registry.model_if_loaded("vlm")
         assert model is not None
-        # the text request runs to its max_tokens: no end-of-sequence token can be sampled
+        # The text request runs to its max_tokens (no end-of-sequence token can be sampled),
+        # long enough to be still decoding while the three image requests are refused (the
+        # tiny model made 48 tokens before they were, once, in a loaded CI run).
         text_request: dict[str, Any] = {
             "model": "vlm",
             "messages": TEXT_CHAT,
-            "max_tokens": 48,
+            "max_tokens": 1500,
             "temperature": 0,
             "logit_bias": {str(t): -100 for t in model.eos_token_ids},
         }
