@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "SMOLLM2_MISSING",
@@ -131,6 +132,47 @@ def train_tiny_tokenizer(vocab_size: int = 512):  # type: ignore[no-untyped-def]
     )
 
 
+def _tiny_llama_config(
+    tokenizer: Any, max_position_embeddings: int, *, hidden_size: int = 64, num_hidden_layers: int = 2
+) -> Any:
+    """The tiny Llama text config every builder shares: 4 attention heads, 2 KV heads,
+    tied embeddings, the tiny tokenizer's ``<|endoftext|>`` as BOS/pad and ``<|im_end|>`` as EOS."""
+    from transformers import LlamaConfig
+
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    bos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    return LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_position_embeddings,
+        bos_token_id=bos,
+        eos_token_id=eos,
+        pad_token_id=bos,
+        tie_word_embeddings=True,
+    )
+
+
+def _randomize(model: Any, seed: int) -> None:
+    """Seed the weights, wider than the default init so the logits are not nearly flat
+    (and images change them), and set the generation config from the text config's ids."""
+    import torch
+    from transformers import GenerationConfig
+
+    text = model.config.get_text_config()
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() > 1:
+                param.normal_(0.0, 0.2, generator=generator)
+    model.generation_config = GenerationConfig(
+        bos_token_id=text.bos_token_id, eos_token_id=text.eos_token_id, pad_token_id=text.pad_token_id
+    )
+
+
 def build_tiny_llama(
     path: str | Path,
     *,
@@ -150,35 +192,17 @@ def build_tiny_llama(
         hidden_size: width (4 attention heads, 2 KV heads).
         num_hidden_layers: depth.
     """
-    import torch
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     path = Path(path)
     tokenizer = train_tiny_tokenizer()
     if chat_template is not None:
         tokenizer.chat_template = chat_template
-    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    bos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=hidden_size * 2,
-        num_hidden_layers=num_hidden_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=max_position_embeddings,
-        bos_token_id=bos,
-        eos_token_id=eos,
-        pad_token_id=bos,
-        tie_word_embeddings=True,
+    config = _tiny_llama_config(
+        tokenizer, max_position_embeddings, hidden_size=hidden_size, num_hidden_layers=num_hidden_layers
     )
     model = LlamaForCausalLM(config)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():  # seeded, and wider than the default init so the logits are not nearly flat
-        for param in model.parameters():
-            if param.dim() > 1:
-                param.normal_(0.0, 0.2, generator=generator)
-    model.generation_config = GenerationConfig(bos_token_id=bos, eos_token_id=eos, pad_token_id=bos)
+    _randomize(model, seed)
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
@@ -209,12 +233,9 @@ def build_tiny_llava(
     (16 by default). Its chat template is :data:`TINY_VLM_CHAT_TEMPLATE`. The
     checkpoint loads through the transformers backend like a real LLaVA one.
     """
-    import torch
     from transformers import (
         CLIPImageProcessor,
         CLIPVisionConfig,
-        GenerationConfig,
-        LlamaConfig,
         LlavaConfig,
         LlavaForConditionalGeneration,
         LlavaProcessor,
@@ -224,8 +245,6 @@ def build_tiny_llava(
     tokenizer = train_tiny_tokenizer()
     tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
     tokenizer.chat_template = TINY_VLM_CHAT_TEMPLATE
-    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    bos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     image_token = tokenizer.convert_tokens_to_ids("<image>")
     vision = CLIPVisionConfig(
         hidden_size=32,
@@ -236,19 +255,7 @@ def build_tiny_llava(
         patch_size=patch_size,
         projection_dim=32,
     )
-    text = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=max_position_embeddings,
-        bos_token_id=bos,
-        eos_token_id=eos,
-        pad_token_id=bos,
-        tie_word_embeddings=True,
-    )
+    text = _tiny_llama_config(tokenizer, max_position_embeddings)
     config = LlavaConfig(
         vision_config=vision,
         text_config=text,
@@ -257,12 +264,7 @@ def build_tiny_llava(
         vision_feature_select_strategy="default",
     )
     model = LlavaForConditionalGeneration(config)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():  # as in build_tiny_llama: logits far from flat, images that change them
-        for param in model.parameters():
-            if param.dim() > 1:
-                param.normal_(0.0, 0.2, generator=generator)
-    model.generation_config = GenerationConfig(bos_token_id=bos, eos_token_id=eos, pad_token_id=bos)
+    _randomize(model, seed)
     processor = LlavaProcessor(
         image_processor=CLIPImageProcessor(
             size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
@@ -289,14 +291,11 @@ def build_tiny_idefics3(path: str | Path, *, seed: int = 0, max_position_embeddi
     image is several runs of image tokens, unlike LLaVA's one. The chat template is
     :data:`TINY_VLM_CHAT_TEMPLATE`.
     """
-    import torch
     from transformers import (
-        GenerationConfig,
         Idefics3Config,
         Idefics3ForConditionalGeneration,
         Idefics3ImageProcessor,
         Idefics3Processor,
-        LlamaConfig,
     )
     from transformers.models.idefics3.configuration_idefics3 import Idefics3VisionConfig
 
@@ -307,24 +306,10 @@ def build_tiny_idefics3(path: str | Path, *, seed: int = 0, max_position_embeddi
         {"additional_special_tokens": ["<image>", "<fake_token_around_image>", "<global-img>", *grid]}
     )
     tokenizer.chat_template = TINY_VLM_CHAT_TEMPLATE
-    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    bos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     vision = Idefics3VisionConfig(
         hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=32, patch_size=8
     )
-    text = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=max_position_embeddings,
-        bos_token_id=bos,
-        eos_token_id=eos,
-        pad_token_id=bos,
-        tie_word_embeddings=True,
-    )
+    text = _tiny_llama_config(tokenizer, max_position_embeddings)
     config = Idefics3Config(
         vision_config=vision.to_dict(),
         text_config=text.to_dict(),
@@ -332,12 +317,7 @@ def build_tiny_idefics3(path: str | Path, *, seed: int = 0, max_position_embeddi
         scale_factor=2,
     )
     model = Idefics3ForConditionalGeneration(config)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.dim() > 1:
-                param.normal_(0.0, 0.2, generator=generator)
-    model.generation_config = GenerationConfig(bos_token_id=bos, eos_token_id=eos, pad_token_id=bos)
+    _randomize(model, seed)
     processor = Idefics3Processor(
         image_processor=Idefics3ImageProcessor(
             size={"longest_edge": 64}, max_image_size={"longest_edge": 32}, do_image_splitting=True
