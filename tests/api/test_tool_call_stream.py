@@ -11,35 +11,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
+from recorded_tool_outputs import HERMES, LLAMA, LLAMA_TAGGED, MISTRAL, QWEN
 
 from flexserv_core.api.text_schemas import ToolCallDelta
 from flexserv_core.api.tool_calls import ToolPlan, ToolStreamer, split_output
 from flexserv_core.tool_call_stream import ToolCallFragment
 from flexserv_core.tool_parsers import get_tool_parser
 
-# Recorded outputs (whitespace as emitted) ----------------------------------------
-QWEN = (
-    "<tool_call>\n"
-    '{"name": "get_current_temperature", "arguments": {"location": "San Francisco, CA, USA", "unit": "celsius"}}\n'
-    "</tool_call>\n"
-    "<tool_call>\n"
-    '{"name": "get_temperature_date", "arguments": {"location": "San Francisco, CA, USA", "date": "2024-10-01", "unit": "celsius"}}\n'
-    "</tool_call>"
-)
-HERMES = (
-    "Let me look that up for you.\n<tool_call>\n"
-    "{'arguments': {'symbol': 'TSLA'}, 'name': 'get_stock_fundamentals'}\n</tool_call>\n"
-    '<tool_call>\n{"arguments": {"symbol": "TSLA"}, "name": "get_stock_price"}\n</tool_call>'
-)
+# Outputs only the streaming tests use ------------------------------------------
 # What llguidance lets SmolLM2 write under tool_choice="required" (the Hermes
 # constraint: prefix, JSON without spaces, suffix).
 CONSTRAINED = (
     '<tool_call>\n{"name":"get_weather","arguments":{"city":"Paris","unit":"celsius","days":[1,2]}}\n</tool_call>'
-)
-LLAMA = '{"name": "get_weather", "parameters": {"city": "Paris", "unit": "celsius"}}'
-LLAMA_TAGGED = '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Oslo"}}; {"name": "get_time", "parameters": {"city": "Oslo"}}'
-MISTRAL = (
-    '[TOOL_CALLS] [{"name": "get_current_weather", "arguments": {"location": "Paris, France", "format": "celsius"}}]'
 )
 MISTRAL_TWO = '[TOOL_CALLS][{"name": "a", "arguments": {"x": "}{\\"]"}}, {"name": "b", "arguments": {}}]'
 
