@@ -4,7 +4,7 @@ OpenAI's Responses API sends an image as ``{"type": "input_image", "image_url":
 "data:..." | "https://...", "detail": "auto"}`` inside a user message's content;
 the chat path takes it as ``{"type": "image_url", "image_url": {"url": ...}}``.
 Loading and the text-only-model check are the chat path's
-(:mod:`flexserv_core.api.chat_images`; see :mod:`.image_loading`).
+(:mod:`flexserv_core.api.chat_images`, called from the route's ``_jobs``).
 """
 
 from __future__ import annotations

@@ -12,9 +12,9 @@ from litestar import MediaType, Request, Response, delete, get, post
 
 from flexserv_core import hooks
 from flexserv_core.api.body import read_json_object, request_context, validate
+from flexserv_core.api.chat_images import attach_images
 from flexserv_core.api.disconnect import until_disconnect
 from flexserv_core.api.responses.events import EventWriter, OutputStreamer
-from flexserv_core.api.responses.image_loading import attach_input_images
 from flexserv_core.api.responses.items import Conversation, add_output, item_id
 from flexserv_core.api.responses.output import build_response, output_items, status_of, usage
 from flexserv_core.api.responses.reasoning import prompt_opens_reasoning
@@ -64,9 +64,10 @@ async def _jobs(
     model: TextGenerationModel, spec: ModelSpec, plan: ResponsePlan, context: RequestContext
 ) -> tuple[list[int], list[ChoiceJob], ToolPlan | None]:
     """The chat path's plan: prompt, jobs, tools; the backend compiles the
-    constraint (``text.format``, a required tool call) before any output."""
-    await attach_input_images(model, spec, plan, context)
+    constraint (``text.format``, a required tool call) before any output. Errors name
+    the Responses parameter (``input[...]``, ``text.format``) instead of chat's."""
     try:
+        await attach_images(model, spec, plan.chat.messages, context)
         prompt_ids, jobs, tools = await chat_plan(model, spec, plan.chat, context)
         await prepare_jobs(jobs)
     except FlexServError as exc:
