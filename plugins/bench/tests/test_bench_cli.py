@@ -48,9 +48,11 @@ def test_levels_counts_and_ordered_percentiles(served: Served, capsys: pytest.Ca
         assert level["error_kinds"] == {}
         for name in ("ttft_s", "itl_s", "e2e_s"):
             assert _ordered(level[name]), (name, level[name])
-        assert level["ttft_s"]["max"] < level["e2e_s"]["p50"]
         assert level["output_tokens_per_s"] == pytest.approx(96 / level["duration_s"])
-        assert level["itl_s"]["p50"] >= 0.005  # the fake sleeps 10 ms per token
+        # The fake sleeps 10 ms before each of its 12 tokens, so every stream ends at least 11 gaps after its
+        # first token, and so does the median. (Single gaps and one stream's TTFT against another's end are not
+        # bounded: on a busy machine a client that falls behind reads several events at once.)
+        assert level["e2e_s"]["p50"] >= level["ttft_s"]["p50"] + 11 * 0.010
     # Four clients over a sleeping backend: much more throughput than one.
     assert levels[1]["output_tokens_per_s"] > 2 * levels[0]["output_tokens_per_s"]
     model = served.fake.backend.models[0]
