@@ -121,7 +121,7 @@ def create_app(settings: Settings, plugin_manager: FlexServPluginManager) -> Lit
         route_handlers=[r for routes in server.routes_by_plugin.values() for r in routes],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=[lifespan],
-        guards=[keys.guard],
+        guards=[keys.guard] if keys else [],
         middleware=[http_metrics_middleware(server.metrics)],
         cors_config=cors_config(settings.core),
         state=State({"flexserv": server}),

@@ -102,8 +102,12 @@ class KeyRing:
                 found = key
         return found
 
-    def guard(self, connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
-        """Litestar guard: 401 without a valid key, 403 when the key lacks the route's scope."""
+    async def guard(self, connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
+        """Litestar guard: 401 without a valid key, 403 when the key lacks the route's scope.
+
+        A coroutine on purpose: Litestar runs a plain-function guard in its thread
+        pool, a thread hop (and GIL hand-off) on every request for a few
+        microseconds of work."""
         if not self.keys:
             return
         scope = route_scope(handler, connection.scope["path"])

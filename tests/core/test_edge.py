@@ -274,3 +274,13 @@ def test_configured_logging_follows_a_replaced_stderr(monkeypatch: pytest.Monkey
     finally:
         root.handlers[:], root.level = saved[0], saved[1]
     assert "after the swap" in second.getvalue()
+
+
+def test_the_key_guard_runs_on_the_event_loop(keys_file: Path) -> None:
+    """Litestar runs a plain-function guard in its thread pool (a thread hop on every
+    request); the key guard is a coroutine, and without keys there is no guard at all."""
+    import inspect
+
+    guarded = _app(keys_file)
+    assert guarded.guards and all(inspect.iscoroutinefunction(g) for g in guarded.guards)
+    assert list(_app().guards) == []
