@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import msgspec
 import pytest
 
 from flexserv_core.api.openai_params import IGNORED, UNSUPPORTED
@@ -128,3 +129,31 @@ async def test_block_on_unexpected_fields_covers_nested_fields() -> None:
         # OpenAI's own bookkeeping fields are not "unexpected"
         r = await client.post(CHAT, json={"messages": USER, "max_tokens": 2, "user": "u", "metadata": {"a": "b"}})
         assert r.status_code == 200, r.text
+
+
+class _Inner(msgspec.Struct):
+    a: int
+
+
+class _Outer(msgspec.Struct):
+    inner: _Inner
+
+
+def test_unknown_field_check_describes_a_schema_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """msgspec rebuilds a type's description on every call; the check keeps one per schema
+    (it was a tenth of an embeddings request's server time) and still finds nested fields."""
+    import msgspec.inspect
+
+    from flexserv_core.api.body import unknown_fields
+
+    calls: list[Any] = []
+    real = msgspec.inspect.type_info
+
+    def counting(schema: Any) -> Any:
+        calls.append(schema)
+        return real(schema)
+
+    monkeypatch.setattr(msgspec.inspect, "type_info", counting)
+    for _ in range(3):
+        assert unknown_fields({"inner": {"a": 1, "b": 2}, "c": 3}, _Outer) == ["inner.b", "c"]
+    assert calls == [_Outer]
