@@ -86,6 +86,8 @@ def normalise_input(value: EmbeddingInput, *, max_inputs: int) -> list[str] | li
 
 
 def _shape_vector(vector: list[float], dimensions: int | None, encoding: str) -> list[float] | str:
+    if encoding == "float" and (dimensions is None or dimensions >= len(vector)):
+        return vector  # already the floats to send: no round trip through an array on the event loop
     arr = np.asarray(vector, dtype=np.float32)
     if dimensions is not None and dimensions < arr.shape[0]:
         arr = arr[:dimensions]
