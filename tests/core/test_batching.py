@@ -119,3 +119,61 @@ async def test_a_cancelled_job_frees_its_items_at_once() -> None:
     assert results == [10, 20]
     assert run.batches == [[1, 2]]
     batcher.close()
+
+
+async def _clients(batcher: MicroBatcher[int, int], clients: int, rounds: int, stagger: float) -> None:
+    """Closed-loop clients: each submits, gets its answer, and comes back ``stagger * i``
+    seconds later (answers reach clients, and clients reach the server, one after another)."""
+
+    async def client(i: int) -> None:
+        for _ in range(rounds):
+            assert await batcher.submit(i) == i * 10
+            await asyncio.sleep(stagger * i)
+
+    await asyncio.wait_for(asyncio.gather(*(client(i) for i in range(clients))), 60)
+
+
+@pytest.mark.parametrize("gather_wait", [0.0, 5.0])
+async def test_overlapping_clients_are_gathered_into_full_batches(gather_wait: float) -> None:
+    """Eight clients that come back 2 ms apart while a batch runs 60 ms: started at once,
+    the first one back runs alone and the rest follow as a second batch, round after
+    round; gathering waits (at most one batch's run, not the 5 s allowed) for all eight."""
+    run = Recorder(delay=0.06)
+    batcher: MicroBatcher[int, int] = MicroBatcher(run, max_batch=64, max_wait=0.0, gather_wait=gather_wait)
+    await _clients(batcher, clients=8, rounds=8, stagger=0.002)
+    full = sum(1 for b in run.batches if len(b) == 8)
+    if gather_wait:
+        assert full >= 4, run.batches
+    else:
+        assert full == 0 and [0] in run.batches, run.batches  # the behaviour gathering exists to avoid
+    batcher.close()
+
+
+async def test_a_lone_client_after_a_burst_soon_starts_at_once_again() -> None:
+    run = Recorder(delay=0.02)
+    batcher: MicroBatcher[int, int] = MicroBatcher(run, max_batch=64, max_wait=0.0, gather_wait=5.0)
+    loop = asyncio.get_running_loop()
+    await _clients(batcher, clients=6, rounds=4, stagger=0.001)
+    assert batcher.gather_target(loop.time()) > 1
+    for i in range(3):
+        assert await batcher.submit(i) == i * 10
+    assert batcher.gather_target(loop.time()) == 1
+    started = loop.time()
+    for i in range(5):
+        assert await batcher.submit(i) == i * 10
+    assert run.batches[-5:] == [[i] for i in range(5)]
+    assert loop.time() - started < 5 * 0.02 + 1.0  # no request lingered for the 5 s allowed
+    batcher.close()
+
+
+async def test_an_idle_model_without_overlap_never_gathers() -> None:
+    """One client at a time: every batch holds one request, so none waits for company."""
+    run = Recorder()
+    batcher: MicroBatcher[int, int] = MicroBatcher(run, max_batch=64, max_wait=0.0, gather_wait=60.0)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    for i in range(20):
+        assert await batcher.submit(i) == i * 10
+    assert loop.time() - started < 5.0
+    assert run.batches == [[i] for i in range(20)]
+    batcher.close()
