@@ -42,6 +42,7 @@ class SentenceTransformerEmbeddingModel(EmbeddingModel):
         max_batch: int,
         max_wait: float,
         forward_batch: int,
+        gather_wait: float = 0.0,
     ) -> None:
         super().__init__(spec, device=device, dtype=str(next(st.parameters()).dtype).removeprefix("torch."))
         self._st = st
@@ -56,7 +57,7 @@ class SentenceTransformerEmbeddingModel(EmbeddingModel):
         self.forward_batch = forward_batch
         self._prefix, self._suffix = _special_token_frame(self._tokenizer)
         self.batcher: MicroBatcher[EmbedJob, EmbeddingResult] = MicroBatcher(
-            self._run_batch, max_batch=max_batch, max_wait=max_wait, name=f"embed-{spec.name}"
+            self._run_batch, max_batch=max_batch, max_wait=max_wait, gather_wait=gather_wait, name=f"embed-{spec.name}"
         )
 
     async def embed(self, inputs: list[str] | list[list[int]], *, truncate: bool = True) -> EmbeddingResult:
@@ -64,38 +65,62 @@ class SentenceTransformerEmbeddingModel(EmbeddingModel):
 
     # -- in the worker thread -------------------------------------------------------
 
-    def _token_ids(self, job: EmbedJob) -> list[list[int]]:
-        """Token ids with the model's special tokens, truncated or checked."""
-        limit = self.max_input_tokens
-        if job.inputs and isinstance(job.inputs[0], str):
-            encoded = self._tokenizer(
-                list(job.inputs),
-                add_special_tokens=True,
-                truncation=job.truncate,
-                max_length=limit if job.truncate else None,
-            )
-            sequences: list[list[int]] = encoded["input_ids"]
-        else:
-            frame = len(self._prefix) + len(self._suffix)
-            sequences = []
-            for i, ids in enumerate(job.inputs):
-                assert isinstance(ids, list)
-                if max(ids) >= self.vocab_size:
-                    raise InvalidRequest(
-                        f"'input[{i}]' contains token id {max(ids)}, outside this model's vocabulary of {self.vocab_size}.",
-                        param="input",
-                    )
-                body = list(ids[: limit - frame]) if job.truncate else list(ids)
-                sequences.append([*self._prefix, *body, *self._suffix])
-        if not job.truncate:
-            for i, seq in enumerate(sequences):
-                if len(seq) > limit:
-                    raise ContextLengthExceeded(
-                        f"'input[{i}]' is {len(seq)} tokens long; model '{self.spec.name}' accepts at most {limit} "
-                        "and truncation is off (--no-embedding-truncate).",
-                        param="input",
-                    )
+    def _token_ids(self, jobs: Sequence[EmbedJob]) -> list[list[list[int]] | BaseException]:
+        """Each job's token ids with the model's special tokens, truncated or checked
+        (or the job's error). The texts of all jobs go through the tokenizer in one call:
+        its per-call overhead would otherwise be paid once per request."""
+        sequences: list[list[list[int]] | BaseException] = [[] for _ in jobs]
+        for truncate in (True, False):
+            texts = [i for i, job in enumerate(jobs) if job.truncate is truncate and _is_text(job)]
+            if texts:
+                encoded = self._encode([text for i in texts for text in jobs[i].inputs], truncate)
+                start = 0
+                for i in texts:
+                    sequences[i] = encoded[start : start + len(jobs[i].inputs)]
+                    start += len(jobs[i].inputs)
+        for i, job in enumerate(jobs):
+            try:
+                if not _is_text(job):
+                    sequences[i] = self._frame_ids(job)
+                if not job.truncate:
+                    self._check_length(sequences[i])
+            except InvalidRequest as exc:
+                sequences[i] = exc
         return sequences
+
+    def _encode(self, texts: list[str], truncate: bool) -> list[list[int]]:
+        limit = self.max_input_tokens
+        encoded = self._tokenizer(
+            texts, add_special_tokens=True, truncation=truncate, max_length=limit if truncate else None
+        )
+        ids: list[list[int]] = encoded["input_ids"]
+        return ids
+
+    def _frame_ids(self, job: EmbedJob) -> list[list[int]]:
+        """Token-id inputs framed by the special tokens a text would get."""
+        limit = self.max_input_tokens
+        frame = len(self._prefix) + len(self._suffix)
+        sequences = []
+        for i, ids in enumerate(job.inputs):
+            assert isinstance(ids, list)
+            if max(ids) >= self.vocab_size:
+                raise InvalidRequest(
+                    f"'input[{i}]' contains token id {max(ids)}, outside this model's vocabulary of {self.vocab_size}.",
+                    param="input",
+                )
+            body = list(ids[: limit - frame]) if job.truncate else list(ids)
+            sequences.append([*self._prefix, *body, *self._suffix])
+        return sequences
+
+    def _check_length(self, sequences: list[list[int]]) -> None:
+        limit = self.max_input_tokens
+        for i, seq in enumerate(sequences):
+            if len(seq) > limit:
+                raise ContextLengthExceeded(
+                    f"'input[{i}]' is {len(seq)} tokens long; model '{self.spec.name}' accepts at most {limit} "
+                    "and truncation is off (--no-embedding-truncate).",
+                    param="input",
+                )
 
     def _forward(self, sequences: list[list[int]]) -> np.ndarray:
         order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
@@ -111,12 +136,7 @@ class SentenceTransformerEmbeddingModel(EmbeddingModel):
         return out
 
     def _run_batch(self, jobs: Sequence[EmbedJob]) -> list[EmbeddingResult | BaseException]:
-        outcomes: list[list[list[int]] | BaseException] = []
-        for job in jobs:
-            try:
-                outcomes.append(self._token_ids(job))
-            except InvalidRequest as exc:
-                outcomes.append(exc)
+        outcomes = self._token_ids(jobs)
         flat = [seq for o in outcomes if not isinstance(o, BaseException) for seq in o]
         vectors = self._forward(flat) if flat else np.empty((0, self.dimensions), dtype=np.float32)
         results: list[EmbeddingResult | BaseException] = []
@@ -134,6 +154,10 @@ class SentenceTransformerEmbeddingModel(EmbeddingModel):
         self.batcher.close()
         self._st.to("cpu")
         del self._st
+
+
+def _is_text(job: EmbedJob) -> bool:
+    return bool(job.inputs) and isinstance(job.inputs[0], str)
 
 
 def _special_token_frame(tokenizer: Any) -> tuple[list[int], list[int]]:
