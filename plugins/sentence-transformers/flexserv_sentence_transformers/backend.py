@@ -84,5 +84,6 @@ class SentenceTransformersBackend(Backend):
             device=device,
             max_batch=self.settings.sentence_transformers_max_batch,
             max_wait=self.settings.sentence_transformers_max_wait_ms / 1000,
+            gather_wait=self.settings.sentence_transformers_gather_wait_ms / 1000,
             forward_batch=self.settings.sentence_transformers_forward_batch,
         )

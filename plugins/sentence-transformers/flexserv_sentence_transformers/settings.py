@@ -20,6 +20,14 @@ class SentenceTransformersSettings(msgspec.Struct, kw_only=True, forbid_unknown_
             "(0: it starts at once; requests that arrive while a batch runs still form the next one).",
         ),
     ] = 0.0
+    sentence_transformers_gather_wait_ms: Annotated[
+        float,
+        msgspec.Meta(
+            ge=0,
+            description="Once concurrent embedding requests overlap, how long (ms) a batch may wait for the queue to "
+            "refill to the recent batch size (never longer than the last batch ran; a lone client never waits; 0: off).",
+        ),
+    ] = 50.0
     sentence_transformers_forward_batch: Annotated[
         int, msgspec.Meta(ge=1, description="Sequences per forward pass (inputs are sorted by length first).")
     ] = 32
