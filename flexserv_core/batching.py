@@ -8,8 +8,8 @@ up by themselves).
 With ``gather_wait`` set, a batcher that has seen requests overlap waits for
 company even when it is free: while recent batches held more than one item, a
 batch that would start smaller than the largest of them waits up to
-``gather_wait`` seconds, and never longer than the last batch ran, for the queue
-to fill to that size. Clients that got their answers together come back a few
+``gather_wait`` seconds, and never longer than twice the last batch's run, for
+the queue to fill to that size (it starts as soon as it does). Clients that got their answers together come back a few
 milliseconds apart, and a forward over a few inputs costs several times as much
 CPU per input as one over dozens; on a machine whose cores the HTTP path and the
 clients share, the saved CPU is throughput. A lone client never overlaps, so its
@@ -52,6 +52,8 @@ class MicroBatcher(Generic[JobT, ResultT]):
     #: How many recent batches tell the size to gather for, and how old (seconds) one may be.
     DEMAND_BATCHES = 4
     DEMAND_WINDOW = 1.0
+    #: A gathering batch waits at most this many times as long as the last batch ran.
+    GATHER_RUNS = 2.0
 
     def __init__(
         self,
@@ -132,7 +134,7 @@ class MicroBatcher(Generic[JobT, ResultT]):
             return
         wait = self.max_wait
         if target > 1:
-            wait = max(wait, min(self.gather_wait, self._last_run))
+            wait = max(wait, min(self.gather_wait, self.GATHER_RUNS * self._last_run))
         if wait == 0:
             self._dispatch(loop)
         elif self._timer is None:

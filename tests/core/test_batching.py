@@ -137,7 +137,7 @@ async def _clients(batcher: MicroBatcher[int, int], clients: int, rounds: int, s
 async def test_overlapping_clients_are_gathered_into_full_batches(gather_wait: float) -> None:
     """Eight clients that come back 2 ms apart while a batch runs 60 ms: started at once,
     the first one back runs alone and the rest follow as a second batch, round after
-    round; gathering waits (at most one batch's run, not the 5 s allowed) for all eight."""
+    round; gathering waits (at most two batches' run, not the 5 s allowed) for all eight."""
     run = Recorder(delay=0.06)
     batcher: MicroBatcher[int, int] = MicroBatcher(run, max_batch=64, max_wait=0.0, gather_wait=gather_wait)
     await _clients(batcher, clients=8, rounds=8, stagger=0.002)

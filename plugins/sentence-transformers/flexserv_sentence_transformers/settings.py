@@ -25,7 +25,7 @@ class SentenceTransformersSettings(msgspec.Struct, kw_only=True, forbid_unknown_
         msgspec.Meta(
             ge=0,
             description="Once concurrent embedding requests overlap, how long (ms) a batch may wait for the queue to "
-            "refill to the recent batch size (never longer than the last batch ran; a lone client never waits; 0: off).",
+            "refill to the recent demand (at most twice the last batch's run; a lone client never waits; 0: off).",
         ),
     ] = 50.0
     sentence_transformers_forward_batch: Annotated[
