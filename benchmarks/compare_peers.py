@@ -20,6 +20,9 @@ from N clients (``embed_load.py``) on the embedded all-MiniLM-L6-v2, and the pee
   infinity     Infinity's server (``infinity-emb``, installed into ``--venv``), same model files
   inprocess    no server: the model's own batched forward (batches of the level's concurrency), the limit
 
+Beside inputs/s each level reports CPU per input: the server's process tree (or the in-process
+forward) and the load generator, which shares the machine's cores with the server.
+
 The separate venv reuses the project's packages through a ``.pth`` file (so torch
 and transformers are the very same, and nothing is reinstalled), and installs
 only what the peers add on top of them; nothing is installed into the project's
@@ -102,6 +105,19 @@ class RssSampler(threading.Thread):
         for proc in procs:
             with contextlib.suppress(psutil.Error):
                 total += proc.memory_info().rss
+        return total
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the process tree so far."""
+        try:
+            procs = [self.process, *self.process.children(recursive=True)]
+        except psutil.Error:
+            return 0.0
+        total = 0.0
+        for proc in procs:
+            with contextlib.suppress(psutil.Error):
+                times = proc.cpu_times()
+                total += times.user + times.system
         return total
 
     def run(self) -> None:
@@ -440,13 +456,27 @@ def inprocess_embeddings(path: Path, levels: list[tuple[int, int]], dtype: str =
     for concurrency, requests in levels:
         texts = [f"{SENTENCES[i % len(SENTENCES)]} ({i})" for i in range(requests)]
         model.encode(texts[:concurrency], batch_size=concurrency)
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), own_cpu_seconds()
         with torch.inference_mode():
             for start in range(0, requests, concurrency):
                 model.encode(texts[start : start + concurrency], batch_size=concurrency)
-        wall = time.perf_counter() - t0
-        out[concurrency] = {"inputs_per_s": requests / wall, "errors": 0, "latency_p50_s": None, "latency_p95_s": None}
+        wall, cpu = time.perf_counter() - t0, own_cpu_seconds() - cpu0
+        out[concurrency] = {
+            "inputs_per_s": requests / wall,
+            "errors": 0,
+            "latency_p50_s": None,
+            "latency_p95_s": None,
+            "server_cpu_ms_per_input": 1000 * cpu / requests,
+        }
     return out
+
+
+def own_cpu_seconds() -> float:
+    """User + system CPU time of this process (the load generator, or the in-process forward)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def run_embedding_peer(args: argparse.Namespace, peer: Peer, out_dir: Path, path: Path) -> PeerResult:
@@ -483,7 +513,10 @@ def run_embedding_peer(args: argparse.Namespace, peer: Peer, out_dir: Path, path
         result.rss_idle = sampler.current()
         for concurrency, requests in args.levels:
             sampler.phase = f"c={concurrency}"
+            server0, client0 = sampler.cpu_seconds(), own_cpu_seconds()
             level = asyncio.run(embed_run(url, peer.model, concurrency, requests))
+            level["server_cpu_ms_per_input"] = 1000 * (sampler.cpu_seconds() - server0) / requests
+            level["client_cpu_ms_per_input"] = 1000 * (own_cpu_seconds() - client0) / requests
             result.levels[concurrency] = level
             result.load_avg.append(os.getloadavg()[0])
             print(f"[{peer.name}] c={concurrency}: {level['inputs_per_s']:.1f} inputs/s", file=sys.stderr)
@@ -514,6 +547,19 @@ def embedding_markdown(results: list[PeerResult], args: argparse.Namespace) -> s
         row += [_gb(r.rss_peak.get(f"c={levels[-1]}")), "/".join(f"{x:.1f}" for x in r.load_avg) or "-", r.status]
         rows.append(row)
     lines = ["| " + " | ".join(row) + " |" for row in rows]
+    lines += [
+        "",
+        "CPU per input (ms; the server's process tree or the in-process forward, and the load generator):",
+        "",
+    ]
+    lines += ["| server | " + " | ".join(f"c={c} server | c={c} client" for c in levels) + " |"]
+    lines += ["| --- |" + " --- | --- |" * len(levels)]
+    for r in results:
+        cells = []
+        for c in levels:
+            level = r.levels.get(c, {})
+            cells += [_ms(level.get("server_cpu_ms_per_input")), _ms(level.get("client_cpu_ms_per_input"))]
+        lines.append(f"| {r.name} | " + " | ".join(cells) + " |")
     base = next((r for r in results if r.name == args.baseline), None)
     if base is not None and base.levels:
         lines += ["", f"Ratios against {args.baseline} (inputs/s):", ""]
@@ -525,6 +571,10 @@ def embedding_markdown(results: list[PeerResult], args: argparse.Namespace) -> s
             ]
             lines.append(f"| {r.name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def main_embeddings(args: argparse.Namespace) -> int:
