@@ -115,13 +115,13 @@ class MicroBatcher(Generic[JobT, ResultT]):
 
     def gather_target(self, now: float) -> int:
         """Items to gather before a batch starts: the largest recent demand (a batch's
-        items and those that queued while it ran) while requests overlap (two of the
-        last few batches saw more than one), else 1. After a burst a lone client is
-        back to starting at once within a few requests."""
+        items and those that queued while it ran) while requests overlap (the last
+        batch and another of the last few saw more than one), else 1. After a burst
+        only a lone client's first request may wait; the next starts at once."""
         if self.gather_wait == 0:
             return 1
         recent = [demand for at, demand in self._recent if now - at <= self.DEMAND_WINDOW]
-        if sum(1 for demand in recent if demand > 1) < 2:
+        if not recent or recent[-1] <= 1 or sum(1 for demand in recent if demand > 1) < 2:
             return 1
         return min(self.max_batch, max(recent))
 
