@@ -3,21 +3,22 @@
 A request waits at most ``max_wait`` seconds for company; a batch closes early
 once it holds ``max_batch`` items. While a batch runs, new requests queue and
 form the next batch the moment the worker is free (so under load batches fill
-up by themselves).
+up by themselves). A cancelled :meth:`MicroBatcher.submit` (its client went
+away) leaves the queue at once; if its batch is already running, that batch
+finishes and the cancelled job's result is discarded. All bookkeeping happens on
+the event loop; only ``run`` executes in the batcher's single worker thread, so
+the model is never used by two threads at once.
 
 With ``gather_wait`` set, a batcher that has seen requests overlap waits for
-company even when it is free: while recent batches held more than one item, a
-batch that would start smaller than the largest of them waits up to
-``gather_wait`` seconds, and never longer than twice the last batch's run, for
-the queue to fill to that size (it starts as soon as it does). Clients that got their answers together come back a few
-milliseconds apart, and a forward over a few inputs costs several times as much
-CPU per input as one over dozens; on a machine whose cores the HTTP path and the
-clients share, the saved CPU is throughput. A lone client never overlaps, so its
-requests still start at once. A cancelled :meth:`MicroBatcher.submit` (its client went
-away) leaves the queue at once; if its batch is already running, that batch
-finishes and the cancelled job's result is discarded. All bookkeeping happens on the event loop; only ``run``
-executes in the batcher's single worker thread, so the model is never used by
-two threads at once.
+company even when the worker is free: a batch that would start with fewer items
+than the recent demand (a batch's items plus those that queued while it ran)
+waits up to ``gather_wait`` seconds, and never longer than twice the last
+batch's run, for the queue to fill to it (and starts as soon as it does).
+Clients that got their answers together come back a few milliseconds apart, and
+a forward over a few inputs costs several times as much CPU per input as one
+over dozens; on a machine whose cores the HTTP path and the clients share, the
+saved CPU is throughput. A lone client never overlaps, so its requests still
+start at once.
 """
 
 from __future__ import annotations
