@@ -69,23 +69,24 @@ class SentenceTransformerEmbeddingModel(EmbeddingModel):
         """Each job's token ids with the model's special tokens, truncated or checked
         (or the job's error). The texts of all jobs go through the tokenizer in one call:
         its per-call overhead would otherwise be paid once per request."""
-        sequences: list[list[list[int]] | BaseException] = [[] for _ in jobs]
+        tokens: list[list[list[int]]] = [[] for _ in jobs]
         for truncate in (True, False):
             texts = [i for i, job in enumerate(jobs) if job.truncate is truncate and _is_text(job)]
             if texts:
-                encoded = self._encode([text for i in texts for text in jobs[i].inputs], truncate)
+                encoded = self._encode([str(text) for i in texts for text in jobs[i].inputs], truncate)
                 start = 0
                 for i in texts:
-                    sequences[i] = encoded[start : start + len(jobs[i].inputs)]
+                    tokens[i] = encoded[start : start + len(jobs[i].inputs)]
                     start += len(jobs[i].inputs)
+        sequences: list[list[list[int]] | BaseException] = []
         for i, job in enumerate(jobs):
             try:
-                if not _is_text(job):
-                    sequences[i] = self._frame_ids(job)
+                ids = tokens[i] if _is_text(job) else self._frame_ids(job)
                 if not job.truncate:
-                    self._check_length(sequences[i])
+                    self._check_length(ids)
+                sequences.append(ids)
             except InvalidRequest as exc:
-                sequences[i] = exc
+                sequences.append(exc)
         return sequences
 
     def _encode(self, texts: list[str], truncate: bool) -> list[list[int]]:
