@@ -25,9 +25,6 @@ from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
-from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
 ATTN_IMPL = "flexserv_paged"
 
@@ -115,6 +112,8 @@ def paged_attention_forward(
 ) -> tuple[torch.Tensor, None]:
     step: StepLayout | None = kwargs.get("flexserv_step")
     if step is None:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
         )
@@ -173,6 +172,12 @@ def paged_attention_forward(
 
 def register_attention() -> None:
     """Register the paged attention (idempotent). Its mask function is SDPA's, so a
-    model switched to it still works with ``model.generate`` (the fallback path)."""
+    model switched to it still works with ``model.generate`` (the fallback path).
+    transformers is imported here, not at the top: FlexServ's own forward
+    (:mod:`flexserv_transformers.native`) calls the function directly and the
+    engine then imports no transformers modelling code."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
     AttentionInterface.register(ATTN_IMPL, paged_attention_forward)
     ALL_MASK_ATTENTION_FUNCTIONS.register(ATTN_IMPL, sdpa_mask)

@@ -32,8 +32,11 @@ class ModelRunner:
     """Owns the model (switched to the paged attention) and its KV cache."""
 
     def __init__(self, model: Any, cache: PagedKVCache) -> None:
-        register_attention()
-        model.set_attn_implementation(ATTN_IMPL)
+        # FlexServ's own forward (flexserv_transformers.native) calls the paged
+        # attention itself; a transformers model is switched to it.
+        if not getattr(model, "computes_paged_attention", False):
+            register_attention()
+            model.set_attn_implementation(ATTN_IMPL)
         self.model = model
         self.cache = cache
         self.device = next(model.parameters()).device

@@ -1,0 +1,192 @@
+"""A Llama-family causal LM forward over the paged engine's attention, torch only.
+
+It computes the operations of transformers' ``LlamaForCausalLM`` (5.x) in the same
+dtypes and order: RMSNorm in float32 then cast back, rotary cos/sin in float32
+cast to the activations' dtype, the same tensor shapes and views around the
+attention call (SDPA's result can depend on strides), the residual adds as there.
+So its logits are bit-identical to transformers' for the same weights, in float32
+and in bfloat16 (``tests/test_native_llama.py`` holds it to that).
+
+Module and parameter names are transformers' (``model.layers.N.self_attn.q_proj``),
+so a checkpoint's state dict loads as is and ``quantize_linears`` (int8) finds the
+same ``nn.Linear`` layers. It runs only inside the paged engine: every forward
+needs the step's :class:`~flexserv_transformers.engine.kv_cache.StepLayout`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from flexserv_transformers.engine.kv_cache import StepLayout, paged_attention_forward
+from flexserv_transformers.native.config import LlamaConfig
+
+
+@dataclass(slots=True)
+class GenerationDefaults:
+    """What the engine reads of a ``generation_config.json``."""
+
+    eos_token_id: int | list[int] | None = None
+    bos_token_id: int | None = None
+    pad_token_id: int | None = None
+
+
+@dataclass(slots=True)
+class CausalLMOutput:
+    logits: torch.Tensor
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, hidden_size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """The default rotary embedding: cos/sin of ``position * inv_freq`` in float32."""
+
+    inv_freq: torch.Tensor
+
+    def __init__(self, head_dim: int, base: float) -> None:
+        super().__init__()
+        inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = position_ids[..., None].float() * self.inv_freq.to(device=x.device, dtype=torch.float)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(dtype=x.dtype), emb.sin().to(dtype=x.dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: LlamaConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.head_dim = config.head_dim
+        self.scaling = self.head_dim**-0.5
+        heads, kv_heads, hidden = config.num_attention_heads, config.num_key_value_heads, config.hidden_size
+        self.q_proj = nn.Linear(hidden, heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(hidden, kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(hidden, kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(heads * self.head_dim, hidden, bias=False)
+
+    def forward(
+        self, hidden_states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, step: StepLayout
+    ) -> torch.Tensor:
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        query = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        key = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        value = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        query = (query * cos) + (rotate_half(query) * sin)
+        key = (key * cos) + (rotate_half(key) * sin)
+        out, _ = paged_attention_forward(self, query, key, value, None, scaling=self.scaling, flexserv_step=step)
+        return self.o_proj(out.reshape(*input_shape, -1).contiguous())
+
+
+class MLP(nn.Module):
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: LlamaConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.self_attn = Attention(config, layer_idx)
+        self.mlp = MLP(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(
+        self, hidden_states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, step: StepLayout
+    ) -> torch.Tensor:
+        residual = hidden_states
+        hidden_states = residual + self.self_attn(self.input_layernorm(hidden_states), cos, sin, step)
+        residual = hidden_states
+        return residual + self.mlp(self.post_attention_layernorm(hidden_states))
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, config.pad_token_id)
+        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.rotary_emb = RotaryEmbedding(config.head_dim, config.rope_theta)
+
+
+class LlamaForCausalLM(nn.Module):
+    """Called like transformers' model by the engine's runner (``input_ids`` or
+    ``inputs_embeds`` of shape ``[1, T]``, ``position_ids``, ``logits_to_keep``,
+    ``flexserv_step``); returns an object with ``logits`` ``[1, k, vocab]``."""
+
+    #: The runner's cue that this model calls the paged attention itself.
+    computes_paged_attention = True
+
+    def __init__(self, config: LlamaConfig, generation_config: GenerationDefaults | None = None) -> None:
+        super().__init__()
+        self.config = config
+        self.generation_config = generation_config or GenerationDefaults(
+            eos_token_id=config.eos_token_id, bos_token_id=config.bos_token_id, pad_token_id=config.pad_token_id
+        )
+        self.model = LlamaModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.embed_tokens.weight.dtype
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.embed_tokens
+
+    def get_output_embeddings(self) -> nn.Module:
+        return self.lm_head
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        *,
+        position_ids: torch.Tensor,
+        logits_to_keep: torch.Tensor,
+        flexserv_step: StepLayout,
+        inputs_embeds: torch.Tensor | None = None,
+        **_ignored: Any,  # attention_mask, use_cache: what transformers' models take and this one needs not
+    ) -> CausalLMOutput:
+        model = self.model
+        if inputs_embeds is None:
+            assert input_ids is not None
+            inputs_embeds = model.embed_tokens(input_ids)
+        hidden_states = inputs_embeds
+        cos, sin = model.rotary_emb(hidden_states, position_ids)
+        for layer in model.layers:
+            hidden_states = layer(hidden_states, cos, sin, flexserv_step)
+        hidden_states = model.norm(hidden_states)
+        return CausalLMOutput(logits=self.lm_head(hidden_states[:, logits_to_keep, :]))
