@@ -114,6 +114,8 @@ class TransformersBackend(Backend):
             attn_implementation=ts.transformers_attn_implementation,
             trust_remote_code=ts.transformers_trust_remote_code,
             quantization=ts.transformers_quantization,
+            model_code=ts.transformers_model_code,
+            engine=ts.transformers_engine,
         )
         started = time.perf_counter()
         model, tokenizer, processor = load_model_and_tokenizer(spec, options, progress)

@@ -66,10 +66,10 @@ from flexserv_core import FinishReason, SamplingParams, ServiceUnavailable
 
 if TYPE_CHECKING:
     import torch
-    from transformers import PreTrainedModel
 
     from flexserv_core import Settings
     from flexserv_transformers.grammar import GrammarState
+    from flexserv_transformers.loading import CausalLM
     from flexserv_transformers.media import PromptMedia
 
 __all__ = [
@@ -109,7 +109,8 @@ class EngineModel(msgspec.Struct, kw_only=True):
     """What an engine gets: the model in eval mode on its device, and facts about it.
 
     Attributes:
-        model: a causal LM (``AutoModelForCausalLM``), already on ``device`` in ``dtype``.
+        model: a causal LM (``AutoModelForCausalLM``, or FlexServ's own Llama
+            forward in the paged engine: ``flexserv_transformers.native``), already on ``device`` in ``dtype``.
         device: where it lives (``torch.device``).
         eos_token_ids: ids that end a sequence with ``"stop"`` (generation config
             and tokenizer together).
@@ -118,7 +119,7 @@ class EngineModel(msgspec.Struct, kw_only=True):
         name: the model's name in the catalog (for logs and stats).
     """
 
-    model: PreTrainedModel
+    model: CausalLM
     device: torch.device
     eos_token_ids: frozenset[int]
     context_length: int

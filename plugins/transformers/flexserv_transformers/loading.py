@@ -35,10 +35,16 @@ import msgspec
 from flexserv_core import ModelLoadError
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin
 
     from flexserv_core import ModelSpec, ProgressCallback
+    from flexserv_transformers.native.llama import LlamaForCausalLM as FlexServLlama
+
+    #: What a load returns: transformers' model, or FlexServ's own Llama forward.
+    CausalLM: TypeAlias = PreTrainedModel | FlexServLlama
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +63,9 @@ class LoadOptions(msgspec.Struct, kw_only=True, frozen=True):
     attn_implementation: str | None = None
     trust_remote_code: bool = False
     quantization: str = "none"
+    #: ``--transformers-model-code``; ``"transformers"`` unless the backend says otherwise.
+    model_code: str = "transformers"
+    engine: str = "paged"
 
 
 class ResolvedSource(msgspec.Struct, kw_only=True, frozen=True):
@@ -340,7 +349,7 @@ def cast_checkpoint(source: Path, out_dir: Path, dtype: Any, progress: ProgressC
 
 def load_model_and_tokenizer(
     spec: ModelSpec, options: LoadOptions, progress: ProgressCallback
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin | None]:
+) -> tuple[CausalLM, PreTrainedTokenizerBase, ProcessorMixin | None]:
     """Load ``spec`` (see the module docstring); errors are :class:`ModelLoadError`.
 
     A vision-language checkpoint (its config has a ``vision_config``) is loaded with
@@ -354,8 +363,63 @@ def load_model_and_tokenizer(
         # bnb quantizes what it loads: keep it on the float32 entry, as before.
         narrow = options.dtype if options.quantization in ("none", "int8") else None
         location = str(ensure_gguf_checkpoint(Path(source.location), options.cache_dir, progress, narrow))
+    use_native, why = choose_model_code(spec, source.kind, location, options)
+    log.info("model '%s': %s model code (%s)", spec.name, "FlexServ's" if use_native else "transformers'", why)
     progress(f"loading weights from {location}", None)
+    if use_native:
+        return _load_native(spec, location, options)
     return _from_pretrained(spec, location, options, hub=source.kind == "hub")
+
+
+def choose_model_code(spec: ModelSpec, kind: str, location: str, options: LoadOptions) -> tuple[bool, str]:
+    """Whether FlexServ's own forward runs the model, and why (for the log).
+
+    ``--transformers-model-code flexserv`` on a model it cannot run exactly is a
+    :class:`ModelLoadError`; ``auto`` falls back to transformers."""
+    if options.model_code == "transformers":
+        return False, "--transformers-model-code transformers"
+    from flexserv_transformers.native.config import read_config, unsupported_reason
+
+    reason: str | None
+    if options.engine != "paged":
+        reason = f"the {options.engine} engine runs transformers' models"
+    elif kind == "hub":
+        reason = "a Hub id (FlexServ's forward loads a local directory or GGUF file)"
+    elif options.quantization.startswith("bnb-"):
+        reason = "bitsandbytes quantization"
+    elif options.trust_remote_code:
+        reason = "--transformers-trust-remote-code"
+    else:
+        reason = unsupported_reason(read_config(location))
+    if reason is None:
+        return True, "a plain Llama checkpoint in the paged engine"
+    if options.model_code == "flexserv":
+        raise ModelLoadError(
+            f"Model '{spec.name}': --transformers-model-code flexserv cannot run it: {reason}."
+            " Use --transformers-model-code auto or transformers."
+        )
+    return False, reason
+
+
+def _load_native(
+    spec: ModelSpec, location: str, options: LoadOptions
+) -> tuple[FlexServLlama, PreTrainedTokenizerBase, ProcessorMixin | None]:
+    from flexserv_transformers.native.loading import load_llama, load_tokenizer
+
+    try:
+        tokenizer = load_tokenizer(location)
+        model = load_llama(location, dtype=options.dtype, device=options.device)
+    except ModelLoadError as exc:
+        raise ModelLoadError(f"Model '{spec.name}': {exc}") from exc
+    except Exception as exc:
+        raise ModelLoadError(
+            f"Model '{spec.name}': FlexServ's Llama forward could not load {location!r}: {type(exc).__name__}: {exc}"
+        ) from exc
+    if options.quantization == "int8":
+        from flexserv_transformers.int8 import quantize_linears
+
+        quantize_linears(model, options.dtype)
+    return model, tokenizer, None
 
 
 def _hub_download(spec: ModelSpec, repo: str, filename: str) -> str:
@@ -462,7 +526,7 @@ def _bnb_config(options: LoadOptions) -> Any:
     return BitsAndBytesConfig(load_in_8bit=True)
 
 
-def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
+def eos_token_ids(model: CausalLM, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
     """End-of-sequence ids from the generation config and the tokenizer together."""
     ids: set[int] = set()
     configured = getattr(model.generation_config, "eos_token_id", None)
@@ -475,7 +539,7 @@ def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) ->
     return frozenset(ids)
 
 
-def image_token_id(model: PreTrainedModel, processor: ProcessorMixin) -> int:
+def image_token_id(model: CausalLM, processor: ProcessorMixin) -> int:
     """The id of the token each image placeholder expands into."""
     for attr in ("image_token_id", "image_token_index"):
         value = getattr(model.config, attr, None)
@@ -491,7 +555,7 @@ def image_token_id(model: PreTrainedModel, processor: ProcessorMixin) -> int:
     raise ModelLoadError(f"cannot tell the image token of {type(model).__name__} (no config.image_token_id)")
 
 
-def context_length(model: PreTrainedModel) -> int:
+def context_length(model: CausalLM) -> int:
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
         value = getattr(config, attr, None)
@@ -510,5 +574,5 @@ def embedding_rows(embeddings: torch.nn.Module) -> int:
     return int(weight.shape[0])
 
 
-def parameter_dtype(model: PreTrainedModel) -> torch.dtype:
+def parameter_dtype(model: CausalLM) -> torch.dtype:
     return next(model.parameters()).dtype

@@ -31,9 +31,10 @@ from flexserv_transformers.loading import (
 from flexserv_transformers.media import ImagePrompt, PromptMedia
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin
+    from transformers import PreTrainedTokenizerBase, ProcessorMixin
 
     from flexserv_core import ImageInput, ModelSpec, Settings
+    from flexserv_transformers.loading import CausalLM
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ class TransformersTextModel(TextGenerationModel):
     def __init__(
         self,
         spec: ModelSpec,
-        model: PreTrainedModel,
+        model: CausalLM,
         tokenizer: PreTrainedTokenizerBase,
         *,
         settings: Settings,
@@ -93,7 +94,7 @@ class TransformersTextModel(TextGenerationModel):
             max_images=max_images if processor is not None else 0,
         )
         self.grammars = GrammarCompiler(tokenizer, self.eos_token_ids, engine_model.vocab_size)
-        self._model: PreTrainedModel | None = model
+        self._model: CausalLM | None = model
 
     # -- prompts --------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 Quantization = Literal["none", "int8", "bnb-8bit", "bnb-4bit"]
 DType = Literal["auto", "float32", "bfloat16", "float16"]
+ModelCode = Literal["auto", "flexserv", "transformers"]
 
 
 def _meta(description: str, *, aliases: tuple[str, ...] = (), **extra: object) -> msgspec.Meta:
@@ -88,6 +89,15 @@ class TransformersSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=T
     transformers_engine: Annotated[str, _meta("Generation engine.", metavar="{" + ",".join(ENGINES) + "}")] = (
         DEFAULT_ENGINE
     )
+    transformers_model_code: Annotated[
+        ModelCode,
+        _meta(
+            "Whose forward pass runs the model. flexserv: FlexServ's own Llama forward (paged engine, plain Llama"
+            " checkpoints in a local directory or GGUF file; same logits as transformers', faster start, less"
+            " memory); an unsupported model is a load error. transformers: transformers' modelling code."
+            " auto: flexserv where it applies, else transformers."
+        ),
+    ] = "auto"
     transformers_continuous_batching: Annotated[
         bool | None,
         _meta(
@@ -221,6 +231,11 @@ def check_settings(settings: TransformersSettings) -> None:
         raise UsageError(
             "invalid value for setting 'transformers_engine' (--transformers-engine):"
             f" {settings.transformers_engine!r}; choose one of {', '.join(ENGINES)}"
+        )
+    if settings.transformers_model_code == "flexserv" and settings.transformers_engine != "paged":
+        raise UsageError(
+            "invalid value for setting 'transformers_model_code' (--transformers-model-code flexserv): FlexServ's"
+            f" forward runs in the paged engine, and the engine is {settings.transformers_engine}"
         )
     if (
         settings.transformers_device == "auto"

@@ -224,7 +224,7 @@ class SimpleEngine:
         """Run one forward pass of ``seq`` and hand over its token; ``True`` when it ended."""
         if seq.cancelled:
             return True
-        model = self._em.model
+        model: Any = self._em.model  # transformers': this engine never gets FlexServ's forward
         if seq.cache is None:
             from transformers import DynamicCache
 

@@ -40,7 +40,7 @@ async def test_greedy_parity_with_generate(smollm, collect, chat):
     assert [d.token_id for d in deltas] == reference_greedy(smollm, ids, 24)
 
 
-def assert_greedy_parity_or_tie(model, prompt_ids: list[int], got: list[int]) -> None:
+def assert_greedy_parity_or_tie(model, prompt_ids: list[int], got: list[int], reference=None) -> None:
     """``got`` equals ``generate``'s greedy tokens up to its first flip, and that flip
     is a tie within the dtype's rounding: ``generate``'s own top-2 logits at that
     step lie within :func:`tie_tolerance`. The tokens after a flip legitimately differ.
@@ -50,8 +50,11 @@ def assert_greedy_parity_or_tie(model, prompt_ids: list[int], got: list[int]) ->
     depends on the last bit of rounding in the matmul and attention kernels, which
     differ between CPU kinds (AVX512-BF16, AMX) and between the paged and the
     cached-SDPA attention paths.
+
+    ``reference`` (a loaded text model whose engine runs transformers' model) gives
+    ``generate`` when ``model`` runs FlexServ's own forward, which has none.
     """
-    hf = model.engine_model.model
+    hf = (reference or model).engine_model.model
     with torch.inference_mode():
         out = hf.generate(
             torch.tensor([prompt_ids], device=hf.device),
@@ -77,18 +80,25 @@ def assert_greedy_parity_or_tie(model, prompt_ids: list[int], got: list[int]) ->
 
 
 async def test_greedy_parity_bfloat16(smollm_spec, flexserv_test_cache, load_model, collect):
-    """The default CPU dtype on AMX machines; parity holds within one dtype, up to bf16 ties."""
+    """The default CPU dtype on AMX machines; parity holds within one dtype, up to bf16 ties.
+    The paged engine runs FlexServ's own Llama forward (the default); ``generate`` runs
+    transformers' model on the same weights."""
+    from flexserv_transformers.native.llama import LlamaForCausalLM
+
     model = load_model(smollm_spec, flexserv_test_cache, dtype="bfloat16")
+    reference = load_model(smollm_spec, flexserv_test_cache, dtype="bfloat16", transformers_engine="simple")
     try:
         assert model.dtype == "bfloat16"
+        assert isinstance(model.engine_model.model, LlamaForCausalLM)
         deltas = await collect(model, model.render_chat(CHATS[0], {}), max_tokens=16, temperature=0)
         assert "Paris" in "".join(d.text for d in deltas)
         for chat in CHATS[:2]:
             ids = model.render_chat(chat, {})
             deltas = await collect(model, ids, max_tokens=16, temperature=0)
-            assert_greedy_parity_or_tie(model, ids, [d.token_id for d in deltas])
+            assert_greedy_parity_or_tie(model, ids, [d.token_id for d in deltas], reference)
     finally:
         model.unload()
+        reference.unload()
 
 
 def test_chat_template_rendering(smollm):

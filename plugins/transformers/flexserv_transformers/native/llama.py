@@ -40,10 +40,27 @@ class CausalLMOutput:
     logits: torch.Tensor
 
 
+class Linear(nn.Linear):
+    """``nn.Linear`` without the random init: its weight comes from the checkpoint.
+
+    Built under ``torch.device("meta")``, an init would run torch's Python reference
+    kernels, which import ``torch._dynamo`` (about a second and many MiB)."""
+
+    def reset_parameters(self) -> None:
+        pass
+
+
+class Embedding(nn.Embedding):
+    """``nn.Embedding`` without the random init (see :class:`Linear`)."""
+
+    def reset_parameters(self) -> None:
+        pass
+
+
 class RMSNorm(nn.Module):
     def __init__(self, hidden_size: int, eps: float) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.weight = nn.Parameter(torch.empty(hidden_size))
         self.variance_epsilon = eps
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -61,7 +78,8 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, head_dim: int, base: float) -> None:
         super().__init__()
-        inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
+        # On the CPU even while the model's modules are built on the meta device.
+        inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float, device="cpu") / head_dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,10 +100,10 @@ class Attention(nn.Module):
         self.head_dim = config.head_dim
         self.scaling = self.head_dim**-0.5
         heads, kv_heads, hidden = config.num_attention_heads, config.num_key_value_heads, config.hidden_size
-        self.q_proj = nn.Linear(hidden, heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(hidden, kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(hidden, kv_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(heads * self.head_dim, hidden, bias=False)
+        self.q_proj = Linear(hidden, heads * self.head_dim, bias=False)
+        self.k_proj = Linear(hidden, kv_heads * self.head_dim, bias=False)
+        self.v_proj = Linear(hidden, kv_heads * self.head_dim, bias=False)
+        self.o_proj = Linear(heads * self.head_dim, hidden, bias=False)
 
     def forward(
         self, hidden_states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, step: StepLayout
@@ -99,18 +117,20 @@ class Attention(nn.Module):
         query = (query * cos) + (rotate_half(query) * sin)
         key = (key * cos) + (rotate_half(key) * sin)
         out, _ = paged_attention_forward(self, query, key, value, None, scaling=self.scaling, flexserv_step=step)
-        return self.o_proj(out.reshape(*input_shape, -1).contiguous())
+        projected: torch.Tensor = self.o_proj(out.reshape(*input_shape, -1).contiguous())
+        return projected
 
 
 class MLP(nn.Module):
     def __init__(self, config: LlamaConfig) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.gate_proj = Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = Linear(config.intermediate_size, config.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        down: torch.Tensor = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return down
 
 
 class DecoderLayer(nn.Module):
@@ -127,13 +147,14 @@ class DecoderLayer(nn.Module):
         residual = hidden_states
         hidden_states = residual + self.self_attn(self.input_layernorm(hidden_states), cos, sin, step)
         residual = hidden_states
-        return residual + self.mlp(self.post_attention_layernorm(hidden_states))
+        mlp_out: torch.Tensor = self.mlp(self.post_attention_layernorm(hidden_states))
+        return residual + mlp_out
 
 
 class LlamaModel(nn.Module):
     def __init__(self, config: LlamaConfig) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, config.pad_token_id)
+        self.embed_tokens = Embedding(config.vocab_size, config.hidden_size, config.pad_token_id)
         self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.rotary_emb = RotaryEmbedding(config.head_dim, config.rope_theta)
@@ -154,7 +175,7 @@ class LlamaForCausalLM(nn.Module):
             eos_token_id=config.eos_token_id, bos_token_id=config.bos_token_id, pad_token_id=config.pad_token_id
         )
         self.model = LlamaModel(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
 
     @property
     def device(self) -> torch.device:
@@ -167,7 +188,8 @@ class LlamaForCausalLM(nn.Module):
     def get_input_embeddings(self) -> nn.Embedding:
         return self.model.embed_tokens
 
-    def get_output_embeddings(self) -> nn.Module:
+    def get_output_embeddings(self) -> Any:
+        """``lm_head``: an ``nn.Linear``, or an ``Int8Linear`` after int8 quantization."""
         return self.lm_head
 
     def forward(

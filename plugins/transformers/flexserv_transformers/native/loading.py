@@ -52,8 +52,7 @@ def load_llama(directory: str | Path, *, dtype: torch.dtype, device: torch.devic
     model.load_state_dict(state, strict=False, assign=True)
     if config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
-    # The rotary buffer was built on the meta device; transformers keeps it in float32.
-    model.model.rotary_emb = type(model.model.rotary_emb)(config.head_dim, config.rope_theta).to(device)
+    model.model.rotary_emb.to(device)  # its float32 buffer was computed on the CPU, as transformers does
     model.requires_grad_(False)
     return model.eval()
 
@@ -110,8 +109,10 @@ def load_tokenizer(directory: str | Path) -> PreTrainedTokenizerBase:
     if tokenizer_class in _PLAIN_TOKENIZERS and (directory / "tokenizer.json").is_file():
         from transformers import PreTrainedTokenizerFast
 
-        return PreTrainedTokenizerFast.from_pretrained(str(directory))
+        fast: PreTrainedTokenizerBase = PreTrainedTokenizerFast.from_pretrained(str(directory))
+        return fast
     log.info("tokenizer class %r: loading it with AutoTokenizer", tokenizer_class)
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(directory))
+    auto: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(str(directory))
+    return auto
