@@ -5,11 +5,15 @@ dtypes and order: RMSNorm in float32 then cast back, rotary cos/sin in float32
 cast to the activations' dtype, the same tensor shapes and views around the
 attention call (SDPA's result can depend on strides), the residual adds as there.
 So its logits are bit-identical to transformers' for the same weights, in float32
-and in bfloat16 (``tests/test_native_llama.py`` holds it to that).
+and in bfloat16 (``tests/test_native_llama.py`` holds it to that, the fused
+projections included).
 
 Module and parameter names are transformers' (``model.layers.N.self_attn.q_proj``),
-so a checkpoint's state dict loads as is and ``quantize_linears`` (int8) finds the
-same ``nn.Linear`` layers. It runs only inside the paged engine: every forward
+so a checkpoint's state dict loads as is, except that in 16-bit dtypes q/k/v and
+gate/up are fused into ``qkv_proj`` and ``gate_up_proj`` (the loader concatenates
+the checkpoint's weights; see :class:`Attention`). Every projection is an
+``nn.Linear``, so ``quantize_linears`` (int8, one scale per output row) gives the
+same rows as on separate layers. It runs only inside the paged engine: every forward
 needs the step's :class:`~flexserv_transformers.engine.kv_cache.StepLayout`.
 """
 
@@ -94,15 +98,26 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    def __init__(self, config: LlamaConfig, layer_idx: int) -> None:
+    """Self-attention. With ``fused``, q, k and v are one ``qkv_proj`` (one matmul
+    instead of three per layer; a batch-1 decode step is many small matmuls): each
+    output is the same weight row's dot product, but the GEMM kernel may block a
+    wider matrix differently, so the loader fuses only in 16-bit dtypes, where the
+    results stayed bit-identical here, and keeps float32 exact (see the README)."""
+
+    def __init__(self, config: LlamaConfig, layer_idx: int, *, fused: bool = False) -> None:
         super().__init__()
         self.layer_idx = layer_idx
         self.head_dim = config.head_dim
         self.scaling = self.head_dim**-0.5
+        self.fused = fused
         heads, kv_heads, hidden = config.num_attention_heads, config.num_key_value_heads, config.hidden_size
-        self.q_proj = Linear(hidden, heads * self.head_dim, bias=False)
-        self.k_proj = Linear(hidden, kv_heads * self.head_dim, bias=False)
-        self.v_proj = Linear(hidden, kv_heads * self.head_dim, bias=False)
+        self.split = [heads * self.head_dim, kv_heads * self.head_dim, kv_heads * self.head_dim]
+        if fused:
+            self.qkv_proj = Linear(hidden, sum(self.split), bias=False)
+        else:
+            self.q_proj = Linear(hidden, self.split[0], bias=False)
+            self.k_proj = Linear(hidden, self.split[1], bias=False)
+            self.v_proj = Linear(hidden, self.split[2], bias=False)
         self.o_proj = Linear(heads * self.head_dim, hidden, bias=False)
 
     def forward(
@@ -110,9 +125,15 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
-        query = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        key = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        value = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        if self.fused:
+            q, k, v = self.qkv_proj(hidden_states).split(self.split, dim=-1)
+            query = q.reshape(hidden_shape).transpose(1, 2)
+            key = k.reshape(hidden_shape).transpose(1, 2)
+            value = v.reshape(hidden_shape).transpose(1, 2)
+        else:
+            query = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+            key = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+            value = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         query = (query * cos) + (rotate_half(query) * sin)
         key = (key * cos) + (rotate_half(key) * sin)
@@ -122,22 +143,32 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, config: LlamaConfig) -> None:
+    """SwiGLU; with ``fused``, gate and up are one ``gate_up_proj`` (see :class:`Attention`)."""
+
+    def __init__(self, config: LlamaConfig, *, fused: bool = False) -> None:
         super().__init__()
-        self.gate_proj = Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.up_proj = Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.fused = fused
+        if fused:
+            self.gate_up_proj = Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
+        else:
+            self.gate_proj = Linear(config.hidden_size, config.intermediate_size, bias=False)
+            self.up_proj = Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.down_proj = Linear(config.intermediate_size, config.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        down: torch.Tensor = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self.fused:
+            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        down: torch.Tensor = self.down_proj(F.silu(gate) * up)
         return down
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: LlamaConfig, layer_idx: int) -> None:
+    def __init__(self, config: LlamaConfig, layer_idx: int, *, fused: bool) -> None:
         super().__init__()
-        self.self_attn = Attention(config, layer_idx)
-        self.mlp = MLP(config)
+        self.self_attn = Attention(config, layer_idx, fused=fused)
+        self.mlp = MLP(config, fused=fused)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -152,10 +183,10 @@ class DecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    def __init__(self, config: LlamaConfig) -> None:
+    def __init__(self, config: LlamaConfig, *, fused: bool) -> None:
         super().__init__()
         self.embed_tokens = Embedding(config.vocab_size, config.hidden_size, config.pad_token_id)
-        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(DecoderLayer(config, i, fused=fused) for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.rotary_emb = RotaryEmbedding(config.head_dim, config.rope_theta)
 
@@ -168,13 +199,15 @@ class LlamaForCausalLM(nn.Module):
     #: The runner's cue that this model calls the paged attention itself.
     computes_paged_attention = True
 
-    def __init__(self, config: LlamaConfig, generation_config: GenerationDefaults | None = None) -> None:
+    def __init__(
+        self, config: LlamaConfig, generation_config: GenerationDefaults | None = None, *, fused: bool = False
+    ) -> None:
         super().__init__()
         self.config = config
         self.generation_config = generation_config or GenerationDefaults(
             eos_token_id=config.eos_token_id, bos_token_id=config.bos_token_id, pad_token_id=config.pad_token_id
         )
-        self.model = LlamaModel(config)
+        self.model = LlamaModel(config, fused=fused)
         self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
 
     @property
