@@ -5,7 +5,8 @@ the conversion cache warm), polls ``GET /v1/models`` until it answers, sends one
 streaming chat request at once and records, from the moment the process was
 started: when the server answered, when the first token arrived, and the CPU
 seconds the server had used by then (``cpu_s``; on a shared machine the wall
-times stretch with the load, the work hardly changes). Configurations
+times stretch with the load, the work hardly changes) and its resident memory
+after that request (``rss_mb``). Configurations
 (``--config NAME:--flag value ...``, extra ``flexserv run`` arguments) alternate::
 
     HF_HUB_OFFLINE=1 python benchmarks/cold_start.py --repeat 3 \\
@@ -67,8 +68,10 @@ def one(extra: list[str], timeout: float) -> dict[str, float]:
                         first = time.monotonic() - started
             # CPU seconds the server spent until then (all its threads): the work itself, which a
             # busy shared machine stretches in wall time but hardly changes.
-            cpu = psutil.Process(proc.pid).cpu_times()
-        return {"ready_s": ready, "first_token_s": first or float("nan"), "cpu_s": cpu.user + cpu.system}
+            server = psutil.Process(proc.pid)
+            cpu = server.cpu_times()
+            rss = server.memory_info().rss / 2**20
+        return {"ready_s": ready, "first_token_s": first or float("nan"), "cpu_s": cpu.user + cpu.system, "rss_mb": rss}
     finally:
         stop(proc)
 
@@ -87,7 +90,10 @@ def main() -> None:
             rows[name].append(row)
             print(rep, name, json.dumps(row), file=sys.stderr, flush=True)
     summary = {
-        name: {key: statistics.median(r[key] for r in data) for key in ("ready_s", "first_token_s", "cpu_s", "load1")}
+        name: {
+            key: statistics.median(r[key] for r in data)
+            for key in ("ready_s", "first_token_s", "cpu_s", "rss_mb", "load1")
+        }
         for name, data in rows.items()
     }
     print(json.dumps({"median": summary, "runs": rows}, indent=1))

