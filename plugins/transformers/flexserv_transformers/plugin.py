@@ -37,10 +37,11 @@ def flexserv_configure(settings: Settings) -> None:
 
 @hookimpl
 def flexserv_startup(server: FlexServer) -> None:
-    if server.settings.get(TransformersSettings).transformers_warm_imports:
+    ours = server.settings.get(TransformersSettings)
+    if ours.transformers_warm_imports:
         from flexserv_transformers import prewarm
 
-        prewarm.start()
+        prewarm.start(prewarm.modules_for(ours))
 
 
 @hookimpl

@@ -13,6 +13,10 @@ import importlib
 import logging
 import threading
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from flexserv_transformers.settings import TransformersSettings
 
 log = logging.getLogger(__name__)
 
@@ -29,19 +33,36 @@ MODULES = (
     "flexserv_transformers.engine.engine",
     "flexserv_transformers.model",
 )
+#: The same for FlexServ's own Llama forward: no transformers modelling code or Auto classes.
+LEAN_MODULES = (
+    "torch",
+    "transformers.tokenization_utils_tokenizers",
+    "flexserv_transformers.loading",
+    "flexserv_transformers.native.loading",
+    "flexserv_transformers.engine.engine",
+    "flexserv_transformers.model",
+)
 
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
 
 
-def _run() -> None:
+def modules_for(settings: TransformersSettings) -> tuple[str, ...]:
+    """What to import for these settings: :data:`LEAN_MODULES` when FlexServ's own
+    forward may run the model (a fallback to transformers imports the rest at load)."""
+    lean = settings.transformers_model_code != "transformers" and settings.transformers_engine == "paged"
+    return LEAN_MODULES if lean else MODULES
+
+
+def _run(modules: tuple[str, ...]) -> None:
     started = time.perf_counter()
-    for name in MODULES:
+    for name in modules:
         try:
             importlib.import_module(name)
         except Exception:  # the load will import it again and report the error properly
             log.debug("background import of %s failed", name, exc_info=True)
-    _build_weight_mappings()
+    if modules is not LEAN_MODULES:
+        _build_weight_mappings()
     log.info("torch and transformers imported in the background in %.2f s", time.perf_counter() - started)
 
 
@@ -62,12 +83,12 @@ def _build_weight_mappings() -> None:
         log.debug("building transformers' weight conversion table failed", exc_info=True)
 
 
-def start() -> None:
-    """Start the background imports (once per process)."""
+def start(modules: tuple[str, ...] = MODULES) -> None:
+    """Start the background imports of ``modules`` (once per process)."""
     global _thread
     with _lock:
         if _thread is None:
-            _thread = threading.Thread(target=_run, name="flexserv-prewarm", daemon=True)
+            _thread = threading.Thread(target=_run, args=(modules,), name="flexserv-prewarm", daemon=True)
             _thread.start()
 
 

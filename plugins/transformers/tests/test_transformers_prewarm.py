@@ -23,11 +23,13 @@ PREWARM = """
 import sys, types
 from flexserv_transformers.plugin import flexserv_add_settings, flexserv_startup
 from flexserv_transformers import prewarm
+from flexserv_transformers.settings import TransformersSettings
 from flexserv_core import CoreSettings, resolve_settings
 settings = resolve_settings([CoreSettings, *flexserv_add_settings()], cli=CLI, env={})
 flexserv_startup(types.SimpleNamespace(settings=settings))
 prewarm.wait()
-print(all(name in sys.modules for name in prewarm.MODULES))
+print(all(name in sys.modules for name in prewarm.modules_for(settings.get(TransformersSettings))))
+print("transformers.models.llama.modeling_llama" in sys.modules)
 """
 
 
@@ -42,8 +44,15 @@ def test_checking_default_settings_does_not_import_torch():
 
 
 def test_warm_imports_import_torch_and_transformers_in_the_background():
-    assert _run(PREWARM.replace("CLI", "{'transformers_warm_imports': True}")) == ["True"]
+    """With transformers' model code: its modelling code too."""
+    cli = "{'transformers_warm_imports': True, 'transformers_model_code': 'transformers'}"
+    assert _run(PREWARM.replace("CLI", cli)) == ["True", "True"]
+
+
+def test_warm_imports_leave_the_modelling_code_out_for_flexserv_model_code():
+    """The default model code (auto) may run FlexServ's own forward: no modelling code."""
+    assert _run(PREWARM.replace("CLI", "{'transformers_warm_imports': True}")) == ["True", "False"]
 
 
 def test_warm_imports_are_off_by_default():
-    assert _run(PREWARM.replace("CLI", "{}")) == ["False"]
+    assert _run(PREWARM.replace("CLI", "{}")) == ["False", "False"]
