@@ -28,14 +28,21 @@ _PLAIN_TOKENIZERS = frozenset({"TokenizersBackend", "PreTrainedTokenizerFast"})
 _IGNORED_SUFFIXES = (".rotary_emb.inv_freq",)
 
 
-def load_llama(directory: str | Path, *, dtype: torch.dtype, device: torch.device) -> LlamaForCausalLM:
+def load_llama(
+    directory: str | Path, *, dtype: torch.dtype, device: torch.device, fuse: bool | None = None
+) -> LlamaForCausalLM:
     """The checkpoint in ``directory`` (``config.json`` and ``model.safetensors`` or a
-    sharded ``model.safetensors.index.json``) on ``device`` in ``dtype``, in eval mode."""
+    sharded ``model.safetensors.index.json``) on ``device`` in ``dtype``, in eval mode.
+
+    ``fuse``: one matmul for q/k/v and one for gate/up; ``None`` fuses in 16-bit dtypes.
+    Unfused, the forward runs transformers' operations on the same tensors, hence its
+    logits bit for bit; fused, the wider matmuls may round differently (float32 did,
+    ~1e-6; bfloat16 did not on an AVX512-BF16 CPU, other kernels may)."""
     directory = Path(directory)
     config = LlamaConfig.from_dict(read_config(directory))
-    # Fused projections speed a batch-1 decode step up ~13% here; their wider matmuls
-    # stayed bit-identical in bfloat16 but not in float32 (~1e-6), which stays exact.
-    fuse = dtype in (torch.bfloat16, torch.float16)
+    # Fused projections speed a batch-1 decode step up ~13% on the embedded model.
+    if fuse is None:
+        fuse = dtype in (torch.bfloat16, torch.float16)
     with torch.device("meta"):
         model = LlamaForCausalLM(config, _generation_defaults(directory, config), fused=fuse)
     state = _read_weights(directory, device)
