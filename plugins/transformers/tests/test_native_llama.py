@@ -10,13 +10,13 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 from flexserv_transformers.native.config import unsupported_reason
 from flexserv_transformers.settings import TransformersSettings, check_settings
+from flexserv_transformers.testing import StepSequence
 
 from flexserv_core import ModelKind, ModelLoadError, ModelSpec, UsageError
 
@@ -55,17 +55,6 @@ def test_flexserv_model_code_needs_the_paged_engine() -> None:
 # --- parity through the real runner ---------------------------------------------------
 
 
-@dataclass
-class _Seq:
-    """The fields of an engine ``Sequence`` the runner reads."""
-
-    tokens: list[int]
-    blocks: list[int]
-    num_computed: int = 0
-    media: Any = None
-    logits: list[Any] = field(default_factory=list)
-
-
 def _run_steps(model: Any, dtype: Any, prompts: list[list[int]], feed: list[list[int]] | None = None) -> list[Any]:
     """Logits of every step of a fixed plan: two prefills in one step (one split in
     two chunks), a third prompt prefilled in chunks while the others decode.
@@ -82,7 +71,7 @@ def _run_steps(model: Any, dtype: Any, prompts: list[list[int]], feed: list[list
         num_layers=layers, num_blocks=48, block_size=4, kv_heads=kv_heads, head_dim=head_dim, dtype=dtype, device="cpu"
     )
     runner = ModelRunner(model, cache)
-    a, b, c = (_Seq(list(p), list(range(i * 16, i * 16 + 16))) for i, p in enumerate(prompts))
+    a, b, c = (StepSequence(list(p), list(range(i * 16, i * 16 + 16))) for i, p in enumerate(prompts))
     plans = [
         [(a, len(a.tokens)), (b, 5)],
         [(b, len(b.tokens) - 5)],
