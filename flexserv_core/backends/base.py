@@ -89,6 +89,8 @@ class EngineStats(msgspec.Struct, kw_only=True):
     requests_waiting: int = 0
     #: Fraction (0.0-1.0) of the KV cache in use.
     kv_cache_usage: float | None = None
+    #: Fraction (0.0-1.0) of the KV cache's budget whose memory is resident (written).
+    kv_cache_resident: float | None = None
     #: Prompt tokens looked up in the prefix cache, and those found there.
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0

@@ -42,6 +42,11 @@ class RegistryCollector(Collector):
         kv_usage = GaugeMetricFamily(
             f"{PREFIX}kv_cache_usage_perc", "Fraction of the KV cache in use (1 = full).", labels=[MODEL]
         )
+        kv_resident = GaugeMetricFamily(
+            f"{PREFIX}kv_cache_resident_perc",
+            "Fraction of the KV cache's budget resident in memory (written at least once).",
+            labels=[MODEL],
+        )
         queries = CounterMetricFamily(
             f"{PREFIX}prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", labels=[MODEL]
         )
@@ -62,6 +67,8 @@ class RegistryCollector(Collector):
                 n_running, n_waiting = n_running - queued, n_waiting + queued
                 if stats.kv_cache_usage is not None:
                     kv_usage.add_metric([name], stats.kv_cache_usage)
+                if stats.kv_cache_resident is not None:
+                    kv_resident.add_metric([name], stats.kv_cache_resident)
                 queries.add_metric([name], stats.prefix_cache_queries)
                 hits.add_metric([name], stats.prefix_cache_hits)
                 preemptions.add_metric([name], stats.preemptions)
@@ -69,7 +76,7 @@ class RegistryCollector(Collector):
             waiting.add_metric([name], n_waiting)
         for info in self.registry.loaded():
             loaded.add_metric([info.model_id, str(info.kind)], 1)
-        yield from (running, waiting, loaded, kv_usage, queries, hits, preemptions)
+        yield from (running, waiting, loaded, kv_usage, kv_resident, queries, hits, preemptions)
 
     def _stats(self, name: str) -> EngineStats | None:
         model = self.registry.model_if_loaded(name)

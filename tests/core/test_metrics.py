@@ -150,7 +150,12 @@ class StatsModel(FakeTextModel):
 
     def stats(self) -> EngineStats:
         return EngineStats(
-            requests_waiting=1, kv_cache_usage=0.25, prefix_cache_queries=64, prefix_cache_hits=48, preemptions=2
+            requests_waiting=1,
+            kv_cache_usage=0.25,
+            kv_cache_resident=0.5,
+            prefix_cache_queries=64,
+            prefix_cache_hits=48,
+            preemptions=2,
         )
 
 
@@ -177,6 +182,7 @@ async def test_engine_stats_are_exported_and_queued_requests_count_as_waiting() 
     assert value(samples, "flexserv:num_requests_running", model_name=MODEL) == 1
     assert value(samples, "flexserv:num_requests_waiting", model_name=MODEL) == 1
     assert value(samples, "flexserv:kv_cache_usage_perc", model_name=MODEL) == 0.25
+    assert value(samples, "flexserv:kv_cache_resident_perc", model_name=MODEL) == 0.5
     assert value(samples, "flexserv:prefix_cache_queries_total", model_name=MODEL) == 64
     assert value(samples, "flexserv:prefix_cache_hits_total", model_name=MODEL) == 48
     assert value(samples, "flexserv:num_preemptions_total", model_name=MODEL) == 2

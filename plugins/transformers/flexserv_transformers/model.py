@@ -245,6 +245,7 @@ class TransformersTextModel(TextGenerationModel):
         kv, prefix = raw.get("kv_cache"), raw.get("prefix_cache")
         if isinstance(kv, dict) and kv.get("total_blocks"):
             stats.kv_cache_usage = kv["used_blocks"] / kv["total_blocks"]
+            stats.kv_cache_resident = kv["touched_blocks"] / kv["total_blocks"]
             if isinstance(prefix, dict):
                 # vLLM counts tokens; the block manager counts whole blocks.
                 stats.prefix_cache_queries = int(prefix["queried_blocks"]) * int(kv["block_size"])

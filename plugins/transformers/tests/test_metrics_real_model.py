@@ -56,6 +56,7 @@ async def test_engine_numbers_and_usage_reach_metrics(tmp_path_factory: pytest.T
     # the second prompt's shared system-prompt blocks were found in the cache
     assert m[("flexserv:prefix_cache_hits_total", name)] >= 16 * 4
     assert 0.0 <= m[("flexserv:kv_cache_usage_perc", name)] < 1.0
+    assert 0.0 < m[("flexserv:kv_cache_resident_perc", name)] <= 1.0
     assert m[("flexserv:num_preemptions_total", name)] == 0
     assert m[("flexserv:time_to_first_token_seconds_count", name)] == 2
     assert m[("flexserv:num_requests_running", name)] == 0

@@ -8,6 +8,16 @@ the same physical blocks. Blocks are reference counted; a hashed block whose cou
 drops to zero stays cached (and findable) in an LRU list until a fresh block is
 needed and it is evicted.
 
+Blocks also differ in whether their memory has ever been written. The KV pool is
+allocated untouched except for its first ``resident_blocks`` (pre-touched at
+load); block ``i`` is *touched* once ``i < touched_blocks``, and the touched region
+only grows from its end. Hand-out keeps it as small as traffic allows: a free
+block inside it first, then the least recently used cached block, and only when
+nothing can be evicted a block from beyond it. So resident memory grows past the
+pre-touched size only while the live sequences need more than it holds, and the
+prefix cache keeps what fits there (LRU: a system prompt every request shares is
+held or recently released, so it is the last to go).
+
 Only the engine thread touches a :class:`BlockManager`, so it needs no lock.
 """
 
@@ -31,6 +41,8 @@ class BlockStats(msgspec.Struct, kw_only=True):
     used_blocks: int  # referenced by at least one live sequence
     cached_blocks: int  # unreferenced but still holding a reusable prefix
     free_blocks: int  # never used or evicted
+    touched_blocks: int  # whose memory has been written (resident): pre-touched or handed out once
+    resident_blocks: int  # pre-touched at load; hand-out grows beyond them only when nothing is evictable
     prefix_hit_blocks: int
     prefix_queried_blocks: int
     prefix_hit_tokens: int
@@ -40,13 +52,30 @@ class BlockStats(msgspec.Struct, kw_only=True):
 class BlockManager:
     """Hands out block ids; counts references; remembers full blocks by content."""
 
-    def __init__(self, num_blocks: int, block_size: int, *, enable_prefix_caching: bool = True) -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        *,
+        enable_prefix_caching: bool = True,
+        resident_blocks: int | None = None,
+        touched_blocks: int = 0,
+    ) -> None:
+        """``resident_blocks`` (default: all) are the pre-touched ones; ``touched_blocks``
+        carries a larger touched region over from a previous manager of the same pool."""
         if num_blocks < 1 or block_size < 1:
             raise ValueError("num_blocks and block_size must be positive")
+        resident = num_blocks if resident_blocks is None else resident_blocks
+        if not 0 <= resident <= num_blocks or not 0 <= touched_blocks <= num_blocks:
+            raise ValueError("resident_blocks and touched_blocks must be within 0..num_blocks")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
-        self._free: list[int] = list(range(num_blocks - 1, -1, -1))  # pop() gives low ids first
+        self.resident_blocks = resident
+        self._touched = max(resident, touched_blocks)  # blocks [0, _touched) have been written
+        self._free: list[int] = list(
+            range(self._touched - 1, -1, -1)
+        )  # touched, unheld, no content; pop() gives low ids first
         self._refs = [0] * num_blocks
         self._key_of: list[BlockKey | None] = [None] * num_blocks
         self._by_key: dict[BlockKey, int] = {}
@@ -59,8 +88,13 @@ class BlockManager:
 
     @property
     def available(self) -> int:
-        """Blocks that could be handed out now (free plus evictable cached ones)."""
-        return len(self._free) + len(self._evictable)
+        """Blocks that could be handed out now (free, untouched and evictable cached ones)."""
+        return len(self._free) + self.num_blocks - self._touched + len(self._evictable)
+
+    @property
+    def touched_blocks(self) -> int:
+        """Blocks whose memory has been written: the pool's resident part."""
+        return self._touched
 
     @property
     def used(self) -> int:
@@ -72,7 +106,9 @@ class BlockManager:
             total_blocks=self.num_blocks,
             used_blocks=self.used,
             cached_blocks=len(self._evictable),
-            free_blocks=len(self._free),
+            free_blocks=len(self._free) + self.num_blocks - self._touched,
+            touched_blocks=self._touched,
+            resident_blocks=self.resident_blocks,
             prefix_hit_blocks=self.prefix_hit_blocks,
             prefix_queried_blocks=self.prefix_queried_blocks,
             prefix_hit_tokens=self.prefix_hit_blocks * self.block_size,
@@ -160,21 +196,26 @@ class BlockManager:
     # --- allocation -----------------------------------------------------------------
 
     def allocate(self, n: int) -> list[int] | None:
-        """``n`` fresh blocks (reference 1 each), evicting cached ones if needed;
-        ``None`` (and no change) when fewer than ``n`` are available."""
+        """``n`` fresh blocks (reference 1 each); ``None`` (and no change) when
+        fewer than ``n`` are available. Each is, in this order of preference, a free
+        touched block, the least recently used cached block (evicted), or the next
+        untouched one (the touched region grows)."""
         if n > self.available:
             return None
         out = []
         for _ in range(n):
             if self._free:
                 block = self._free.pop()
-            else:
+            elif self._evictable:
                 block, _ = self._evictable.popitem(last=False)
                 key = self._key_of[block]
                 if key is not None and self._by_key.get(key) == block:
                     del self._by_key[key]
                 self._key_of[block] = None
                 self.evictions += 1
+            else:
+                block = self._touched
+                self._touched += 1
             self._refs[block] = 1
             out.append(block)
         return out

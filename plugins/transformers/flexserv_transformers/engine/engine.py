@@ -25,7 +25,12 @@ from flexserv_transformers.engine.kv_cache import PagedKVCache
 from flexserv_transformers.engine.runner import ModelRunner, kv_geometry
 from flexserv_transformers.engine.scheduler import Scheduler
 from flexserv_transformers.engine.sequence import Sequence
-from flexserv_transformers.engine.settings import CPU_KV_CACHE_MIB, GPU_KV_CACHE_MIB, EngineSettings
+from flexserv_transformers.engine.settings import (
+    CPU_KV_CACHE_MIB,
+    CPU_KV_RESIDENT_MIB,
+    GPU_KV_CACHE_MIB,
+    EngineSettings,
+)
 from flexserv_transformers.engine_api import EngineModel, EngineToken, queue_timeout_error
 from flexserv_transformers.grammar import GrammarMasks, GrammarState, grammar_masks
 from flexserv_transformers.media import PromptMedia
@@ -65,6 +70,7 @@ class PagedEngine:
         )
         self.context_length: int = context_length or int(getattr(model.config, "max_position_embeddings", 1 << 30))
         num_blocks = s.transformers_kv_cache_blocks or self._auto_blocks(per_block, device)
+        resident_blocks = self._resident_blocks(per_block, device, num_blocks)
         cache = PagedKVCache(
             num_layers=num_layers,
             num_blocks=num_blocks,
@@ -73,12 +79,16 @@ class PagedEngine:
             head_dim=head_dim,
             dtype=dtype,
             device=device,
+            resident_blocks=resident_blocks,
         )
         self.device = str(device)
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.eos_token_ids = frozenset(eos_token_ids)
         self.block_manager = BlockManager(
-            num_blocks, s.transformers_kv_block_size, enable_prefix_caching=s.transformers_prefix_caching
+            num_blocks,
+            s.transformers_kv_block_size,
+            enable_prefix_caching=s.transformers_prefix_caching,
+            resident_blocks=resident_blocks,
         )
         self.scheduler = Scheduler(
             self.block_manager,
@@ -111,6 +121,16 @@ class PagedEngine:
         budget = CPU_KV_CACHE_MIB if device.type == "cpu" else GPU_KV_CACHE_MIB
         most = s.transformers_max_batch_size * -(-self.context_length // s.transformers_kv_block_size)
         return max(1, min(int(budget * 2**20 // per_block), most))
+
+    def _resident_blocks(self, per_block: int, device: torch.device, num_blocks: int) -> int:
+        """Blocks zero-filled at load: ``transformers_kv_cache_resident`` MiB; when it
+        is 0, the whole pool on a GPU and :data:`CPU_KV_RESIDENT_MIB` on CPU."""
+        mib = self.settings.transformers_kv_cache_resident
+        if not mib:
+            if device.type != "cpu":
+                return num_blocks
+            mib = CPU_KV_RESIDENT_MIB
+        return min(num_blocks, max(1, int(mib * 2**20 // per_block)))
 
     # --- event-loop side ------------------------------------------------------------
 
@@ -216,6 +236,8 @@ class PagedEngine:
                 "used_blocks": blocks.used_blocks,
                 "cached_blocks": blocks.cached_blocks,
                 "free_blocks": blocks.free_blocks,
+                "touched_blocks": blocks.touched_blocks,
+                "resident_blocks": blocks.resident_blocks,
                 "evictions": blocks.evictions,
             },
             "prefix_cache": {
@@ -300,10 +322,13 @@ class PagedEngine:
         )
         self.restarts += 1
         s = self.settings
+        old = self.block_manager
         self.block_manager = BlockManager(
-            self.block_manager.num_blocks,
+            old.num_blocks,
             s.transformers_kv_block_size,
             enable_prefix_caching=s.transformers_prefix_caching,
+            resident_blocks=old.resident_blocks,
+            touched_blocks=old.touched_blocks,  # the pool's memory stays written
         )
         self.scheduler = Scheduler(
             self.block_manager,

@@ -26,17 +26,25 @@ from typing import Any, cast
 import torch
 import torch.nn.functional as F
 
+from flexserv_transformers.engine.pages import no_huge_pages
+
 ATTN_IMPL = "flexserv_paged"
 
 
 class PagedKVCache:
     """Key and value tensors of shape ``[layers, num_blocks, block_size, kv_heads, head_dim]``.
 
-    Allocated zero-filled, so every page is resident from the start: with the
-    prefix cache keeping freed blocks, a lazily touched pool grows towards its
-    whole budget under traffic (RSS +20% over the first thousand requests), while
-    a pre-touched one holds memory flat from the first request. The budget is
-    therefore sized to be resident (``EngineSettings.transformers_kv_cache_memory``).
+    The budget (``num_blocks``) is allocated untouched, and only the first
+    ``resident_blocks`` are zero-filled at load: on CPU the allocation is a fresh
+    anonymous mapping, so a page costs memory only once it is written. The block
+    manager hands out blocks so that the written part stays as small as traffic
+    allows (see :mod:`.blocks`), and :meth:`clear_blocks` zero-fills every block
+    it hands out. Memory is therefore flat from the first request as long as the
+    live sequences fit in the resident part, while the budget still bounds the
+    context and the concurrency. Before, the whole pool was zero-filled at load,
+    because with the prefix cache keeping freed blocks and never-used blocks
+    handed out before cached ones were evicted, a lazily touched pool grew towards
+    its whole budget under traffic (RSS +20% over the first thousand requests).
     """
 
     def __init__(
@@ -49,12 +57,20 @@ class PagedKVCache:
         head_dim: int,
         dtype: torch.dtype,
         device: torch.device | str,
+        resident_blocks: int | None = None,
     ) -> None:
+        """``resident_blocks`` (default: all) are zero-filled now; the rest on hand-out."""
         shape = (num_layers, num_blocks, block_size, kv_heads, head_dim)
         self.block_size = block_size
         self.num_blocks = num_blocks
-        self._k = torch.zeros(shape, dtype=dtype, device=device)
-        self._v = torch.zeros(shape, dtype=dtype, device=device)
+        self.resident_blocks = num_blocks if resident_blocks is None else max(0, min(resident_blocks, num_blocks))
+        self._k = torch.empty(shape, dtype=dtype, device=device)
+        self._v = torch.empty(shape, dtype=dtype, device=device)
+        if self.resident_blocks < num_blocks:
+            no_huge_pages(self._k)
+            no_huge_pages(self._v)
+        self._k[:, : self.resident_blocks].zero_()
+        self._v[:, : self.resident_blocks].zero_()
         self.keys = list(self._k.unbind(0))
         self.values = list(self._v.unbind(0))
 

@@ -7,10 +7,13 @@ from typing import Annotated
 import msgspec
 
 #: The automatic KV budgets (MiB): on CPU enough for an 8k-token context of the
-#: embedded 135M model or ~20 concurrent chats with a shared system prompt, small
-#: enough that the whole pool can be resident from the start.
+#: embedded 135M model or ~20 concurrent chats with a shared system prompt.
 CPU_KV_CACHE_MIB = 256.0
 GPU_KV_CACHE_MIB = 8192.0
+#: The automatic resident part of the KV pool on CPU (MiB), zero-filled at load;
+#: the rest of the budget is written only while live sequences need it. On a GPU
+#: the whole budget is resident (device memory is reserved for the pool anyway).
+CPU_KV_RESIDENT_MIB = 64.0
 
 
 class EngineSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -29,8 +32,19 @@ class EngineSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     transformers_kv_cache_memory: Annotated[
         float,
         msgspec.Meta(
-            description="KV-cache budget in MiB, allocated and touched in full at load so memory stays flat under "
-            f"traffic; 0: {CPU_KV_CACHE_MIB:.0f} on CPU, {GPU_KV_CACHE_MIB:.0f} on a GPU.",
+            description="KV-cache budget in MiB: bounds the context and the concurrency; only "
+            f"--transformers-kv-cache-resident of it is touched at load; 0: {CPU_KV_CACHE_MIB:.0f} on CPU, "
+            f"{GPU_KV_CACHE_MIB:.0f} on a GPU.",
+            ge=0,
+            extra={"metavar": "MIB"},
+        ),
+    ] = 0.0
+    transformers_kv_cache_resident: Annotated[
+        float,
+        msgspec.Meta(
+            description="Part of the KV-cache budget in MiB zero-filled at load; beyond it, blocks are written only "
+            "when no cached prefix can be evicted, so memory stays flat while traffic fits in it; "
+            f"0: {CPU_KV_RESIDENT_MIB:.0f} on CPU, the whole budget on a GPU.",
             ge=0,
             extra={"metavar": "MIB"},
         ),

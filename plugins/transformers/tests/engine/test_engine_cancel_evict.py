@@ -144,6 +144,36 @@ async def test_prefix_cache_eviction_under_kv_pressure_keeps_outputs_exact(tiny:
         engine.close()
 
 
+async def test_a_pool_resident_only_in_part_grows_and_recycles_with_outputs_exact(tiny: tuple[Any, Any]) -> None:
+    """One block pre-touched of 40: blocks beyond it are written (and zero-filled) only
+    when nothing cached can be evicted, and recycled ones carry no stale K/V."""
+    model, tok = tiny
+    prompts = [
+        prompt_of(tok, "The quick brown fox jumps over the lazy dog"),
+        prompt_of(tok, "Paris is the capital of France; Berlin is"),
+        prompt_of(tok, "def main():\n    print('hello world')"),
+        prompt_of(tok, "Numbers: 0 1 2 3 4 5 6 7 8 9 10 100"),
+    ]
+    n = 8
+    expected = [reference_greedy(model, p, n) for p in prompts]
+    engine = endless_engine(model, kv_block_size=4, kv_cache_blocks=40, kv_cache_resident=1e-6, max_batch_size=4)
+    try:
+        assert engine.stats()["kv_cache"]["touched_blocks"] == 1
+        for prompt, want in zip(prompts, expected, strict=True):
+            assert_same_or_tie(model, prompt, want, await run(engine, prompt, n))
+        alone = engine.stats()["kv_cache"]["touched_blocks"]
+        assert 1 < alone < 10  # one sequence at a time: only what the longest needed, then recycled
+        outs = await asyncio.gather(*(run(engine, p, n) for p in prompts))
+        for prompt, want, got in zip(prompts, expected, outs, strict=True):
+            assert_same_or_tie(model, prompt, want, got)
+        kv = engine.stats()["kv_cache"]
+        assert alone < kv["touched_blocks"] < 40  # four at once needed more, never the whole pool
+        assert kv["evictions"] > 0 and kv["resident_blocks"] == 1
+        assert idle(engine) and engine.block_manager.used == 0
+    finally:
+        engine.close()
+
+
 def test_tiny_model_does_not_stop_on_its_own(tiny: tuple[Any, Any]) -> None:
     """The premise of the cancellation tests: without cancellation the sequence
     runs to ``max_tokens`` (there is no EOS id to end it)."""

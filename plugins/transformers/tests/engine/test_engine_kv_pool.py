@@ -1,42 +1,62 @@
-"""The KV pool is resident from the start and sized automatically per device."""
+"""The KV pool: only its resident part is touched at load, the rest as blocks
+are handed out; budget and resident size are chosen per device."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
+import pytest
 import torch
 from flexserv_transformers.engine.engine import PagedEngine
 from flexserv_transformers.engine.kv_cache import PagedKVCache
-from flexserv_transformers.engine.settings import CPU_KV_CACHE_MIB, EngineSettings
+from flexserv_transformers.engine.settings import CPU_KV_CACHE_MIB, CPU_KV_RESIDENT_MIB, EngineSettings
 from transformers import LlamaConfig, LlamaForCausalLM
 
 MiB = 2**20
 
-
+# A pool of 1024 blocks of 16 KiB per layer and tensor (128 MiB in all), 256 of them
+# pre-touched; then 256 more handed out (zero-filled by clear_blocks).
 _MEASURE = """
 import psutil, torch
 from flexserv_transformers.engine.kv_cache import PagedKVCache
 process = psutil.Process()
 before = process.memory_info().rss
 cache = PagedKVCache(
-    num_layers=4, num_blocks=1024, block_size=16, kv_heads=4, head_dim=64, dtype=torch.float32, device="cpu"
+    num_layers=4, num_blocks=1024, block_size=16, kv_heads=4, head_dim=64, dtype=torch.float32, device="cpu",
+    resident_blocks=RESIDENT,
 )
-print(process.memory_info().rss - before, int(cache.keys[0].any()))
+at_load = process.memory_info().rss - before
+cache.clear_blocks(torch.arange(256, 512))
+handed_out = process.memory_info().rss - before
+print(at_load, handed_out, int(cache.keys[0][:512].any()) + int(cache.values[3][:512].any()))
 """
+SIZE = 2 * 4 * 1024 * 16 * 4 * 64 * 4
 
 
-def test_the_pool_is_touched_when_allocated():
+def _measure(resident: str) -> tuple[int, int, int]:
     # Measured in a fresh interpreter: in the test process, memory freed by earlier
     # tests can be handed back to the pool without the RSS growing (seen here).
-    out = subprocess.run([sys.executable, "-c", _MEASURE], capture_output=True, text=True, check=True, timeout=120)
-    grown, any_nonzero = (int(v) for v in out.stdout.split())
-    size = 2 * 4 * 1024 * 16 * 4 * 64 * 4
-    assert grown >= 0.9 * size, f"RSS grew {grown / MiB:.1f} MiB for a {size / MiB:.0f} MiB pool"
-    assert not any_nonzero  # zero-filled: masked padding never reads NaN
+    script = _MEASURE.replace("RESIDENT", resident)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120)
+    at_load, handed_out, nonzero = (int(v) for v in out.stdout.split())
+    return at_load, handed_out, nonzero
 
 
-def test_the_automatic_budget_on_cpu():
+@pytest.mark.slow  # two fresh interpreters importing torch
+def test_only_the_resident_part_of_the_pool_is_touched_at_load() -> None:
+    at_load, handed_out, nonzero = _measure("256")
+    quarter = SIZE // 4
+    assert 0.9 * quarter <= at_load <= 1.3 * quarter, f"RSS grew {at_load / MiB:.1f} MiB at load, not ~32 MiB"
+    assert handed_out - at_load >= 0.9 * quarter  # handing out 256 more blocks wrote them
+    assert handed_out <= 0.7 * SIZE  # and nothing beyond them
+    assert not nonzero  # pre-touched and handed-out blocks read zero: masked padding never reads NaN
+    at_load, _, nonzero = _measure("None")  # the default: all of it, as on a GPU
+    assert at_load >= 0.9 * SIZE, f"RSS grew {at_load / MiB:.1f} MiB for a {SIZE / MiB:.0f} MiB pool"
+    assert not nonzero
+
+
+def test_the_automatic_budget_on_cpu() -> None:
     config = LlamaConfig(
         vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=64,
@@ -60,3 +80,26 @@ def test_the_automatic_budget_on_cpu():
         assert engine.stats()["kv_cache"]["total_blocks"] == MiB // per_block
     finally:
         engine.close()
+
+
+def test_the_resident_size_on_cpu_is_automatic_settable_and_within_the_budget() -> None:
+    config = LlamaConfig(
+        vocab_size=64, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64,
+    )  # fmt: skip
+    model = LlamaForCausalLM(config).eval()
+    per_block = PagedKVCache.bytes_per_block(num_layers=2, block_size=16, kv_heads=2, head_dim=16, dtype=torch.float32)
+    cases = [
+        (EngineSettings(), int(CPU_KV_RESIDENT_MIB * MiB // per_block)),
+        (EngineSettings(transformers_kv_cache_resident=1), MiB // per_block),
+        (EngineSettings(transformers_kv_cache_resident=10_000), int(CPU_KV_CACHE_MIB * MiB // per_block)),
+        (EngineSettings(transformers_kv_cache_blocks=100, transformers_kv_cache_resident=0.001), 1),
+    ]
+    for settings, resident in cases:
+        engine = PagedEngine(model, settings=settings, context_length=1 << 20)
+        try:
+            kv = engine.stats()["kv_cache"]
+            assert (kv["resident_blocks"], kv["touched_blocks"]) == (resident, resident)
+            assert engine.runner.cache.resident_blocks == resident
+        finally:
+            engine.close()
