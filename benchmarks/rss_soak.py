@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -44,6 +45,23 @@ def load(url: str, args: argparse.Namespace, requests: int) -> dict:
         command += ["--dataset", args.dataset]
     out = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(out.stdout)["levels"][0]
+
+
+def engine_metrics(url: str) -> dict[str, float]:
+    """The prefix-cache counters and KV gauges of ``/metrics`` (summed over models)."""
+    wanted = {
+        "flexserv:prefix_cache_queries_total": "prefix_queries",
+        "flexserv:prefix_cache_hits_total": "prefix_hits",
+        "flexserv:kv_cache_usage_perc": "kv_usage",
+        "flexserv:kv_cache_resident_perc": "kv_resident",
+    }
+    found: dict[str, float] = {}
+    for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in wanted:
+            value = (line.split("}", 1)[1] if "}" in line else line[len(name) :]).split()[0]
+            found[wanted[name]] = found.get(wanted[name], 0.0) + float(value)
+    return found
 
 
 def main() -> int:
@@ -109,6 +127,7 @@ def main() -> int:
         sampler.phase = "soak"
         soak = load(url, args, args.requests)
         after = rss(proc)
+        metrics = engine_metrics(url)
     finally:
         sampler.stopped.set()
         stop(proc)
@@ -122,6 +141,10 @@ def main() -> int:
         "peak_rss_during_soak_gib": round(sampler.peaks.get("soak", 0) / 2**30, 3),
         "unique_prompts": args.unique_prompts,
         "soak_output_tok_s": soak.get("output_tokens_per_s"),
+        "prefix_hit_rate": round(metrics["prefix_hits"] / metrics["prefix_queries"], 4)
+        if metrics.get("prefix_queries")
+        else None,
+        "kv_resident_fraction": metrics.get("kv_resident"),
     }
     print(json.dumps(result, indent=2))
     return 0
