@@ -113,16 +113,20 @@ async def test_cancelling_a_queued_request_means_it_never_runs(tiny: tuple[Any, 
         engine.close()
 
 
+#: Four prompts with no common prefix: in a small pool each evicts what the others cached.
+FOUR_PROMPTS = (
+    "The quick brown fox jumps over the lazy dog",
+    "Paris is the capital of France; Berlin is",
+    "def main():\n    print('hello world')",
+    "Numbers: 0 1 2 3 4 5 6 7 8 9 10 100",
+)
+
+
 async def test_prefix_cache_eviction_under_kv_pressure_keeps_outputs_exact(tiny: tuple[Any, Any]) -> None:
     """Ten 4-token blocks: each request evicts blocks the previous ones cached; a
     stale cache entry would hand a request K/V computed for another prompt."""
     model, tok = tiny
-    prompts = [
-        prompt_of(tok, "The quick brown fox jumps over the lazy dog"),
-        prompt_of(tok, "Paris is the capital of France; Berlin is"),
-        prompt_of(tok, "def main():\n    print('hello world')"),
-        prompt_of(tok, "Numbers: 0 1 2 3 4 5 6 7 8 9 10 100"),
-    ]
+    prompts = [prompt_of(tok, text) for text in FOUR_PROMPTS]
     n = 8
     expected = [reference_greedy(model, p, n) for p in prompts]
     engine = endless_engine(model, kv_block_size=4, kv_cache_blocks=10, max_batch_size=4)
@@ -148,12 +152,7 @@ async def test_a_pool_resident_only_in_part_grows_and_recycles_with_outputs_exac
     """One block pre-touched of 40: blocks beyond it are written (and zero-filled) only
     when nothing cached can be evicted, and recycled ones carry no stale K/V."""
     model, tok = tiny
-    prompts = [
-        prompt_of(tok, "The quick brown fox jumps over the lazy dog"),
-        prompt_of(tok, "Paris is the capital of France; Berlin is"),
-        prompt_of(tok, "def main():\n    print('hello world')"),
-        prompt_of(tok, "Numbers: 0 1 2 3 4 5 6 7 8 9 10 100"),
-    ]
+    prompts = [prompt_of(tok, text) for text in FOUR_PROMPTS]
     n = 8
     expected = [reference_greedy(model, p, n) for p in prompts]
     engine = endless_engine(model, kv_block_size=4, kv_cache_blocks=40, kv_cache_resident=1e-6, max_batch_size=4)
