@@ -96,6 +96,18 @@ timeout 300 $PY benchmarks/engine_bench.py --device cuda --dtype bfloat16 --rand
   --json "$OUT/engine_llama1b.json" >"$OUT/engine_llama1b.log" 2>&1
 grep -E '^(paged|simple) ' "$OUT/engine_llama1b.log" | tee -a "$OUT/summary.txt"
 
+# FlexServ's own Llama forward runs under `auto` on CPUs only until measured here: serve the 1B checkpoint
+# with it and with transformers' code, side by side (parity on the GPU: tests/gpu above).
+step "FlexServ, random 1B Llama: --transformers-model-code flexserv vs transformers"
+for code in flexserv transformers; do
+  timeout 300 $PY benchmarks/compare_peers.py --peers flexserv --engines paged --device cuda --dtype bfloat16 \
+    --checkpoint "$CKPT" --flexserv-model llama1b \
+    --flexserv-args "--transformers-model-code $code --transformers-kv-cache-memory 16384 --transformers-max-batch-size 64" \
+    --levels 1:4,64:64 --max-tokens 128 --shared-prefix-tokens 300 \
+    --out-dir "$OUT/model_code_$code" >"$OUT/model_code_$code.md" 2>"$OUT/model_code_$code.log"
+  { echo "model code: $code"; grep -E '^\| flexserv' "$OUT/model_code_$code.md"; } | tee -a "$OUT/summary.txt"
+done
+
 # Servers: FlexServ against transformers serve --continuous-batching, same GPU, same checkpoint.
 if $PY -c "import fastapi, transformers.cli.serve" >/dev/null 2>&1; then
   step "FlexServ vs transformers serve --continuous-batching, random 1B Llama"

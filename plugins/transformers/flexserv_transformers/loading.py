@@ -389,6 +389,9 @@ def choose_model_code(spec: ModelSpec, kind: str, location: str, options: LoadOp
         reason = "bitsandbytes quantization"
     elif options.trust_remote_code:
         reason = "--transformers-trust-remote-code"
+    elif options.model_code == "auto" and getattr(options.device, "type", "cpu") != "cpu":
+        # Measured and parity-tested on CPUs only; no GPU has run it yet (benchmarks/gpu_check.sh will).
+        reason = f"auto runs FlexServ's forward on the CPU only until it is measured on {options.device.type}"
     else:
         reason = unsupported_reason(read_config(location))
     if reason is None:

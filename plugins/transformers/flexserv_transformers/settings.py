@@ -93,9 +93,9 @@ class TransformersSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=T
         ModelCode,
         _meta(
             "Whose forward pass runs the model. flexserv: FlexServ's own Llama forward (paged engine, plain Llama"
-            " checkpoints in a local directory or GGUF file; same logits as transformers', faster start, less"
-            " memory); an unsupported model is a load error. transformers: transformers' modelling code."
-            " auto: flexserv where it applies, else transformers."
+            " checkpoints in a local directory or GGUF file; transformers' logits within rounding, faster start,"
+            " less memory); an unsupported model is a load error. transformers: transformers' modelling code."
+            " auto: flexserv where it applies on the CPU, else transformers."
         ),
     ] = "auto"
     transformers_continuous_batching: Annotated[

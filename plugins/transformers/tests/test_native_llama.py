@@ -46,6 +46,23 @@ def test_unsupported_checkpoints_say_why(change: dict[str, Any], why: str) -> No
     assert reason is not None and why in reason
 
 
+def test_auto_keeps_transformers_code_off_the_cpu_until_measured_there(tmp_path: Path) -> None:
+    import torch
+    from flexserv_transformers.loading import LoadOptions, choose_model_code
+
+    (tmp_path / "config.json").write_text(json.dumps(PLAIN))
+    spec = ModelSpec(name="plain", source=str(tmp_path), kind=ModelKind.TEXT)
+
+    def choose(device: str, code: str) -> tuple[bool, str]:
+        options = LoadOptions(device=torch.device(device), dtype=torch.bfloat16, cache_dir=tmp_path, model_code=code)
+        return choose_model_code(spec, "dir", str(tmp_path), options)
+
+    assert choose("cpu", "auto")[0]
+    native, why = choose("cuda", "auto")
+    assert not native and "CPU only" in why and "cuda" in why
+    assert choose("cuda", "flexserv")[0]  # asked for: it runs there
+
+
 def test_flexserv_model_code_needs_the_paged_engine() -> None:
     check_settings(TransformersSettings(transformers_model_code="flexserv"))
     with pytest.raises(UsageError, match="paged engine"):
