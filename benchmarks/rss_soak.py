@@ -6,6 +6,10 @@ RSS, sends ``--requests`` more at ``--concurrency`` and reads it again::
 
     HF_HUB_OFFLINE=1 python benchmarks/rss_soak.py --requests 1000 --concurrency 20 --max-tokens 8
     HF_HUB_OFFLINE=1 python benchmarks/rss_soak.py --warmup 1 --requests 2000 --unique-prompts
+
+``--settle S`` reads RSS once more after ``S`` idle seconds: the engine hands freed
+heap pages back when it goes idle (at most every 10 s), so the difference is memory
+kept but free, not memory in use.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -78,6 +83,7 @@ def main() -> int:
         action="store_true",
         help="Give every request its own user prompt (the default cycles 50), so the prefix cache keeps filling.",
     )
+    parser.add_argument("--settle", type=float, default=0.0, help="Read RSS again after this many idle seconds.")
     args = parser.parse_args()
     args.dataset = None
     if args.unique_prompts:
@@ -128,6 +134,9 @@ def main() -> int:
         soak = load(url, args, args.requests)
         after = rss(proc)
         metrics = engine_metrics(url)
+        if args.settle:
+            time.sleep(args.settle)
+        settled = rss(proc)
     finally:
         sampler.stopped.set()
         stop(proc)
@@ -138,6 +147,11 @@ def main() -> int:
         "rss_after_warmup_gib": round(before / 2**30, 3),
         "rss_after_soak_gib": round(after / 2**30, 3),
         "growth": round(after / before, 4),
+        **(
+            {"rss_settled_gib": round(settled / 2**30, 3), "growth_settled": round(settled / before, 4)}
+            if args.settle
+            else {}
+        ),
         "peak_rss_during_soak_gib": round(sampler.peaks.get("soak", 0) / 2**30, 3),
         "unique_prompts": args.unique_prompts,
         "soak_output_tok_s": soak.get("output_tokens_per_s"),
