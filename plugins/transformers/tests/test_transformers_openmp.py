@@ -36,8 +36,10 @@ def test_too_late_once_torch_is_loaded():
     assert _run(code, _env()).split() == ["False", "None"]
 
 
-def test_importing_the_plugin_bounds_onednn_primitive_cache():
-    code = "import os, flexserv_transformers; print(os.environ.get('ONEDNN_PRIMITIVE_CACHE_CAPACITY'))"
-    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
+@pytest.mark.parametrize("variable", ["ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"])
+def test_importing_the_plugin_bounds_onednn_kernel_caches(variable: str) -> None:
+    """oneDNN's primitive cache and ideep's (torch's wrapper) each keep 16 kernels, unless set."""
+    code = f"import os, flexserv_transformers; print(os.environ.get({variable!r}))"
+    env = {k: v for k, v in os.environ.items() if k != variable}
     assert _run(code, env).split() == ["16"]
-    assert _run(code, {**env, "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "1024"}).split() == ["1024"]
+    assert _run(code, {**env, variable: "1024"}).split() == ["1024"]
