@@ -366,9 +366,17 @@ def load_model_and_tokenizer(
     use_native, why = choose_model_code(spec, source.kind, location, options)
     log.info("model '%s': %s model code (%s)", spec.name, "FlexServ's" if use_native else "transformers'", why)
     progress(f"loading weights from {location}", None)
+    model: CausalLM
     if use_native:
-        return _load_native(spec, location, options)
-    return _from_pretrained(spec, location, options, hub=source.kind == "hub")
+        model, tokenizer, processor = _load_native(spec, location, options)
+    else:
+        model, tokenizer, processor = _from_pretrained(spec, location, options, hub=source.kind == "hub")
+    if options.quantization == "int8":
+        from flexserv_transformers.int8 import quantize_linears
+
+        quantize_linears(model, options.dtype)
+        model.eval()
+    return model, tokenizer, processor
 
 
 def choose_model_code(spec: ModelSpec, kind: str, location: str, options: LoadOptions) -> tuple[bool, str]:
@@ -418,10 +426,6 @@ def _load_native(
         raise ModelLoadError(
             f"Model '{spec.name}': FlexServ's Llama forward could not load {location!r}: {type(exc).__name__}: {exc}"
         ) from exc
-    if options.quantization == "int8":
-        from flexserv_transformers.int8 import quantize_linears
-
-        quantize_linears(model, options.dtype)
     return model, tokenizer, None
 
 
@@ -497,10 +501,6 @@ def _from_pretrained(
             f"Model '{spec.name}': transformers could not load {location!r} as a"
             f" {'vision-language model' if vision else 'causal LM'}: {type(exc).__name__}: {exc}"
         ) from exc
-    if options.quantization == "int8":
-        from flexserv_transformers.int8 import quantize_linears
-
-        quantize_linears(model, options.dtype)
     model.eval()
     return model, tokenizer, processor
 
