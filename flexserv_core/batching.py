@@ -167,18 +167,19 @@ class MicroBatcher(Generic[JobT, ResultT]):
         self.batch_sizes.append(items)
         started = time.perf_counter()
         work = loop.run_in_executor(self._executor, self._run, [p.job for p in batch])
-        work.add_done_callback(lambda done: self._finish(loop, batch, done, started))
+        work.add_done_callback(lambda done: self._finish(loop, batch, items, done, started))
 
     def _finish(
         self,
         loop: asyncio.AbstractEventLoop,
         batch: list[_Pending[JobT, ResultT]],
+        items: int,
         done: asyncio.Future[Sequence[ResultT | BaseException]],
         started: float,
     ) -> None:
         self._busy = False
         self._last_run = time.perf_counter() - started
-        self._recent.append((loop.time(), sum(p.size for p in batch) + self._queued_items))
+        self._recent.append((loop.time(), items + self._queued_items))
         error = done.exception() if not done.cancelled() else asyncio.CancelledError()
         results: Sequence[ResultT | BaseException] = [error] * len(batch) if error else done.result()
         for pending, result in zip(batch, results, strict=True):
