@@ -4,9 +4,10 @@ It computes the operations of transformers' ``LlamaForCausalLM`` (5.x) in the sa
 dtypes and order: RMSNorm in float32 then cast back, rotary cos/sin in float32
 cast to the activations' dtype, the same tensor shapes and views around the
 attention call (SDPA's result can depend on strides), the residual adds as there.
-So its logits are bit-identical to transformers' for the same weights, in float32
-and in bfloat16 (``tests/test_native_llama.py`` holds it to that, the fused
-projections included).
+So with its projections unfused its logits are bit-identical to transformers' for
+the same weights, in float32 and in bfloat16; fused (the 16-bit default) they were
+bit-identical on an AVX512-BF16 CPU, and ``tests/test_native_llama.py`` holds them
+to rounding, since another CPU's kernels may round a wider matmul differently.
 
 Module and parameter names are transformers' (``model.layers.N.self_attn.q_proj``),
 so a checkpoint's state dict loads as is, except that in 16-bit dtypes q/k/v and
