@@ -56,12 +56,17 @@ def test_only_the_resident_part_of_the_pool_is_touched_at_load() -> None:
     assert not nonzero
 
 
-def test_the_automatic_budget_on_cpu() -> None:
+def _tiny_llama(*, hidden_size: int) -> LlamaForCausalLM:
+    """A random 2-layer transformers Llama with 4 heads over 2 KV heads (its KV geometry is what counts)."""
     config = LlamaConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        vocab_size=64, hidden_size=hidden_size, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=64,
     )  # fmt: skip
-    model = LlamaForCausalLM(config).eval()
+    return LlamaForCausalLM(config).eval()
+
+
+def test_the_automatic_budget_on_cpu() -> None:
+    model = _tiny_llama(hidden_size=32)  # 2 layers, 2 KV heads of 8 dims
     per_block = PagedKVCache.bytes_per_block(num_layers=2, block_size=16, kv_heads=2, head_dim=8, dtype=torch.float32)
     # A long context: the device's budget bounds the pool.
     engine = PagedEngine(model, settings=EngineSettings(), context_length=1 << 20)
@@ -83,11 +88,7 @@ def test_the_automatic_budget_on_cpu() -> None:
 
 
 def test_the_resident_size_on_cpu_is_automatic_settable_and_within_the_budget() -> None:
-    config = LlamaConfig(
-        vocab_size=64, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64,
-    )  # fmt: skip
-    model = LlamaForCausalLM(config).eval()
+    model = _tiny_llama(hidden_size=64)  # 2 layers, 2 KV heads of 16 dims
     per_block = PagedKVCache.bytes_per_block(num_layers=2, block_size=16, kv_heads=2, head_dim=16, dtype=torch.float32)
     cases = [
         (EngineSettings(), int(CPU_KV_RESIDENT_MIB * MiB // per_block)),
