@@ -483,6 +483,7 @@ def run_embedding_peer(args: argparse.Namespace, peer: Peer, out_dir: Path, path
     import asyncio
 
     from embed_load import run as embed_run
+    from embed_load import run_wrk
 
     result = PeerResult(peer.name)
     if peer.name == "inprocess":
@@ -514,9 +515,15 @@ def run_embedding_peer(args: argparse.Namespace, peer: Peer, out_dir: Path, path
         for concurrency, requests in args.levels:
             sampler.phase = f"c={concurrency}"
             server0, client0 = sampler.cpu_seconds(), own_cpu_seconds()
-            level = asyncio.run(embed_run(url, peer.model, concurrency, requests))
-            level["server_cpu_ms_per_input"] = 1000 * (sampler.cpu_seconds() - server0) / requests
-            level["client_cpu_ms_per_input"] = 1000 * (own_cpu_seconds() - client0) / requests
+            if args.load_generator == "wrk":
+                level = run_wrk(url, peer.model, concurrency, args.wrk_seconds)
+                client_s = level.pop("client_cpu_s")
+            else:
+                level = asyncio.run(embed_run(url, peer.model, concurrency, requests))
+                client_s = own_cpu_seconds() - client0
+            answered = max(1, level["ok"])
+            level["server_cpu_ms_per_input"] = 1000 * (sampler.cpu_seconds() - server0) / answered
+            level["client_cpu_ms_per_input"] = 1000 * client_s / answered
             result.levels[concurrency] = level
             result.load_avg.append(os.getloadavg()[0])
             print(f"[{peer.name}] c={concurrency}: {level['inputs_per_s']:.1f} inputs/s", file=sys.stderr)
@@ -585,7 +592,12 @@ def main_embeddings(args: argparse.Namespace) -> int:
     header = (
         f"{dt.datetime.now():%Y-%m-%d %H:%M}, {os.cpu_count()} CPUs, 1-minute load average before the run "
         f"{os.getloadavg()[0]:.1f}; one-sentence /v1/embeddings requests, "
-        f"levels {', '.join(f'c={c} x{n}' for c, n in args.levels)}; all-MiniLM-L6-v2"
+        f"levels {', '.join(f'c={c} x{n}' for c, n in args.levels)}; all-MiniLM-L6-v2; load generator "
+        + (
+            f"wrk, {args.wrk_seconds:g} s a level (the in-process forward: the level's requests)"
+            if args.load_generator == "wrk"
+            else "python"
+        )
     )
     results: list[PeerResult] = []
     try:
@@ -672,6 +684,14 @@ def main() -> int:
     parser.add_argument("--flexserv-args", default="", help="Extra 'flexserv run' arguments (one string).")
     parser.add_argument("--task", choices=["chat", "embeddings"], default="chat", help="What to load the servers with.")
     parser.add_argument("--infinity-args", default="", help="Extra Infinity server arguments (one string).")
+    parser.add_argument(
+        "--load-generator",
+        choices=["python", "wrk"],
+        default="python",
+        help="Embeddings: who sends the requests. wrk (Debian's package) costs the shared cores ~50x less CPU per "
+        "request than the Python client; it runs each level for --wrk-seconds instead of a request count.",
+    )
+    parser.add_argument("--wrk-seconds", type=float, default=15, help="How long wrk runs each level.")
     parser.add_argument(
         "--inprocess-dtype",
         default="auto",
