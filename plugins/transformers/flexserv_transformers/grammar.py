@@ -141,11 +141,32 @@ def _wrapped_lark(constraint: Constraint) -> str:
     return f"start: item ({sep} item)*\nitem: {item}\n"
 
 
+def llg_tokenizer(text_tokenizer: Any, vocab_size: int, eos_token_ids: Sequence[int]) -> llguidance.LLTokenizer:
+    """llguidance's vocabulary from the serialized Rust tokenizer behind ``text_tokenizer``
+    (``backend_tokenizer``: a FastTokenizer's or a transformers fast tokenizer's), what
+    ``llguidance.hf.from_tokenizer`` builds without needing a transformers object."""
+    import copy
+
+    import llguidance
+
+    backend = getattr(text_tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise InvalidRequest(
+            "Structured outputs need a fast (tokenizer.json) tokenizer; this model's is not one.",
+            param="response_format",
+        )
+    backend = copy.copy(backend)  # padding and truncation off on a copy, not on the shared one
+    backend.no_padding()
+    backend.no_truncation()
+    eos: list[int] | int | None = list(eos_token_ids) or getattr(text_tokenizer, "eos_token_id", None)
+    return llguidance.LLTokenizer(backend.to_str(), n_vocab=vocab_size, eos_token=eos)
+
+
 class GrammarCompiler:
     """Compiles constraints for one tokenizer; thread-safe, with a small cache."""
 
-    def __init__(self, hf_tokenizer: Any, eos_token_ids: Iterable[int], vocab_size: int) -> None:
-        self._hf_tokenizer = hf_tokenizer
+    def __init__(self, text_tokenizer: Any, eos_token_ids: Iterable[int], vocab_size: int) -> None:
+        self._text_tokenizer = text_tokenizer
         self._eos = sorted(eos_token_ids)
         self._vocab_size = vocab_size
         self._tokenizer: llguidance.LLTokenizer | None = None
@@ -157,11 +178,7 @@ class GrammarCompiler:
         """llguidance's view of the vocabulary; built on first use (about 0.5 s for 49k tokens)."""
         with self._lock:
             if self._tokenizer is None:
-                import llguidance.hf
-
-                self._tokenizer = llguidance.hf.from_tokenizer(
-                    self._hf_tokenizer, n_vocab=self._vocab_size, eos_token=self._eos or None
-                )
+                self._tokenizer = llg_tokenizer(self._text_tokenizer, self._vocab_size, self._eos)
             return self._tokenizer
 
     def compile(self, constraint: Constraint) -> str:

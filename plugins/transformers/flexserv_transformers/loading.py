@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
     from flexserv_core import ModelSpec, ProgressCallback
     from flexserv_transformers.native.llama import LlamaForCausalLM as FlexServLlama
+    from flexserv_transformers.text_tokenizer import TextTokenizer
 
     #: What a load returns: transformers' model, or FlexServ's own Llama forward.
     CausalLM: TypeAlias = PreTrainedModel | FlexServLlama
@@ -349,7 +350,7 @@ def cast_checkpoint(source: Path, out_dir: Path, dtype: Any, progress: ProgressC
 
 def load_model_and_tokenizer(
     spec: ModelSpec, options: LoadOptions, progress: ProgressCallback
-) -> tuple[CausalLM, PreTrainedTokenizerBase, ProcessorMixin | None]:
+) -> tuple[CausalLM, TextTokenizer, ProcessorMixin | None]:
     """Load ``spec`` (see the module docstring); errors are :class:`ModelLoadError`.
 
     A vision-language checkpoint (its config has a ``vision_config``) is loaded with
@@ -414,7 +415,7 @@ def choose_model_code(spec: ModelSpec, kind: str, location: str, options: LoadOp
 
 def _load_native(
     spec: ModelSpec, location: str, options: LoadOptions
-) -> tuple[FlexServLlama, PreTrainedTokenizerBase, ProcessorMixin | None]:
+) -> tuple[FlexServLlama, TextTokenizer, ProcessorMixin | None]:
     from flexserv_transformers.native.loading import load_llama, load_tokenizer
 
     try:
@@ -529,7 +530,7 @@ def _bnb_config(options: LoadOptions) -> Any:
     return BitsAndBytesConfig(load_in_8bit=True)
 
 
-def eos_token_ids(model: CausalLM, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
+def eos_token_ids(model: CausalLM, tokenizer: TextTokenizer) -> frozenset[int]:
     """End-of-sequence ids from the generation config and the tokenizer together."""
     ids: set[int] = set()
     configured = getattr(model.generation_config, "eos_token_id", None)

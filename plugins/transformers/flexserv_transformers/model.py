@@ -31,10 +31,11 @@ from flexserv_transformers.loading import (
 from flexserv_transformers.media import ImagePrompt, PromptMedia
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase, ProcessorMixin
+    from transformers import ProcessorMixin
 
     from flexserv_core import ImageInput, ModelSpec, Settings
     from flexserv_transformers.loading import CausalLM
+    from flexserv_transformers.text_tokenizer import TextTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class TransformersTextModel(TextGenerationModel):
         self,
         spec: ModelSpec,
         model: CausalLM,
-        tokenizer: PreTrainedTokenizerBase,
+        tokenizer: TextTokenizer,
         *,
         settings: Settings,
         engine: str,

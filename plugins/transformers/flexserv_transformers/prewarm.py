@@ -33,10 +33,11 @@ MODULES = (
     "flexserv_transformers.engine.engine",
     "flexserv_transformers.model",
 )
-#: The same for FlexServ's own Llama forward: no transformers modelling code or Auto classes.
+#: The same for FlexServ's own Llama forward: no transformers at all (its tokenizer is
+#: FastTokenizer's; a checkpoint that needs AutoTokenizer imports it at load).
 LEAN_MODULES = (
     "torch",
-    "transformers.tokenization_utils_tokenizers",
+    "flexserv_transformers.fast_tokenizer",
     "flexserv_transformers.loading",
     "flexserv_transformers.native.loading",
     "flexserv_transformers.engine.engine",

@@ -16,13 +16,13 @@ from flexserv_transformers.native.config import LlamaConfig, read_config
 from flexserv_transformers.native.llama import GenerationDefaults, LlamaForCausalLM
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    from flexserv_transformers.text_tokenizer import TextTokenizer
 
 log = logging.getLogger(__name__)
 
-#: Tokenizer classes that are ``tokenizer.json`` as it is: ``PreTrainedTokenizerFast``
-#: loads them exactly as ``AutoTokenizer`` does. Others (a class that rebuilds its
-#: pipeline in code) go through ``AutoTokenizer``.
+#: Tokenizer classes that are ``tokenizer.json`` as it is: :class:`FastTokenizer` loads
+#: them as ``AutoTokenizer`` does. Others (a class that rebuilds its pipeline in code)
+#: go through ``AutoTokenizer``.
 _PLAIN_TOKENIZERS = frozenset({"TokenizersBackend", "PreTrainedTokenizerFast"})
 #: Buffers older checkpoints saved that the model recomputes.
 _IGNORED_SUFFIXES = (".rotary_emb.inv_freq",)
@@ -140,22 +140,21 @@ def _generation_defaults(directory: Path, config: LlamaConfig) -> GenerationDefa
     )
 
 
-def load_tokenizer(directory: str | Path) -> PreTrainedTokenizerBase:
-    """The checkpoint's tokenizer, through ``PreTrainedTokenizerFast`` when that
-    loads it exactly (it does not import ``AutoConfig``/``AutoTokenizer`` and what
-    they pull in), else ``AutoTokenizer``."""
+def load_tokenizer(directory: str | Path) -> TextTokenizer:
+    """The checkpoint's tokenizer: a :class:`~flexserv_transformers.fast_tokenizer.FastTokenizer`
+    (no transformers import, ~0.5 s less at a cold start) when its class is the plain
+    ``tokenizer.json`` pipeline, else ``AutoTokenizer``'s."""
     directory = Path(directory)
     try:
         tokenizer_class = json.loads((directory / "tokenizer_config.json").read_text()).get("tokenizer_class")
     except (OSError, ValueError, AttributeError):
         tokenizer_class = None
     if tokenizer_class in _PLAIN_TOKENIZERS and (directory / "tokenizer.json").is_file():
-        from transformers import PreTrainedTokenizerFast
+        from flexserv_transformers.fast_tokenizer import FastTokenizer
 
-        fast: PreTrainedTokenizerBase = PreTrainedTokenizerFast.from_pretrained(str(directory))
-        return fast
+        return FastTokenizer.from_directory(directory)
     log.info("tokenizer class %r: loading it with AutoTokenizer", tokenizer_class)
     from transformers import AutoTokenizer
 
-    auto: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(str(directory))
+    auto: TextTokenizer = AutoTokenizer.from_pretrained(str(directory))
     return auto
