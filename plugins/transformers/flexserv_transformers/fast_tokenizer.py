@@ -119,14 +119,18 @@ class FastTokenizer:
         # (decode skips it, encode matches it whole), even one the file only has in its vocabulary.
         # A token the file already adds keeps its flags (lstrip, ...), as in transformers.
         added = {t.content: t for t in tokenizer.get_added_tokens_decoder().values()}
-        tokens = [AddedToken(content, special=True, normalized=False) for content in special_tokens.values()]
-        tokens += extra_special_tokens or []
+        named = [AddedToken(content, special=True, normalized=False) for content in special_tokens.values()]
+        tokens = named + list(extra_special_tokens or [])
         tokenizer.add_special_tokens([_as_special(added.get(t.content, t)) for t in tokens])
         tokenizer.encode_special_tokens = split_special_tokens
         if tokenizer.post_processor is None:
             tokenizer.post_processor = processors.TemplateProcessing(single="$A:0", pair="$A:0 $B:1")
         self._tokenizer = tokenizer
         self.special_tokens = dict(special_tokens)
+        #: Named then extra special tokens, each once (transformers' ``all_special_tokens``).
+        self.all_special_tokens = list(
+            dict.fromkeys([*special_tokens.values(), *(t.content for t in tokens[len(named) :])])
+        )
         self.chat_template = chat_template
         # transformers skips the cleanup for BPE (it would strip real spaces before punctuation).
         self._clean_up = clean_up_tokenization_spaces and type(tokenizer.model).__name__ != "BPE"
@@ -179,13 +183,24 @@ class FastTokenizer:
 
     @property
     def eos_token_id(self) -> int | None:
-        token = self.eos_token
-        return None if token is None else self._id(token)
+        return self._special_id("eos_token")
+
+    @property
+    def bos_token_id(self) -> int | None:
+        return self._special_id("bos_token")
+
+    @property
+    def pad_token_id(self) -> int | None:
+        return self._special_id("pad_token")
 
     @property
     def unk_token_id(self) -> int | None:
         token = self.special_tokens.get("unk_token")
         return None if token is None else self._tokenizer.token_to_id(token)
+
+    def _special_id(self, name: str) -> int | None:
+        token = self.special_tokens.get(name)
+        return None if token is None else self._id(token)
 
     def __len__(self) -> int:
         return int(self._tokenizer.get_vocab_size(with_added_tokens=True))

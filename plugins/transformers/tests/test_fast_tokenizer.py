@@ -46,6 +46,7 @@ TEXTS = [
     "<|endoftext|>",
     "x<|endoftext|>y",
     "<|im_end",
+    "see <image> and<|tool|>x",
     "<think>plan</think>answer",
     "don't you're we've I'm it's",
     "1234567890 3.14159 -42",
@@ -111,9 +112,11 @@ RAISING_TEMPLATE = (
 )
 
 
-def _save(directory: Path, chat_template: str | None) -> Path:
+def _save(directory: Path, chat_template: str | None, extra_special: list[str] | None = None) -> Path:
     tokenizer = train_tiny_tokenizer()
     tokenizer.chat_template = chat_template
+    if extra_special:
+        tokenizer.add_special_tokens({"additional_special_tokens": extra_special})
     tokenizer.save_pretrained(directory)
     return directory
 
@@ -129,6 +132,12 @@ def tools_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def extra_tokens_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Extra special tokens (a vision model's ``<image>``), one of them not in the vocabulary yet."""
+    return _save(tmp_path_factory.mktemp("tiny-extra-tok"), TINY_CHAT_TEMPLATE, ["<image>", "<|tool|>"])
+
+
+@pytest.fixture(scope="module")
 def smollm_dir(flexserv_test_cache: Path) -> Path:
     from flexserv_transformers.backend import embedded_gguf
     from flexserv_transformers.loading import ensure_gguf_checkpoint
@@ -141,13 +150,18 @@ def smollm_dir(flexserv_test_cache: Path) -> Path:
 
 @pytest.fixture(
     scope="module",
-    params=["tiny", "tiny-tools", pytest.param("smollm", marks=pytest.mark.slow)],
+    params=["tiny", "tiny-tools", "tiny-extra", pytest.param("smollm", marks=pytest.mark.slow)],
 )
 def pair(request: pytest.FixtureRequest) -> tuple[FastTokenizer, Any]:
     """The same directory loaded by FastTokenizer and by transformers."""
     from transformers import PreTrainedTokenizerFast
 
-    fixture = {"tiny": "tiny_tokenizer_dir", "tiny-tools": "tools_tokenizer_dir", "smollm": "smollm_dir"}[request.param]
+    fixture = {
+        "tiny": "tiny_tokenizer_dir",
+        "tiny-tools": "tools_tokenizer_dir",
+        "tiny-extra": "extra_tokens_dir",
+        "smollm": "smollm_dir",
+    }[request.param]
     directory = request.getfixturevalue(fixture)
     return FastTokenizer.from_directory(directory), PreTrainedTokenizerFast.from_pretrained(str(directory))
 
@@ -181,6 +195,12 @@ def test_special_token_text_is_one_token(pair: tuple[FastTokenizer, Any]) -> Non
     assert fast.convert_tokens_to_ids(eos) == hf.convert_tokens_to_ids(eos)
     assert fast.convert_tokens_to_ids("no-such-token-§") == hf.convert_tokens_to_ids("no-such-token-§")
     assert fast.special_tokens == hf.special_tokens_map
+    assert fast.all_special_tokens == hf.all_special_tokens
+    assert (fast.bos_token_id, fast.pad_token_id, fast.unk_token_id) == (
+        hf.bos_token_id,
+        hf.pad_token_id,
+        hf.unk_token_id,
+    )
     assert len(fast) == len(hf)
 
 

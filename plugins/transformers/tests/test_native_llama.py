@@ -464,7 +464,7 @@ async def main():
 
 tokens = asyncio.run(main())
 model.unload()
-heavy = ["scipy", "torch._dynamo", "torch.distributed.tensor", "transformers.models.llama.modeling_llama",
+heavy = ["scipy", "torch._dynamo", "torch.distributed.tensor", "transformers", "transformers.models.llama.modeling_llama",
          "transformers.modeling_utils", "transformers.models.auto.modeling_auto"]
 print(json.dumps({"tokens": tokens, "loaded": [m for m in heavy if m in sys.modules]}))
 """
