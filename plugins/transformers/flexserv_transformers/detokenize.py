@@ -11,7 +11,10 @@ completion (what a non-streaming response returns).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from flexserv_transformers.text_tokenizer import TextTokenizer
 
 REPLACEMENT = "\ufffd"
 
@@ -25,14 +28,16 @@ class IncrementalDetokenizer:
 
     __slots__ = ("_ids", "_prefix", "_read", "_tokenizer")
 
-    def __init__(self, tokenizer: Any, prompt_ids: list[int], context: int = 4) -> None:
+    def __init__(self, tokenizer: TextTokenizer, prompt_ids: list[int], context: int = 4) -> None:
         self._tokenizer = tokenizer
         self._ids = list(prompt_ids[-context:])
         self._prefix = 0
         self._read = len(self._ids)
 
     def _decode(self, ids: list[int]) -> str:
-        return self._tokenizer.decode(ids, skip_special_tokens=True)  # type: ignore[no-any-return]
+        text = self._tokenizer.decode(ids, skip_special_tokens=True)
+        assert isinstance(text, str)  # one id list decodes to one string
+        return text
 
     def _pending(self) -> tuple[str, str]:
         return self._decode(self._ids[self._prefix : self._read]), self._decode(self._ids[self._prefix :])

@@ -37,6 +37,8 @@ from flexserv_core import Constraint, InvalidRequest
 if TYPE_CHECKING:
     import llguidance
 
+    from flexserv_transformers.text_tokenizer import TextTokenizer
+
 log = logging.getLogger(__name__)
 
 __all__ = [
@@ -141,7 +143,9 @@ def _wrapped_lark(constraint: Constraint) -> str:
     return f"start: item ({sep} item)*\nitem: {item}\n"
 
 
-def llg_tokenizer(text_tokenizer: Any, vocab_size: int, eos_token_ids: Sequence[int]) -> llguidance.LLTokenizer:
+def llg_tokenizer(
+    text_tokenizer: TextTokenizer, vocab_size: int, eos_token_ids: Sequence[int]
+) -> llguidance.LLTokenizer:
     """llguidance's vocabulary from the serialized Rust tokenizer behind ``text_tokenizer``
     (``backend_tokenizer``: a FastTokenizer's or a transformers fast tokenizer's), what
     ``llguidance.hf.from_tokenizer`` builds without needing a transformers object."""
@@ -165,7 +169,7 @@ def llg_tokenizer(text_tokenizer: Any, vocab_size: int, eos_token_ids: Sequence[
 class GrammarCompiler:
     """Compiles constraints for one tokenizer; thread-safe, with a small cache."""
 
-    def __init__(self, text_tokenizer: Any, eos_token_ids: Iterable[int], vocab_size: int) -> None:
+    def __init__(self, text_tokenizer: TextTokenizer, eos_token_ids: Iterable[int], vocab_size: int) -> None:
         self._text_tokenizer = text_tokenizer
         self._eos = sorted(eos_token_ids)
         self._vocab_size = vocab_size
