@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tokenizers import AddedToken, Tokenizer, processors
+from tokenizers import AddedToken, Tokenizer
 
 from flexserv_transformers.chat_template import ChatTemplates, render_chat, select_template
 
@@ -123,8 +123,6 @@ class FastTokenizer:
         tokens = named + list(extra_special_tokens or [])
         tokenizer.add_special_tokens([_as_special(added.get(t.content, t)) for t in tokens])
         tokenizer.encode_special_tokens = split_special_tokens
-        if tokenizer.post_processor is None:
-            tokenizer.post_processor = processors.TemplateProcessing(single="$A:0", pair="$A:0 $B:1")
         self._tokenizer = tokenizer
         self.special_tokens = dict(special_tokens)
         #: Named then extra special tokens, each once (transformers' ``all_special_tokens``).

@@ -49,6 +49,7 @@ TEXTS = [
     "see <image> and<|tool|>x",
     "<think>plan</think>answer",
     "don't you're we've I'm it's",
+    "Hello , world . Really ? Yes ! It 's they 're we 've I 'm isn 't",
     "1234567890 3.14159 -42",
     "def main():\n    print('hello world')\n    return 0\n",
     "{}[]()<>=+-*/_.,;:!?'\"#@$%^&|~`",
@@ -255,6 +256,31 @@ def test_special_token_text_is_one_token(pair: tuple[FastTokenizer, Any]) -> Non
         hf.unk_token_id,
     )
     assert len(fast) == len(hf)
+
+
+def test_a_special_token_only_in_the_vocabulary_becomes_special(tiny_tokenizer_dir: Path, tmp_path: Path) -> None:
+    """A configured special token that tokenizer.json has as a plain vocabulary entry:
+    transformers registers it as a special added token (matched whole, skipped by
+    decode), and so must FastTokenizer."""
+    import shutil
+
+    from transformers import PreTrainedTokenizerFast
+
+    directory = tmp_path / "vocab-special"
+    shutil.copytree(tiny_tokenizer_dir, directory)
+    vocab = json.loads((directory / "tokenizer.json").read_text())["model"]["vocab"]
+    token = max((t for t in vocab if t.isalpha() and t.isascii()), key=lambda t: (len(t), t))
+    config = json.loads((directory / "tokenizer_config.json").read_text())
+    (directory / "tokenizer_config.json").write_text(json.dumps({**config, "mask_token": token}))
+    fast, hf = FastTokenizer.from_directory(directory), PreTrainedTokenizerFast.from_pretrained(str(directory))
+    text = f"x{token}y {token}"
+    ids = hf(text, add_special_tokens=False)["input_ids"]
+    assert fast(text, add_special_tokens=False)["input_ids"] == ids
+    assert ids.count(vocab[token]) == 2  # matched whole, even inside a word
+    for skip in (True, False):
+        assert fast.decode(ids, skip_special_tokens=skip) == hf.decode(ids, skip_special_tokens=skip)
+    assert token not in fast.decode(ids, skip_special_tokens=True)
+    assert fast.special_tokens["mask_token"] == token and fast.all_special_tokens == hf.all_special_tokens
 
 
 @pytest.mark.parametrize("skip_special_tokens", [True, False])
