@@ -104,7 +104,7 @@ FEATURES_TEMPLATE = (
     "count={{ ns.count }} tools={{ tools | tojson(indent=2) }} docs={{ documents | tojson }}\n"
     "{{ dict(a=1, b='é') | tojson(sort_keys=True) }} {{ dict.fromkeys(['x'], 0) | tojson }}\n"
     "{{ strftime_now('%Y') | length }} extra={{ extra | default('none') }} eos={{ eos_token }}"
-    "{% if add_generation_prompt %}<assistant>{% endif %}"
+    "\n    {% if add_generation_prompt %}\n<assistant>{% endif %}"  # lstrip_blocks, trim_blocks
 )
 RAISING_TEMPLATE = (
     "{% for m in messages %}{% if m['role'] == 'system' %}"
@@ -362,6 +362,7 @@ def test_template_features_match_transformers(tiny_tokenizer_dir: Path, tmp_path
     assert isinstance(text, str)
     assert "count=4" in text and "hidden" not in text and "after the break" not in text
     assert "[r:because ü|because ü]<assistant no content>" in text
+    assert text.endswith("eos=OVERRIDE\n<assistant>")  # the block's indentation and newline are trimmed
     assert "eos=OVERRIDE" in text and "extra=yes" in text and '\n  {\n    "type": "function"' in text
 
 
