@@ -26,15 +26,16 @@ import hashlib
 import io
 import ipaddress
 import warnings
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 from urllib.parse import unquote_to_bytes, urljoin, urlsplit
 
-import httpx
 import msgspec
 
-from flexserv_core.api.pinned_transport import AddressCheck, PinnedTransport
 from flexserv_core.backends.base import ImageInput
 from flexserv_core.errors import InvalidRequest
+
+if TYPE_CHECKING:
+    from flexserv_core.api.pinned_transport import AddressCheck
 
 #: Formats Pillow may decode (a short list: less parser surface).
 FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP")
@@ -192,6 +193,12 @@ async def fetch_image(url: str, settings: ImageSettings, param: str) -> bytes:
 
 
 async def _fetch(url: str, settings: ImageSettings, param: str) -> bytes:
+    # Imported here: httpx and httpcore are ~0.1 s of every server's start-up, and most
+    # servers never fetch an image.
+    import httpx
+
+    from flexserv_core.api.pinned_transport import PinnedTransport
+
     limit = settings.image_max_bytes
     # trust_env=False: no proxy from the environment, which would bypass the address checks;
     # the transport connects only to addresses it resolved and checked (no DNS rebinding)
