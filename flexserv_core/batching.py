@@ -55,6 +55,8 @@ class MicroBatcher(Generic[JobT, ResultT]):
     DEMAND_WINDOW = 1.0
     #: A gathering batch waits at most this many times as long as the last batch ran.
     GATHER_RUNS = 2.0
+    #: How many of the latest batch sizes :attr:`batch_sizes` keeps (a server runs millions).
+    HISTORY = 1024
 
     def __init__(
         self,
@@ -78,8 +80,15 @@ class MicroBatcher(Generic[JobT, ResultT]):
         self._busy = False
         self._timer: asyncio.TimerHandle | None = None
         self._closed = False
-        #: Sizes (in items) of the batches run so far; for tests and metrics.
-        self.batch_sizes: list[int] = []
+        #: Batches started so far, and the sizes (in items) of the latest :attr:`HISTORY` of them.
+        self.batches_run = 0
+        self.batch_sizes: deque[int] = deque(maxlen=self.HISTORY)
+
+    def sizes_since(self, batches_run: int) -> list[int]:
+        """Sizes of the batches started after the first ``batches_run`` (an earlier
+        reading of :attr:`batches_run`), oldest first; at most the last :attr:`HISTORY`."""
+        new = self.batches_run - batches_run
+        return list(self.batch_sizes)[-new:] if new > 0 else []
 
     @property
     def queued_items(self) -> int:
@@ -164,6 +173,7 @@ class MicroBatcher(Generic[JobT, ResultT]):
             return
         self._busy = True
         items = sum(p.size for p in batch)
+        self.batches_run += 1
         self.batch_sizes.append(items)
         started = time.perf_counter()
         work = loop.run_in_executor(self._executor, self._run, [p.job for p in batch])

@@ -176,3 +176,17 @@ async def test_an_idle_model_without_overlap_never_gathers() -> None:
     assert loop.time() - started < 5.0
     assert run.batches == [[i] for i in range(20)]
     batcher.close()
+
+
+async def test_the_batch_history_stays_bounded_while_the_count_goes_on() -> None:
+    batcher: MicroBatcher[int, int] = MicroBatcher(Recorder(), max_batch=4, max_wait=0.0)
+    total = MicroBatcher.HISTORY + 50
+    for i in range(total):
+        assert await batcher.submit(i) == i * 10
+    assert batcher.batches_run == total
+    assert len(batcher.batch_sizes) == MicroBatcher.HISTORY
+    before = batcher.batches_run
+    assert await asyncio.gather(batcher.submit(1, size=3), batcher.submit(2)) == [10, 20]
+    assert sum(batcher.sizes_since(before)) == 4
+    assert batcher.sizes_since(batcher.batches_run) == []
+    batcher.close()

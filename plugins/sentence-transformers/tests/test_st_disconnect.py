@@ -44,16 +44,16 @@ async def test_requests_of_clients_gone_are_dropped_from_the_batcher() -> None:
             model: Any = server.registry.model_if_loaded(DEFAULT_MODEL_NAME)
             assert isinstance(model, SentenceTransformerEmbeddingModel)
             batcher = model.batcher
-            ran_before = len(batcher.batch_sizes)
+            ran_before = batcher.batches_run
 
             running = asyncio.ensure_future(client.post("/v1/embeddings", json={"input": inputs(RUNNING)}))
-            await wait_until_async(lambda: len(batcher.batch_sizes) == ran_before + 1, message="the forward started")
+            await wait_until_async(lambda: batcher.batches_run == ran_before + 1, message="the forward started")
             queued = asyncio.ensure_future(client.post("/v1/embeddings", json={"input": inputs(QUEUED)}))
             await wait_until_async(lambda: batcher.queued_items == QUEUED, message="queued behind the forward")
 
             queued.cancel()  # closes its connection
             await wait_until_async(lambda: batcher.queued_items == 0, message="the queued job left the queue")
-            assert len(batcher.batch_sizes) == ran_before + 1, "still the one forward: the queued job never ran"
+            assert batcher.batches_run == ran_before + 1, "still the one forward: the queued job never ran"
 
             running.cancel()  # mid-forward: the forward finishes, its vectors go nowhere
             await wait_until_async(lambda: server.registry.active_requests == 0, message="both leases released")
@@ -63,6 +63,6 @@ async def test_requests_of_clients_gone_are_dropped_from_the_batcher() -> None:
 
             fresh = await client.post("/v1/embeddings", json={"input": inputs(5)})
             assert fresh.status_code == 200 and len(fresh.json()["data"]) == 5
-            assert batcher.batch_sizes[ran_before:] == [RUNNING, 5]
+            assert batcher.sizes_since(ran_before) == [RUNNING, 5]
             # only the load request and the fresh one were answered
             assert embedded_inputs((await client.get("/metrics")).text) == 1 + 5
