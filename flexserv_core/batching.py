@@ -30,6 +30,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Generic, TypeVar
 
+from flexserv_core.backends.base import EngineStats
+
 JobT = TypeVar("JobT")
 ResultT = TypeVar("ResultT")
 
@@ -80,8 +82,9 @@ class MicroBatcher(Generic[JobT, ResultT]):
         self._busy = False
         self._timer: asyncio.TimerHandle | None = None
         self._closed = False
-        #: Batches started so far, and the sizes (in items) of the latest :attr:`HISTORY` of them.
+        #: Batches started so far and the items they held, and the sizes of the latest :attr:`HISTORY`.
         self.batches_run = 0
+        self.items_run = 0
         self.batch_sizes: deque[int] = deque(maxlen=self.HISTORY)
 
     def sizes_since(self, batches_run: int) -> list[int]:
@@ -89,6 +92,13 @@ class MicroBatcher(Generic[JobT, ResultT]):
         reading of :attr:`batches_run`), oldest first; at most the last :attr:`HISTORY`."""
         new = self.batches_run - batches_run
         return list(self.batch_sizes)[-new:] if new > 0 else []
+
+    def stats(self) -> EngineStats:
+        """For a batching model's :meth:`~flexserv_core.LoadedModel.stats`: jobs queued
+        (requests waiting), batches run and the items they held."""
+        return EngineStats(
+            requests_waiting=len(self._queue), micro_batches=self.batches_run, micro_batch_items=self.items_run
+        )
 
     @property
     def queued_items(self) -> int:
@@ -174,6 +184,7 @@ class MicroBatcher(Generic[JobT, ResultT]):
         self._busy = True
         items = sum(p.size for p in batch)
         self.batches_run += 1
+        self.items_run += items
         self.batch_sizes.append(items)
         started = time.perf_counter()
         work = loop.run_in_executor(self._executor, self._run, [p.job for p in batch])

@@ -56,6 +56,14 @@ class RegistryCollector(Collector):
         preemptions = CounterMetricFamily(
             f"{PREFIX}num_preemptions", "Sequences preempted by the engine (recomputed later).", labels=[MODEL]
         )
+        batches = CounterMetricFamily(
+            f"{PREFIX}micro_batches", "Micro-batches run by a batching model (embeddings).", labels=[MODEL]
+        )
+        batch_items = CounterMetricFamily(
+            f"{PREFIX}micro_batch_items",
+            "Inputs those micro-batches held (over micro_batches: the mean batch size).",
+            labels=[MODEL],
+        )
         counts = self.registry.request_counts()
         names = [s.name for s in self.registry.catalog.specs()]
         names += [n for n in counts if n not in names]
@@ -72,11 +80,14 @@ class RegistryCollector(Collector):
                 queries.add_metric([name], stats.prefix_cache_queries)
                 hits.add_metric([name], stats.prefix_cache_hits)
                 preemptions.add_metric([name], stats.preemptions)
+                if stats.micro_batches is not None and stats.micro_batch_items is not None:
+                    batches.add_metric([name], stats.micro_batches)
+                    batch_items.add_metric([name], stats.micro_batch_items)
             running.add_metric([name], n_running)
             waiting.add_metric([name], n_waiting)
         for info in self.registry.loaded():
             loaded.add_metric([info.model_id, str(info.kind)], 1)
-        yield from (running, waiting, loaded, kv_usage, kv_resident, queries, hits, preemptions)
+        yield from (running, waiting, loaded, kv_usage, kv_resident, queries, hits, preemptions, batches, batch_items)
 
     def _stats(self, name: str) -> EngineStats | None:
         model = self.registry.model_if_loaded(name)

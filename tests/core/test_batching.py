@@ -189,4 +189,6 @@ async def test_the_batch_history_stays_bounded_while_the_count_goes_on() -> None
     assert await asyncio.gather(batcher.submit(1, size=3), batcher.submit(2)) == [10, 20]
     assert sum(batcher.sizes_since(before)) == 4
     assert batcher.sizes_since(batcher.batches_run) == []
+    stats = batcher.stats()
+    assert (stats.micro_batches, stats.micro_batch_items) == (total + 2, total + 4)
     batcher.close()

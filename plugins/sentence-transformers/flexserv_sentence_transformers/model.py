@@ -14,6 +14,7 @@ from flexserv_core import (
     ContextLengthExceeded,
     EmbeddingModel,
     EmbeddingResult,
+    EngineStats,
     InvalidRequest,
     MicroBatcher,
     ModelSpec,
@@ -59,6 +60,9 @@ class SentenceTransformerEmbeddingModel(EmbeddingModel):
         self.batcher: MicroBatcher[EmbedJob, EmbeddingResult] = MicroBatcher(
             self._run_batch, max_batch=max_batch, max_wait=max_wait, gather_wait=gather_wait, name=f"embed-{spec.name}"
         )
+
+    def stats(self) -> EngineStats:
+        return self.batcher.stats()
 
     async def embed(self, inputs: list[str] | list[list[int]], *, truncate: bool = True) -> EmbeddingResult:
         return await self.batcher.submit(EmbedJob(inputs=inputs, truncate=truncate), size=len(inputs))

@@ -27,10 +27,10 @@ def inputs(n: int) -> list[str]:
     return [TEXT.format(i=i) for i in range(n)]
 
 
-def embedded_inputs(metrics: str) -> float:
+def embedded_inputs(metrics: str, name: str = "flexserv:embedding_inputs_total") -> float:
     for family in text_string_to_metric_families(metrics):
         for sample in family.samples:
-            if sample.name == "flexserv:embedding_inputs_total" and sample.labels["model_name"] == DEFAULT_MODEL_NAME:
+            if sample.name == name and sample.labels["model_name"] == DEFAULT_MODEL_NAME:
                 return sample.value
     return 0.0
 
@@ -65,4 +65,8 @@ async def test_requests_of_clients_gone_are_dropped_from_the_batcher() -> None:
             assert fresh.status_code == 200 and len(fresh.json()["data"]) == 5
             assert batcher.sizes_since(ran_before) == [RUNNING, 5]
             # only the load request and the fresh one were answered
-            assert embedded_inputs((await client.get("/metrics")).text) == 1 + 5
+            metrics = (await client.get("/metrics")).text
+            assert embedded_inputs(metrics) == 1 + 5
+            # three forwards ran (the load request's, the abandoned one's and the fresh one's)
+            assert embedded_inputs(metrics, "flexserv:micro_batches_total") == 3
+            assert embedded_inputs(metrics, "flexserv:micro_batch_items_total") == 1 + RUNNING + 5
