@@ -12,7 +12,7 @@ import abc
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
-from flexserv_core import ContextLengthExceeded, InvalidRequest, MicroBatcher
+from flexserv_core import ContextLengthExceeded, EngineStats, InvalidRequest, MicroBatcher
 
 JobT = TypeVar("JobT")
 ItemT = TypeVar("ItemT")
@@ -36,6 +36,11 @@ class BatchedRunner(abc.ABC, Generic[JobT, ItemT, ResultT]):
         self.batcher: MicroBatcher[JobT, ResultT] = MicroBatcher(
             self._run_batch, max_batch=max_batch, max_wait=max_wait, name=name
         )
+
+    def stats(self) -> EngineStats:
+        """The batcher's numbers for ``/metrics`` (list this class before the model kind
+        among the bases, so that this wins over :meth:`LoadedModel.stats`)."""
+        return self.batcher.stats()
 
     @abc.abstractmethod
     def _prepare(self, job: JobT) -> Prepared[ItemT]:

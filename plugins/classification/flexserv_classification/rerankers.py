@@ -21,7 +21,7 @@ class PairJob(msgspec.Struct, frozen=True):
     truncate: bool
 
 
-class CrossEncoderRerankModel(RerankModel, BatchedRunner[PairJob, tuple[str, str], ScoreResult]):
+class CrossEncoderRerankModel(BatchedRunner[PairJob, tuple[str, str], ScoreResult], RerankModel):
     """Scores with ``CrossEncoder.predict`` (its tokenization, truncation and activation,
     so scores are the library's); concurrent requests share one ``predict`` call."""
 
@@ -64,7 +64,7 @@ class CrossEncoderRerankModel(RerankModel, BatchedRunner[PairJob, tuple[str, str
         del self._ce
 
 
-class BiEncoderRerankModel(RerankModel, BatchedRunner[PairJob, str, ScoreResult]):
+class BiEncoderRerankModel(BatchedRunner[PairJob, str, ScoreResult], RerankModel):
     """Cosine similarity of a ``SentenceTransformer``'s normalised embeddings of query
     and document: the offline default when no cross-encoder is configured. Each
     distinct text of a request (the query once) is embedded once."""

@@ -45,6 +45,9 @@ async def test_concurrent_requests_are_batched_with_identical_results(
     together = await asyncio.gather(*(client.post(path, json=payload(t)) for t in TEXTS))
     batches = batcher.batches_run - before
     assert batches < len(TEXTS), f"{len(TEXTS)} concurrent requests ran as {batches} batches"
+    metrics = (await client.get("/metrics")).text
+    assert f'flexserv:micro_batches_total{{model_name="{name}"}} {float(batcher.batches_run)}' in metrics
+    assert f'flexserv:micro_batch_items_total{{model_name="{name}"}} {float(batcher.items_run)}' in metrics
     for a, b in zip(alone, together, strict=True):
         b = b.json()
         key = {"ce": "results", "cl": "data", "tk": "data"}[name]
