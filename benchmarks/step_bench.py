@@ -11,7 +11,8 @@ and reports the median time of the decode-only steps.
 so OpenMP keeps its own defaults (spin-waiting) instead of the plugin's passive
 policy; ``STEP_BENCH_BUSY=1`` runs that configuration's child next to a busy
 loop (so quiet and busy runs alternate in one invocation). ``STEP_BENCH_INT8=1`` quantizes the model's linear layers to int8 weight-only
-(``--transformers-quantization int8``). ``STEP_BENCH_MODEL_CODE=flexserv`` runs FlexServ's own
+(``--transformers-quantization int8``). ``STEP_BENCH_SINGLE_THREAD_TOKENS=N`` sets
+``--transformers-single-thread-step-tokens`` (0: every step on all intra-op threads). ``STEP_BENCH_MODEL_CODE=flexserv`` runs FlexServ's own
 Llama forward (``--transformers-model-code flexserv``) on the embedded model's converted checkpoint
 in ``--dtype`` instead of transformers' model. ``--busy`` starts a busy-loop process (pure Python, one core's worth) for the
 whole run, as another tenant of the machine would; it is stopped by PID at the end.
@@ -84,7 +85,11 @@ def child(args: argparse.Namespace) -> None:
         return times
 
     async def main() -> None:
-        engine = PagedEngine(model, settings=EngineSettings(transformers_kv_cache_memory=256), eos_token_ids=())
+        single = int(
+            os.environ.get("STEP_BENCH_SINGLE_THREAD_TOKENS", EngineSettings().transformers_single_thread_step_tokens)
+        )
+        settings = EngineSettings(transformers_kv_cache_memory=256, transformers_single_thread_step_tokens=single)
+        engine = PagedEngine(model, settings=settings, eos_token_ids=())
         try:
             await run(engine, 1)  # warm-up
             for batch in args.batches:

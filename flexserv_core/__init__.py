@@ -59,7 +59,7 @@ from flexserv_core.hooks import resolve_plugin_settings
 from flexserv_core.hookspecs import PROJECT_NAME, hookimpl, hookspec
 from flexserv_core.models.registry import Lease, ModelInfo, ModelRegistry, ModelState, UnloadResult
 from flexserv_core.models.spec import ModelKind, ModelSpec
-from flexserv_core.openmp import prefer_passive_openmp
+from flexserv_core.openmp import IntraOpThreads, full_intra_op_threads, prefer_passive_openmp
 from flexserv_core.plugin_manager import FlexServPluginManager, create_plugin_manager
 from flexserv_core.request_context import RequestContext
 from flexserv_core.resources import (
@@ -119,6 +119,7 @@ __all__ = [
     "GatewayTimeout",
     "GpuInfo",
     "ImageInput",
+    "IntraOpThreads",
     "InvalidRequest",
     "JsonToolParser",
     "Lease",
@@ -177,6 +178,7 @@ __all__ = [
     "create_plugin_manager",
     "default_cache_dir",
     "describe_fields",
+    "full_intra_op_threads",
     "get_cpu_info",
     "get_gpu_info",
     "get_max_vram_used_pct",

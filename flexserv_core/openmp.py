@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 
 log = logging.getLogger(__name__)
 
@@ -37,3 +38,52 @@ def prefer_passive_openmp() -> bool:
     for name, value in PASSIVE_ENV.items():
         os.environ.setdefault(name, value)
     return True
+
+
+# -- intra-op threads per unit of work ---------------------------------------------------------
+
+_full_threads: int | None = None
+_full_lock = threading.Lock()
+
+
+def full_intra_op_threads() -> int:
+    """torch's intra-op thread count as the process started with it (read once, before any
+    :class:`IntraOpThreads` changed a thread's count; new threads start from the last change)."""
+    global _full_threads
+    with _full_lock:
+        if _full_threads is None:
+            torch = sys.modules.get("torch")
+            _full_threads = int(torch.get_num_threads()) if torch is not None else 1
+        return _full_threads
+
+
+class IntraOpThreads:
+    """The intra-op threads of one worker thread, chosen per unit of work: one thread
+    for small work, all of them for large.
+
+    With the passive wait policy a sleeping OpenMP thread must be woken for every
+    parallel region, and a small step (a batch-1 decode: hundreds of short operators)
+    pays that wake-up hundreds of times while one thread would have finished each
+    operator alone; large work (a prefill, a wide batch) still gains from every core.
+    ``torch.set_num_threads`` acts on the calling thread (OpenMP keeps the count per
+    thread), so each worker owns its instance and calls :meth:`use_for` itself. A
+    change is made only when the choice changes: it also empties oneDNN's cache of
+    kernels for the thread. Without torch loaded it does nothing.
+    """
+
+    def __init__(self, small_work: int) -> None:
+        #: Work (tokens) up to which one thread runs it; 0: always all threads.
+        self.small_work = small_work
+        self.full = full_intra_op_threads()
+        self.current: int | None = None
+
+    def use_for(self, work: int) -> int:
+        """Set this thread's intra-op threads for ``work`` tokens; returns the count."""
+        want = 1 if work <= self.small_work else self.full
+        if want != self.current:
+            torch = sys.modules.get("torch")
+            if torch is None:
+                return want
+            torch.set_num_threads(want)
+            self.current = want
+        return want

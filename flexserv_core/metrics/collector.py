@@ -57,7 +57,9 @@ class RegistryCollector(Collector):
             f"{PREFIX}num_preemptions", "Sequences preempted by the engine (recomputed later).", labels=[MODEL]
         )
         batches = CounterMetricFamily(
-            f"{PREFIX}micro_batches", "Micro-batches run by a batching model (embeddings, rerank, classify).", labels=[MODEL]
+            f"{PREFIX}micro_batches",
+            "Micro-batches run by a batching model (embeddings, rerank, classify).",
+            labels=[MODEL],
         )
         batch_items = CounterMetricFamily(
             f"{PREFIX}micro_batch_items",

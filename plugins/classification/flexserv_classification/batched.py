@@ -12,7 +12,7 @@ import abc
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
-from flexserv_core import ContextLengthExceeded, EngineStats, InvalidRequest, MicroBatcher
+from flexserv_core import ContextLengthExceeded, EngineStats, IntraOpThreads, InvalidRequest, MicroBatcher
 
 JobT = TypeVar("JobT")
 ItemT = TypeVar("ItemT")
@@ -55,6 +55,11 @@ class BatchedRunner(abc.ABC, Generic[JobT, ItemT, ResultT]):
         """This job's result from its items' outputs."""
 
     def _run_batch(self, jobs: Sequence[JobT]) -> list[ResultT | BaseException]:
+        # All intra-op threads, set on this worker thread itself: a thread that starts using
+        # torch inherits the count another worker last switched to (see IntraOpThreads).
+        if getattr(self, "_threads", None) is None:
+            self._threads = IntraOpThreads(0)
+            self._threads.use_for(0)
         prepared: list[Prepared[ItemT] | BaseException] = []
         for job in jobs:
             try:

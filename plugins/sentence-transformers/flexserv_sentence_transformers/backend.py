@@ -86,4 +86,5 @@ class SentenceTransformersBackend(Backend):
             max_wait=self.settings.sentence_transformers_max_wait_ms / 1000,
             gather_wait=self.settings.sentence_transformers_gather_wait_ms / 1000,
             forward_batch=self.settings.sentence_transformers_forward_batch,
+            single_thread_tokens=self.settings.sentence_transformers_single_thread_tokens if device == "cpu" else 0,
         )

@@ -15,6 +15,7 @@ from flexserv_core import (
     EmbeddingModel,
     EmbeddingResult,
     EngineStats,
+    IntraOpThreads,
     InvalidRequest,
     MicroBatcher,
     ModelSpec,
@@ -44,6 +45,7 @@ class SentenceTransformerEmbeddingModel(EmbeddingModel):
         max_wait: float,
         forward_batch: int,
         gather_wait: float = 0.0,
+        single_thread_tokens: int = 0,
     ) -> None:
         super().__init__(spec, device=device, dtype=str(next(st.parameters()).dtype).removeprefix("torch."))
         self._st = st
@@ -56,6 +58,9 @@ class SentenceTransformerEmbeddingModel(EmbeddingModel):
         self.max_input_tokens = int(max_seq_length)
         self.vocab_size = len(self._tokenizer)
         self.forward_batch = forward_batch
+        self._single_thread_tokens = single_thread_tokens
+        #: The batcher's one worker thread's intra-op threads (made there, on its first batch).
+        self.threads: IntraOpThreads | None = None
         self._prefix, self._suffix = _special_token_frame(self._tokenizer)
         self.batcher: MicroBatcher[EmbedJob, EmbeddingResult] = MicroBatcher(
             self._run_batch, max_batch=max_batch, max_wait=max_wait, gather_wait=gather_wait, name=f"embed-{spec.name}"
@@ -143,6 +148,9 @@ class SentenceTransformerEmbeddingModel(EmbeddingModel):
     def _run_batch(self, jobs: Sequence[EmbedJob]) -> list[EmbeddingResult | BaseException]:
         outcomes = self._token_ids(jobs)
         flat = [seq for o in outcomes if not isinstance(o, BaseException) for seq in o]
+        if self.threads is None:
+            self.threads = IntraOpThreads(self._single_thread_tokens)
+        self.threads.use_for(sum(len(seq) for seq in flat))
         vectors = self._forward(flat) if flat else np.empty((0, self.dimensions), dtype=np.float32)
         results: list[EmbeddingResult | BaseException] = []
         offset = 0

@@ -31,6 +31,15 @@ class SentenceTransformersSettings(msgspec.Struct, kw_only=True, forbid_unknown_
     sentence_transformers_forward_batch: Annotated[
         int, msgspec.Meta(ge=1, description="Sequences per forward pass (inputs are sorted by length first).")
     ] = 32
+    sentence_transformers_single_thread_tokens: Annotated[
+        int,
+        msgspec.Meta(
+            ge=0,
+            description="On CPU, micro-batches of at most this many tokens (a lone client's sentence) run on one "
+            "intra-op thread, larger ones on all (waking sleeping OpenMP threads costs a small forward more than a "
+            "second thread gives); 0: always all.",
+        ),
+    ] = 64
     sentence_transformers_device: Annotated[
         Literal["auto", "cpu", "cuda", "mps"],
         msgspec.Meta(description="Device for embedding models; auto picks CUDA, then MPS, then CPU."),

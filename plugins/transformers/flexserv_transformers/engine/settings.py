@@ -56,6 +56,15 @@ class EngineSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     transformers_kv_block_size: Annotated[
         int, msgspec.Meta(description="Tokens per KV-cache block.", ge=1, le=1024)
     ] = 16
+    transformers_single_thread_step_tokens: Annotated[
+        int,
+        msgspec.Meta(
+            description="On CPU, steps of at most this many tokens (decoding a few sequences) run on one intra-op "
+            "thread, larger ones (prefills, wide batches) on all: waking sleeping OpenMP threads for each of a small "
+            "step's hundreds of operators cost more than a second thread gives; 0: always all.",
+            ge=0,
+        ),
+    ] = 16
     transformers_prefix_caching: Annotated[
         bool, msgspec.Meta(description="Reuse KV blocks of shared prompt prefixes.")
     ] = True

@@ -104,3 +104,20 @@ def test_the_resident_size_on_cpu_is_automatic_settable_and_within_the_budget() 
             assert engine.runner.cache.resident_blocks == resident
         finally:
             engine.close()
+
+
+async def test_decode_steps_run_on_one_intra_op_thread_and_wide_prefills_on_all() -> None:
+    from flexserv_core import SamplingParams, full_intra_op_threads
+
+    model = _tiny_llama(hidden_size=64)
+    engine = PagedEngine(model, settings=EngineSettings(transformers_single_thread_step_tokens=16))
+    try:
+        params = SamplingParams(max_tokens=4, temperature=0)
+        assert len([t async for t in engine.generate(list(range(1, 41)), params)]) == 4
+        # the 40-token prefill ran on all threads, the decodes after it on one
+        assert engine.stats()["intra_op_threads"] == 1
+        long = SamplingParams(max_tokens=1, temperature=0)
+        assert len([t async for t in engine.generate(list(range(2, 42)), long)]) == 1
+        assert engine.stats()["intra_op_threads"] == full_intra_op_threads()
+    finally:
+        engine.close()
