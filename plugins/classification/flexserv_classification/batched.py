@@ -36,6 +36,8 @@ class BatchedRunner(abc.ABC, Generic[JobT, ItemT, ResultT]):
         self.batcher: MicroBatcher[JobT, ResultT] = MicroBatcher(
             self._run_batch, max_batch=max_batch, max_wait=max_wait, name=name
         )
+        #: The worker thread's intra-op threads, made there on its first batch.
+        self._threads: IntraOpThreads | None = None
 
     def stats(self) -> EngineStats:
         """The batcher's numbers for ``/metrics`` (list this class before the model kind
@@ -57,7 +59,7 @@ class BatchedRunner(abc.ABC, Generic[JobT, ItemT, ResultT]):
     def _run_batch(self, jobs: Sequence[JobT]) -> list[ResultT | BaseException]:
         # All intra-op threads, set on this worker thread itself: a thread that starts using
         # torch inherits the count another worker last switched to (see IntraOpThreads).
-        if getattr(self, "_threads", None) is None:
+        if self._threads is None:
             self._threads = IntraOpThreads(0)
             self._threads.use_for(0)
         prepared: list[Prepared[ItemT] | BaseException] = []
