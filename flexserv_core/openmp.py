@@ -1,4 +1,5 @@
-"""OpenMP's wait policy, chosen before torch loads its OpenMP runtime.
+"""OpenMP's wait policy, chosen before torch loads its OpenMP runtime, and the
+intra-op threads a worker uses for each unit of work (:class:`IntraOpThreads`).
 
 By default an OpenMP worker that reaches the end of a parallel region spins for
 a while waiting for the next one. A decode step runs hundreds of small parallel
