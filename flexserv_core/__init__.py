@@ -59,7 +59,7 @@ from flexserv_core.hooks import resolve_plugin_settings
 from flexserv_core.hookspecs import PROJECT_NAME, hookimpl, hookspec
 from flexserv_core.models.registry import Lease, ModelInfo, ModelRegistry, ModelState, UnloadResult
 from flexserv_core.models.spec import ModelKind, ModelSpec
-from flexserv_core.openmp import IntraOpThreads, full_intra_op_threads, prefer_passive_openmp
+from flexserv_core.openmp import IntraOpThreads, full_intra_op_threads, prefer_passive_openmp, use_all_intra_op_threads
 from flexserv_core.plugin_manager import FlexServPluginManager, create_plugin_manager
 from flexserv_core.request_context import RequestContext
 from flexserv_core.resources import (
@@ -195,6 +195,7 @@ __all__ = [
     "resolve_settings",
     "tool_parser_names",
     "until_disconnect",
+    "use_all_intra_op_threads",
 ]
 
 if typing.TYPE_CHECKING:

@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Generic, TypeVar
 
 from flexserv_core.backends.base import EngineStats
+from flexserv_core.openmp import use_all_intra_op_threads
 
 JobT = TypeVar("JobT")
 ResultT = TypeVar("ResultT")
@@ -76,7 +77,10 @@ class MicroBatcher(Generic[JobT, ResultT]):
         #: (loop time, demand) as recent batches finished: their items and those queued behind them.
         self._recent: deque[tuple[float, int]] = deque(maxlen=self.DEMAND_BATCHES)
         self._last_run = 0.0
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        # The worker starts on all intra-op threads, whatever another worker last switched to.
+        self._executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=name, initializer=use_all_intra_op_threads
+        )
         self._queue: list[_Pending[JobT, ResultT]] = []
         self._queued_items = 0
         self._busy = False

@@ -58,6 +58,12 @@ def full_intra_op_threads() -> int:
         return _full_threads
 
 
+def use_all_intra_op_threads() -> None:
+    """Set the calling thread to all intra-op threads: a worker thread's start (a new
+    thread inherits the count another worker last switched to)."""
+    IntraOpThreads(0).use_for(0)
+
+
 class IntraOpThreads:
     """The intra-op threads of one worker thread, chosen per unit of work: one thread
     for small work, all of them for large.
@@ -67,7 +73,8 @@ class IntraOpThreads:
     pays that wake-up hundreds of times while one thread would have finished each
     operator alone; large work (a prefill, a wide batch) still gains from every core.
     ``torch.set_num_threads`` acts on the calling thread (OpenMP keeps the count per
-    thread), so each worker owns its instance and calls :meth:`use_for` itself. A
+    thread), so each worker owns its instance and calls :meth:`use_for` from its own
+    thread (it may be made elsewhere: the first :meth:`use_for` sets the count). A
     change is made only when the choice changes: it also empties oneDNN's cache of
     kernels for the thread. Without torch loaded it does nothing.
     """

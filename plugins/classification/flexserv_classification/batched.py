@@ -12,7 +12,7 @@ import abc
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
-from flexserv_core import ContextLengthExceeded, EngineStats, IntraOpThreads, InvalidRequest, MicroBatcher
+from flexserv_core import ContextLengthExceeded, EngineStats, InvalidRequest, MicroBatcher
 
 JobT = TypeVar("JobT")
 ItemT = TypeVar("ItemT")
@@ -36,8 +36,6 @@ class BatchedRunner(abc.ABC, Generic[JobT, ItemT, ResultT]):
         self.batcher: MicroBatcher[JobT, ResultT] = MicroBatcher(
             self._run_batch, max_batch=max_batch, max_wait=max_wait, name=name
         )
-        #: The worker thread's intra-op threads, made there on its first batch.
-        self._threads: IntraOpThreads | None = None
 
     def stats(self) -> EngineStats:
         """The batcher's numbers for ``/metrics`` (list this class before the model kind
@@ -57,11 +55,6 @@ class BatchedRunner(abc.ABC, Generic[JobT, ItemT, ResultT]):
         """This job's result from its items' outputs."""
 
     def _run_batch(self, jobs: Sequence[JobT]) -> list[ResultT | BaseException]:
-        # All intra-op threads, set on this worker thread itself: a thread that starts using
-        # torch inherits the count another worker last switched to (see IntraOpThreads).
-        if self._threads is None:
-            self._threads = IntraOpThreads(0)
-            self._threads.use_for(0)
         prepared: list[Prepared[ItemT] | BaseException] = []
         for job in jobs:
             try:

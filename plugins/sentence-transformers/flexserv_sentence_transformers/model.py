@@ -58,9 +58,8 @@ class SentenceTransformerEmbeddingModel(EmbeddingModel):
         self.max_input_tokens = int(max_seq_length)
         self.vocab_size = len(self._tokenizer)
         self.forward_batch = forward_batch
-        self._single_thread_tokens = single_thread_tokens
-        #: The batcher's one worker thread's intra-op threads (made there, on its first batch).
-        self.threads: IntraOpThreads | None = None
+        #: The intra-op threads of the batcher's one worker thread, chosen per batch there.
+        self.threads = IntraOpThreads(single_thread_tokens)
         self._prefix, self._suffix = _special_token_frame(self._tokenizer)
         self.batcher: MicroBatcher[EmbedJob, EmbeddingResult] = MicroBatcher(
             self._run_batch, max_batch=max_batch, max_wait=max_wait, gather_wait=gather_wait, name=f"embed-{spec.name}"
@@ -148,8 +147,6 @@ class SentenceTransformerEmbeddingModel(EmbeddingModel):
     def _run_batch(self, jobs: Sequence[EmbedJob]) -> list[EmbeddingResult | BaseException]:
         outcomes = self._token_ids(jobs)
         flat = [seq for o in outcomes if not isinstance(o, BaseException) for seq in o]
-        if self.threads is None:
-            self.threads = IntraOpThreads(self._single_thread_tokens)
         self.threads.use_for(sum(len(seq) for seq in flat))
         vectors = self._forward(flat) if flat else np.empty((0, self.dimensions), dtype=np.float32)
         results: list[EmbeddingResult | BaseException] = []

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from flexserv_core import IntraOpThreads, SamplingParams, ServiceUnavailable, Settings
+from flexserv_core import SamplingParams, ServiceUnavailable, Settings, use_all_intra_op_threads
 from flexserv_transformers.engine_api import EngineModel, EngineToken, queue_timeout_error
 from flexserv_transformers.grammar import GrammarState
 from flexserv_transformers.media import PromptMedia, media_inputs
@@ -189,9 +189,7 @@ class SimpleEngine:
     # -- worker thread --------------------------------------------------------------
 
     def _run(self) -> None:
-        # All intra-op threads on this thread: a thread inherits the count another
-        # worker (a paged engine's small steps) last switched to.
-        IntraOpThreads(0).use_for(0)
+        use_all_intra_op_threads()  # not what a paged engine's small step last left
         while True:
             with self._cv:
                 while not self._closed and not self._waiting and not self._active:

@@ -89,10 +89,8 @@ class PagedEngine:
             resident_blocks=resident_blocks,
         )
         self.device = str(device)
-        single = s.transformers_single_thread_step_tokens if device.type == "cpu" else 0
-        #: Made in the engine thread (a thread's intra-op count is its own): see :meth:`_loop`.
-        self._threads_small_work = single
-        self._threads: IntraOpThreads | None = None
+        #: The engine thread's intra-op threads, chosen per step in :meth:`_step`.
+        self._threads = IntraOpThreads(s.transformers_single_thread_step_tokens if device.type == "cpu" else 0)
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.eos_token_ids = frozenset(eos_token_ids)
         self.block_manager = BlockManager(
@@ -241,7 +239,7 @@ class PagedEngine:
             "restarts": self.restarts,
             "peak_running": self.scheduler.peak_running,
             "images_encoded": self.runner.images_encoded,
-            "intra_op_threads": self._threads.current if self._threads is not None else None,
+            "intra_op_threads": self._threads.current,
             "kv_cache": {
                 "block_size": blocks.block_size,
                 "total_blocks": blocks.total_blocks,
@@ -292,7 +290,6 @@ class PagedEngine:
 
     def _loop(self) -> None:
         torch.set_grad_enabled(False)
-        self._threads = IntraOpThreads(self._threads_small_work)
         try:
             while self._take_inbox():
                 try:
@@ -389,8 +386,7 @@ class PagedEngine:
             # masks depend only on the matchers, which advance after sampling: fill them
             # while the forward pass runs instead of after it
             masks = self._masker.submit(grammar_masks, grammars, self.vocab_size)
-        if self._threads is not None:
-            self._threads.use_for(sum(n for _, n in plan))
+        self._threads.use_for(sum(n for _, n in plan))
         logits, owners = self.runner.forward(plan)
         self.scheduler.after_step(plan)
         if owners:
