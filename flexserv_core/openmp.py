@@ -48,13 +48,16 @@ _full_lock = threading.Lock()
 
 
 def full_intra_op_threads() -> int:
-    """torch's intra-op thread count as the process started with it (read once, before any
-    :class:`IntraOpThreads` changed a thread's count; new threads start from the last change)."""
+    """torch's intra-op thread count as the process started with it (read once torch is
+    loaded, before any :class:`IntraOpThreads` changed a thread's count; new threads start
+    from the last change); 1 while torch is not loaded."""
     global _full_threads
     with _full_lock:
         if _full_threads is None:
             torch = sys.modules.get("torch")
-            _full_threads = int(torch.get_num_threads()) if torch is not None else 1
+            if torch is None:
+                return 1
+            _full_threads = int(torch.get_num_threads())
         return _full_threads
 
 
@@ -87,7 +90,7 @@ class IntraOpThreads:
 
     def use_for(self, work: int) -> int:
         """Set this thread's intra-op threads for ``work`` tokens; returns the count."""
-        want = 1 if work <= self.small_work else self.full
+        want = 1 if self.small_work > 0 and work <= self.small_work else self.full
         if want != self.current:
             torch = sys.modules.get("torch")
             if torch is None:

@@ -42,3 +42,18 @@ def test_zero_small_work_pins_all_threads_whatever_the_thread_started_with() -> 
         return threads.use_for(1), torch.get_num_threads()
 
     assert _in_a_thread(pinned) == (full, full)
+
+
+async def test_a_micro_batcher_worker_starts_on_all_threads_after_another_switched_to_one() -> None:
+    from flexserv_core import MicroBatcher
+
+    full = full_intra_op_threads()
+    _in_a_thread(lambda: IntraOpThreads(small_work=16).use_for(1))  # new threads now inherit one
+    batcher: MicroBatcher[int, int] = MicroBatcher(
+        lambda jobs: [torch.get_num_threads() for _ in jobs], max_batch=4, max_wait=0.0
+    )
+    try:
+        assert await batcher.submit(0) == full
+    finally:
+        batcher.close()
+        _in_a_thread(lambda: IntraOpThreads(small_work=0).use_for(1))  # and all again, for later tests
