@@ -11,10 +11,7 @@ completion (what a non-streaming response returns).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from flexserv_transformers.text_tokenizer import TextTokenizer
+from flexserv_transformers.text_tokenizer import TextTokenizer, decode_text
 
 REPLACEMENT = "\ufffd"
 
@@ -35,9 +32,7 @@ class IncrementalDetokenizer:
         self._read = len(self._ids)
 
     def _decode(self, ids: list[int]) -> str:
-        text = self._tokenizer.decode(ids, skip_special_tokens=True)
-        assert isinstance(text, str)  # one id list decodes to one string
-        return text
+        return decode_text(self._tokenizer, ids, skip_special_tokens=True)
 
     def _pending(self) -> tuple[str, str]:
         return self._decode(self._ids[self._prefix : self._read]), self._decode(self._ids[self._prefix :])

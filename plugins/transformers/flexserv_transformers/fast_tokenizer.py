@@ -259,5 +259,4 @@ class FastTokenizer:
         )
         if not tokenize:
             return text
-        ids = self.encode(text, add_special_tokens=False)
-        return {"input_ids": ids, "attention_mask": [1] * len(ids)} if return_dict else ids
+        return self(text, add_special_tokens=False) if return_dict else self.encode(text, add_special_tokens=False)

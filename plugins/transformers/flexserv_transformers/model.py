@@ -29,6 +29,7 @@ from flexserv_transformers.loading import (
     parameter_dtype,
 )
 from flexserv_transformers.media import ImagePrompt, PromptMedia
+from flexserv_transformers.text_tokenizer import decode_text
 
 if TYPE_CHECKING:
     from transformers import ProcessorMixin
@@ -177,7 +178,7 @@ class TransformersTextModel(TextGenerationModel):
         return list(self.tokenizer(text, add_special_tokens=True)["input_ids"])
 
     def decode(self, token_ids: list[int]) -> str:
-        return _text(self.tokenizer.decode(token_ids, skip_special_tokens=True))
+        return decode_text(self.tokenizer, token_ids, skip_special_tokens=True)
 
     def tokenize(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])
@@ -186,7 +187,7 @@ class TransformersTextModel(TextGenerationModel):
         """One token as text (special tokens included), for ``top_logprobs``."""
         text = self._token_texts.get(token_id)
         if text is None:
-            text = self._token_texts[token_id] = _text(self.tokenizer.decode([token_id], skip_special_tokens=False))
+            text = self._token_texts[token_id] = decode_text(self.tokenizer, [token_id], skip_special_tokens=False)
         return text
 
     # -- generation -----------------------------------------------------------------
@@ -258,9 +259,3 @@ class TransformersTextModel(TextGenerationModel):
         self.engine.close()
         self._model = None
         self._token_texts.clear()
-
-
-def _text(decoded: str | list[str]) -> str:
-    """``tokenizer.decode`` of one id list: a string (its annotation also allows a batch)."""
-    assert isinstance(decoded, str)
-    return decoded

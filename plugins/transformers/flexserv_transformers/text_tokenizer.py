@@ -45,3 +45,10 @@ class TextTokenizer(Protocol):
         """The conversation rendered by the chat template: its text with
         ``tokenize=False``, its ids with ``tokenize=True, return_dict=False``."""
         ...
+
+
+def decode_text(tokenizer: TextTokenizer, token_ids: list[int], *, skip_special_tokens: bool) -> str:
+    """``tokenizer.decode`` of one id list: a string (transformers' annotation also allows a batch)."""
+    text = tokenizer.decode(token_ids, skip_special_tokens=skip_special_tokens)
+    assert isinstance(text, str)
+    return text
