@@ -520,7 +520,15 @@ def test_native_server_never_imports_transformers(flexserv_test_cache: Path, tmp
     """A real ``flexserv run`` with the embedded model (FlexServ's Llama forward) serves a
     chat request and a JSON-schema one; at exit, no transformers module was ever imported."""
     import openai
+    from flexserv_transformers.backend import embedded_gguf
+    from flexserv_transformers.loading import ensure_gguf_checkpoint
+    from flexserv_transformers.settings import resolve_device, resolve_dtype
 
+    # The first conversion of a GGUF goes through transformers (by design): warm the
+    # cache here, in the dtype the server will pick, so the test holds when run alone.
+    gguf = embedded_gguf()
+    assert gguf is not None, SMOLLM2_MISSING
+    ensure_gguf_checkpoint(gguf, flexserv_test_cache, lambda *_: None, resolve_dtype("auto", resolve_device("auto")))
     report = tmp_path / "modules.txt"
     port = free_port()
     env = {
