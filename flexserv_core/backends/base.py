@@ -43,6 +43,7 @@ RESERVED_TEMPLATE_KWARGS: frozenset[str] = frozenset(
         "tokenizer_kwargs",
         "return_assistant_tokens_mask",
         "chat_template",
+        "sanitize_control_tokens",
     }
 )
 

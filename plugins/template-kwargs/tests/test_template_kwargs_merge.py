@@ -50,7 +50,9 @@ def test_non_boolean_enable_thinking_is_rejected(value: Any) -> None:
     assert info.value.param == "chat_template_kwargs.enable_thinking"
 
 
-@pytest.mark.parametrize("key", ["tokenize", "add_generation_prompt", "chat_template", "return_tensors"])
+@pytest.mark.parametrize(
+    "key", ["tokenize", "add_generation_prompt", "chat_template", "return_tensors", "sanitize_control_tokens"]
+)
 def test_arguments_of_the_template_call_itself_are_reserved(key: str) -> None:
     with pytest.raises(InvalidRequest) as info:
         request_template_kwargs({"chat_template_kwargs": {key: False}})
