@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import subprocess
 from pathlib import Path
 
@@ -64,8 +65,9 @@ def test_https_with_a_generated_certificate_and_json_logs(tmp_path: Path) -> Non
     )
     url = f"https://127.0.0.1:{port}"
     try:
-        _wait(url, proc, verify=str(ca_file))
-        with httpx.Client(verify=str(ca_file)) as client:
+        trusting_our_ca = ssl.create_default_context(cafile=str(ca_file))
+        _wait(url, proc, verify=trusting_our_ca)
+        with httpx.Client(verify=trusting_our_ca) as client:
             response = client.get(f"{url}/v1/models", headers={"X-Request-Id": "tls-req-1"})
         assert response.status_code == 200
         assert response.headers["x-request-id"] == "tls-req-1"
