@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from litestar import Litestar
 from litestar.datastructures import State
 from litestar.openapi import OpenAPIConfig
+from litestar.plugins import PluginProtocol
+from litestar.plugins.core import MsgspecDIPlugin
 from litestar.types import LifeSpanReceive, LifeSpanScope, LifeSpanSend, Receive, Scope, Send
 
 from flexserv_core import __version__, hooks
@@ -41,6 +44,18 @@ class FlexServApp(Litestar):
         self, scope: Scope | LifeSpanScope, receive: Receive | LifeSpanReceive, send: Send | LifeSpanSend
     ) -> None:
         await with_request_id(super().__call__, scope, receive, send)
+
+    @staticmethod
+    def _get_default_plugins(plugins: list[PluginProtocol]) -> list[PluginProtocol]:
+        # Litestar adds its pydantic and attrs plugins whenever those libraries are
+        # installed, importing them (a tenth of a second and more of every start-up)
+        # for routes that never use them: FlexServ's are msgspec. A plugin whose
+        # routes do use them has imported them by the time the app is built, and
+        # then Litestar's own choice stands.
+        if any(name in sys.modules for name in ("pydantic", "attrs", "attr")):
+            return Litestar._get_default_plugins(plugins)
+        plugins.append(MsgspecDIPlugin())
+        return plugins
 
 
 def build_server(settings: Settings, pm: FlexServPluginManager) -> FlexServer:
