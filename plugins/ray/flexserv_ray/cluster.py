@@ -6,8 +6,16 @@ import logging
 import os
 from collections.abc import Mapping
 from types import TracebackType
+from typing import Final
 
 log = logging.getLogger(__name__)
+
+#: What a local cluster's processes get unless the environment says otherwise.
+#: Ray's controller gives a starting proxy three readiness checks of 5 s; on a small
+#: busy machine (two cores, replicas loading models) the proxy's own start-up took
+#: longer, and it was killed as unhealthy before it ever served. A proxy that truly
+#: hangs is now found after a minute instead of 15 s.
+LOCAL_CLUSTER_ENV: Final[Mapping[str, str]] = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "20"}
 
 
 class StartInterrupted(Exception):
@@ -18,14 +26,14 @@ class RayCluster:
     """``with RayCluster(address, local_cpus):`` connects to ``address`` (or
     ``$RAY_ADDRESS``); without either it starts a private local cluster on
     127.0.0.1 with at most ``local_cpus`` CPUs, no dashboard and ``local_env`` in its
-    processes' environment, and on exit shuts down that cluster and nothing else. A
-    joined cluster is left running."""
+    processes' environment (over :data:`LOCAL_CLUSTER_ENV`), and on exit shuts down
+    that cluster and nothing else. A joined cluster is left running."""
 
     def __init__(self, address: str | None, *, local_cpus: int, local_env: Mapping[str, str] | None = None) -> None:
         self.address = address or os.environ.get("RAY_ADDRESS") or None
         self.local_cpus = local_cpus
         #: Environment of a local cluster's processes (Ray's proxy reads its middleware from it).
-        self.local_env = dict(local_env or {})
+        self.local_env = {**LOCAL_CLUSTER_ENV, **(local_env or {})}
         self.started_here = False
 
     def __enter__(self) -> RayCluster:

@@ -12,6 +12,7 @@ import yaml
 from flexserv_ray import plugin as ray_plugin
 from flexserv_ray.app_args import app_args_from, rebuild, setting_value
 from flexserv_ray.cli import run
+from flexserv_ray.cluster import LOCAL_CLUSTER_ENV, RayCluster
 from flexserv_ray.options import RayOptions, add_ray_arguments, deployment_options, parse_size, ray_options_from
 from flexserv_ray.serve_config import render, serve_config
 
@@ -25,6 +26,14 @@ def _options(*argv: str) -> RayOptions:
     parser = argparse.ArgumentParser()
     add_ray_arguments(parser)
     return ray_options_from(parser.parse_args(list(argv)))
+
+
+def test_a_local_cluster_tolerates_a_slow_proxy_start_unless_told_otherwise() -> None:
+    cluster = RayCluster(None, local_cpus=1, local_env={"FLEXSERV_RAY_RETRY_AFTER": "2"})
+    assert cluster.local_env == {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "20", "FLEXSERV_RAY_RETRY_AFTER": "2"}
+    assert float(LOCAL_CLUSTER_ENV["RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"]) > 5  # Ray's own default
+    told = RayCluster(None, local_cpus=1, local_env={"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "7"})
+    assert told.local_env == {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "7"}
 
 
 def test_back_pressure_follows_the_engine_limits() -> None:
