@@ -366,6 +366,7 @@ class ModelRegistry:
         if entry.state is ModelState.UNLOADED:
             return
         model, entry.model = entry.model, None
+        entry.load_task = None  # its result is the model: this frame holds entry until after free_memory
         entry.state = ModelState.UNLOADED
         self._detached.discard(entry)
         if model is not None:

@@ -97,6 +97,40 @@ async def test_unloaded_model_is_garbage_collected() -> None:
     assert registry.state_of("m") is ModelState.UNLOADED
 
 
+async def test_the_model_is_gone_when_memory_is_freed(monkeypatch: Any) -> None:
+    """``free_memory`` returns cached accelerator memory to the driver: it must run
+    after the last reference to the model went, or the weights stay cached (the
+    finished load task's result held the model until the free had run)."""
+    import flexserv_core.models.registry as registry_module
+
+    backend = GatedBackend()
+    registry, _ = make_registry(backend)
+    seen: list[bool] = []
+
+    def free_memory() -> None:
+        gc.collect()  # as the real one does before emptying the accelerator's cache
+        seen.append(backend.refs[-1]() is None)
+
+    monkeypatch.setattr(registry_module, "free_memory", free_memory)
+    await use_once(registry)
+    await registry.unload("m")
+    await settle(registry)
+    holding, release = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> None:
+        async with registry.acquire("m", TextGenerationModel):
+            holding.set()
+            await release.wait()
+
+    task = asyncio.create_task(hold())
+    await holding.wait()
+    await registry.unload("m")
+    release.set()
+    await task
+    await settle(registry)
+    assert backend.unloads == 2 and seen == [True, True]
+
+
 async def test_model_freed_after_unload_while_in_use_once_the_request_ends() -> None:
     backend = GatedBackend()
     registry, _ = make_registry(backend)
