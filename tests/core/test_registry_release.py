@@ -79,6 +79,20 @@ def collected(ref: weakref.ref[Any]) -> bool:
     return ref() is None
 
 
+async def hold_model(registry: ModelRegistry) -> tuple[asyncio.Task[None], asyncio.Event]:
+    """A request that holds the model until the returned event is set."""
+    holding, release = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> None:
+        async with registry.acquire("m", TextGenerationModel):
+            holding.set()
+            await release.wait()
+
+    task = asyncio.create_task(hold())
+    await holding.wait()
+    return task, release
+
+
 async def use_once(registry: ModelRegistry) -> None:
     async with registry.acquire("m", TextGenerationModel) as lease:
         assert isinstance(lease.model, FakeTextModel)
@@ -115,15 +129,7 @@ async def test_the_model_is_gone_when_memory_is_freed(monkeypatch: Any) -> None:
     await use_once(registry)
     await registry.unload("m")
     await settle(registry)
-    holding, release = asyncio.Event(), asyncio.Event()
-
-    async def hold() -> None:
-        async with registry.acquire("m", TextGenerationModel):
-            holding.set()
-            await release.wait()
-
-    task = asyncio.create_task(hold())
-    await holding.wait()
+    task, release = await hold_model(registry)
     await registry.unload("m")
     release.set()
     await task
@@ -134,15 +140,7 @@ async def test_the_model_is_gone_when_memory_is_freed(monkeypatch: Any) -> None:
 async def test_model_freed_after_unload_while_in_use_once_the_request_ends() -> None:
     backend = GatedBackend()
     registry, _ = make_registry(backend)
-    holding, release = asyncio.Event(), asyncio.Event()
-
-    async def hold() -> None:
-        async with registry.acquire("m", TextGenerationModel):
-            holding.set()
-            await release.wait()
-
-    task = asyncio.create_task(hold())
-    await holding.wait()
+    task, release = await hold_model(registry)
     await registry.unload("m")
     await settle(registry)
     ref = backend.refs[0]
@@ -177,15 +175,7 @@ async def test_unload_during_a_load_nobody_waits_for_frees_the_model() -> None:
 async def test_ttl_never_evicts_a_busy_model() -> None:
     backend = GatedBackend()
     registry, _ = make_registry(backend, model_timeout=0.05)
-    holding, release = asyncio.Event(), asyncio.Event()
-
-    async def hold() -> None:
-        async with registry.acquire("m", TextGenerationModel):
-            holding.set()
-            await release.wait()
-
-    task = asyncio.create_task(hold())
-    await holding.wait()
+    task, release = await hold_model(registry)
     registry._entries["m"].last_used = time.monotonic() - 60  # idle by the clock, but serving
     assert await registry.evict_idle() == []
     assert registry.state_of("m") is ModelState.READY
