@@ -52,6 +52,8 @@ def full_intra_op_threads() -> int:
     loaded, before any :class:`IntraOpThreads` changed a thread's count; new threads start
     from the last change); 1 while torch is not loaded."""
     global _full_threads
+    if _full_threads is not None:  # read per step: no lock once known
+        return _full_threads
     with _full_lock:
         if _full_threads is None:
             torch = sys.modules.get("torch")
@@ -85,12 +87,12 @@ class IntraOpThreads:
     def __init__(self, small_work: int) -> None:
         #: Work (tokens) up to which one thread runs it; 0: always all threads.
         self.small_work = small_work
-        self.full = full_intra_op_threads()
         self.current: int | None = None
 
     def use_for(self, work: int) -> int:
         """Set this thread's intra-op threads for ``work`` tokens; returns the count."""
-        want = 1 if self.small_work > 0 and work <= self.small_work else self.full
+        # "All" is read here, not when made: an instance made before torch loaded would keep 1.
+        want = 1 if self.small_work > 0 and work <= self.small_work else full_intra_op_threads()
         if want != self.current:
             torch = sys.modules.get("torch")
             if torch is None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 
+import pytest
 import torch
 
-from flexserv_core import IntraOpThreads, full_intra_op_threads
+from flexserv_core import IntraOpThreads, full_intra_op_threads, openmp
 
 
 def _in_a_thread(work: Callable[[], object]) -> object:
@@ -42,6 +44,17 @@ def test_zero_small_work_pins_all_threads_whatever_the_thread_started_with() -> 
         return threads.use_for(1), torch.get_num_threads()
 
     assert _in_a_thread(pinned) == (full, full)
+
+
+def test_an_instance_made_before_torch_loaded_still_uses_all_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    full = full_intra_op_threads()
+    if full == 1:
+        pytest.skip("one intra-op thread on this machine: 'all' and 'one' are the same")
+    with monkeypatch.context() as hidden:  # as before the first model load: torch not imported, nothing read
+        hidden.delitem(sys.modules, "torch")
+        hidden.setattr(openmp, "_full_threads", None)
+        threads = IntraOpThreads(small_work=16)
+    assert _in_a_thread(lambda: (threads.use_for(500), torch.get_num_threads())) == (full, full)
 
 
 async def test_a_micro_batcher_worker_starts_on_all_threads_after_another_switched_to_one() -> None:
