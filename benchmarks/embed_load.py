@@ -10,7 +10,7 @@ that, so only wrk lets a server near the in-process limit show it.
 Used by ``compare_peers.py --task embeddings``; also runnable alone::
 
     python benchmarks/embed_load.py --url http://127.0.0.1:8000 --model all-MiniLM-L6-v2 --concurrency 32 --requests 640
-    python benchmarks/embed_load.py --generator wrk --url ... --model all-MiniLM-L6-v2 --concurrency 32 --requests 640
+    python benchmarks/embed_load.py --generator wrk --url ... --model all-MiniLM-L6-v2 --concurrency 32 --seconds 15
 """
 
 from __future__ import annotations

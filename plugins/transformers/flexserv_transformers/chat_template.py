@@ -137,9 +137,7 @@ def _plain(value: Any) -> Any:
         return value
     if isinstance(value, str):
         return str.__str__(value)
-    if isinstance(value, bool):
-        return bool(value)
-    if isinstance(value, int):
+    if isinstance(value, int):  # an int subclass; bool cannot be subclassed, so it never gets here
         return int.__int__(value)
     if isinstance(value, float):
         return float.__float__(value)
