@@ -27,7 +27,8 @@ def inputs(n: int) -> list[str]:
     return [TEXT.format(i=i) for i in range(n)]
 
 
-def embedded_inputs(metrics: str, name: str = "flexserv:embedding_inputs_total") -> float:
+def model_counter(metrics: str, name: str) -> float:
+    """Counter ``name`` of the default embedding model in a /metrics page (0 when absent)."""
     for family in text_string_to_metric_families(metrics):
         for sample in family.samples:
             if sample.name == name and sample.labels["model_name"] == DEFAULT_MODEL_NAME:
@@ -66,7 +67,7 @@ async def test_requests_of_clients_gone_are_dropped_from_the_batcher() -> None:
             assert batcher.sizes_since(ran_before) == [RUNNING, 5]
             # only the load request and the fresh one were answered
             metrics = (await client.get("/metrics")).text
-            assert embedded_inputs(metrics) == 1 + 5
+            assert model_counter(metrics, "flexserv:embedding_inputs_total") == 1 + 5
             # three forwards ran (the load request's, the abandoned one's and the fresh one's)
-            assert embedded_inputs(metrics, "flexserv:micro_batches_total") == 3
-            assert embedded_inputs(metrics, "flexserv:micro_batch_items_total") == 1 + RUNNING + 5
+            assert model_counter(metrics, "flexserv:micro_batches_total") == 3
+            assert model_counter(metrics, "flexserv:micro_batch_items_total") == 1 + RUNNING + 5
