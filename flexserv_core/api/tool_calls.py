@@ -219,9 +219,9 @@ def split_output(plan: ToolPlan, text: str) -> tuple[str | None, list[ToolCall]]
     """A whole completion -> ``(content, tool_calls)``."""
     parsed = plan.parser.parse(text)
     if not parsed.calls:
-        content = without_call_syntax(plan.parser, text)
-        return content if content or not text else None, []
-    content = without_call_syntax(plan.parser, parsed.content) if parsed.content else parsed.content
+        left = without_call_syntax(plan.parser, text)
+        return left if left or not text else None, []
+    content = without_call_syntax(plan.parser, parsed.content) if parsed.content else None
     calls = [
         ToolCall(id=new_call_id(), function=ToolCallFunction(name=c.name, arguments=c.arguments))
         for c in _limit(plan, parsed.calls)
