@@ -42,7 +42,7 @@ def check_stop(stop: str | list[str] | None, core: CoreSettings) -> None:
             )
 
 
-def _check_prompt_chars(count: int, core: CoreSettings, param: str) -> None:
+def check_prompt_chars(count: int, core: CoreSettings, param: str) -> None:
     if count > core.max_prompt_chars:
         raise InvalidRequest(
             f"The prompt is {count} characters long; this server accepts at most {core.max_prompt_chars}"
@@ -82,7 +82,7 @@ def check_chat_bounds(body: ChatCompletionRequest, core: CoreSettings) -> None:
             chars += sum(len(part.text or "") for part in content)
         elif content is not None:
             chars += len(content)
-        _check_prompt_chars(chars, core, "messages")
+        check_prompt_chars(chars, core, "messages")
     check_stop(body.stop, core)
     if body.max_completion_tokens is not None:
         _check_requested_tokens(body.max_completion_tokens, body.n or 1, core, "max_completion_tokens")
@@ -111,7 +111,7 @@ def _prompt_size(prompt: str | list[Any]) -> tuple[int, int]:
 def check_completion_bounds(body: CompletionRequest, core: CoreSettings) -> None:
     """Prompt characters (token ids count one each), stop strings and ``max_tokens x n x prompts``."""
     units, prompts = _prompt_size(body.prompt)
-    _check_prompt_chars(units, core, "prompt")
+    check_prompt_chars(units, core, "prompt")
     check_stop(body.stop, core)
     # best_of generates max(n, best_of) candidates per prompt: that is what the bound counts
     candidates = max(body.n or 1, body.best_of or 1)
