@@ -9,6 +9,7 @@ import msgspec
 
 from flexserv_core.api import docs_page, openapi
 from flexserv_core.builtin import flexserv_routes
+from flexserv_core.errors import UsageError
 from flexserv_core.hookspecs import hookimpl
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.server import FlexServer
@@ -46,8 +47,17 @@ def flexserv_resolve_model(model_id: str, kind: str, server: FlexServer) -> Mode
 
 @hookimpl(trylast=True)
 def flexserv_state_backend(url: str, settings: Settings) -> StateBackend | None:
-    if scheme_of(url) == "memory":
+    scheme = scheme_of(url)
+    if scheme == "memory":
         from flexserv_core.state.memory import MemoryBackend
 
         return MemoryBackend(url)
+    if scheme == "sqlite":
+        from flexserv_core.state.sqlite import SqliteBackend, sqlite_path
+
+        try:
+            sqlite_path(url)
+        except ValueError as exc:
+            raise UsageError(f"--state-url: {exc}") from None
+        return SqliteBackend(url)
     return None

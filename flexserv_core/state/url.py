@@ -29,4 +29,8 @@ def redact_url(url: str) -> str:
 
 def state_url(settings: Settings) -> str:
     """``--state-url``, or the default: a SQLite file under the cache directory."""
-    return settings.core.state_url or "memory://"
+    if settings.core.state_url:
+        return settings.core.state_url
+    from flexserv_core.settings import default_cache_dir
+
+    return f"sqlite://{(default_cache_dir(settings) / 'state.db').absolute()}"
