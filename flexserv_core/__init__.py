@@ -91,7 +91,7 @@ from flexserv_core.state.limits import plan_eviction
 from flexserv_core.state.owner import request_owner
 from flexserv_core.state.records import CollectionLimits, Record, RecordPage
 from flexserv_core.state.store import Collection, StateStore
-from flexserv_core.state.url import redact_url
+from flexserv_core.state.url import redact_url, resolved_state_url
 from flexserv_core.tool_call_stream import CallSyntax, ToolCallFragment, ToolCallStream, ToolStreamEvent
 from flexserv_core.tool_parsers import (
     JsonToolParser,
@@ -212,6 +212,7 @@ __all__ = [
     "request_owner",
     "resolve_plugin_settings",
     "resolve_settings",
+    "resolved_state_url",
     "tool_parser_names",
     "until_disconnect",
     "use_all_intra_op_threads",
