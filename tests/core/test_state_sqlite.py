@@ -19,7 +19,7 @@ from flexserv_core import CollectionLimits, StateBackend, StateStore, StateUnava
 from flexserv_core.state import sqlite as sqlite_module
 from flexserv_core.state.sqlite import SqliteBackend
 from flexserv_core.testing import StateBackendContract
-from flexserv_core.testing.state_contract import chunks_of, read_all
+from flexserv_core.testing.state_contract import blob_chunks, read_blob_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +36,7 @@ class TestSqliteBackend(StateBackendContract):
     async def test_no_blob_file_outlives_its_record(self, store: StateStore, tmp_path: Path) -> None:
         files = store.collection("files", CollectionLimits(max_items=2, max_bytes=10**6))
         for n in range(4):
-            await files.put({"n": n}, owner=None, blob=chunks_of(b"%d" % n * 100))
+            await files.put({"n": n}, owner=None, blob=blob_chunks(b"%d" % n * 100))
         blob_dir = tmp_path / "state.db.blobs"
         assert len(list(blob_dir.iterdir())) == 2  # the two evicted records took their files
         for record in (await files.list(owner=None)).records:
@@ -49,14 +49,14 @@ async def test_records_survive_a_restart(tmp_path: Path) -> None:
     store = StateStore(SqliteBackend(url))
     await store.open()
     files = store.collection("files", CollectionLimits(max_bytes=10**6))
-    record = await files.put({"name": "a"}, owner="key-a", blob=chunks_of(b"payload" * 100))
+    record = await files.put({"name": "a"}, owner="key-a", blob=blob_chunks(b"payload" * 100))
     await store.close()
 
     again = StateStore(SqliteBackend(url))
     await again.open()
     try:
         assert await again.collection("files").get(record.id, owner="key-a") == record
-        assert await read_all(again, "files", record.id, "key-a") == b"payload" * 100
+        assert await read_blob_bytes(again, "files", record.id, "key-a") == b"payload" * 100
     finally:
         await again.close()
 
@@ -163,7 +163,7 @@ async def check_every_record(url: str) -> list[dict[str, object]]:
         while True:
             page = await files.list(owner=None, limit=100, after=after, order="asc")
             for record in page.records:
-                data = await read_all(store, "files", record.id, None)
+                data = await read_blob_bytes(store, "files", record.id, None)
                 assert len(data) == record.blob_size
                 assert hashlib.sha256(data).hexdigest() == record.payload["sha256"], record.payload
                 payloads.append(record.payload)
