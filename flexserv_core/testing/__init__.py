@@ -35,6 +35,7 @@ from flexserv_core.testing.process import (
     write_distribution,
 )
 from flexserv_core.testing.state_contract import ManualClock, StateBackendContract, blob_chunks, read_blob_bytes
+from flexserv_core.testing.state_writer import start_state_writer, stored_writes
 from flexserv_core.testing.waiting import wait_until, wait_until_async
 
 __all__ = [
@@ -61,7 +62,9 @@ __all__ = [
     "read_blob_bytes",
     "run_flexserv",
     "running_app_client",
+    "start_state_writer",
     "stop_process",
+    "stored_writes",
     "wait_healthy",
     "wait_until",
     "wait_until_async",

@@ -6,12 +6,9 @@ password; two processes write at once and a SIGKILL mid-upload leaves nothing.""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import signal
 import subprocess
-import sys
-import textwrap
 from collections.abc import Iterator
 
 import pytest
@@ -24,8 +21,9 @@ from flexserv_core.testing import (
     app_client,
     free_port,
     make_app,
-    read_blob_bytes,
     run_flexserv,
+    start_state_writer,
+    stored_writes,
     wait_until_async,
 )
 
@@ -83,62 +81,19 @@ def test_an_unreachable_database_stops_start_up(postgres_server: PostgresServer)
     assert postgres_server.password not in output
 
 
-WRITER = textwrap.dedent(
-    """
-    import asyncio, hashlib, sys
-    from flexserv_core import CollectionLimits, StateStore
-    from flexserv_state_postgres.backend import PostgresBackend
-
-    async def chunks(data):
-        for i in range(0, len(data), 4096):
-            await asyncio.sleep(0)
-            yield data[i:i + 4096]
-
-    async def stalled():
-        yield b"half of it" * 10000
-        print("stalled", flush=True)
-        await asyncio.Event().wait()
-
-    async def main(url, name, count):
-        store = StateStore(PostgresBackend(url))
-        await store.open()
-        files = store.collection("files", CollectionLimits(max_bytes=10**9))
-        if count == 0:
-            await files.put({"writer": name}, owner=None, blob=stalled(), record_id="stalled")
-        for n in range(count):
-            data = hashlib.sha256(b"%s-%d" % (name.encode(), n)).digest() * (50 + n % 50)
-            digest = hashlib.sha256(data).hexdigest()
-            await files.put({"writer": name, "n": n, "sha256": digest}, owner=None, blob=chunks(data))
-            print(n, flush=True)
-        await store.close()
-
-    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
-    """
-)
-
-
-def writer(url: str, name: str, count: int) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-c", WRITER, url, name, str(count)], stdout=subprocess.PIPE, text=True)
-
-
 async def stored_payloads(url: str) -> list[dict[str, object]]:
     store = StateStore(PostgresBackend(url))
     await store.open()
     try:
-        files = store.collection("files")
-        page = await files.list(owner=None, limit=10_000, order="asc")
-        for record in page.records:
-            data = await read_blob_bytes(store, "files", record.id, None)
-            assert hashlib.sha256(data).hexdigest() == record.payload["sha256"]
-        return [r.payload for r in page.records]
+        return await stored_writes(store)
     finally:
         await store.close()
 
 
 @pytest.mark.slow
 async def test_two_processes_write_and_sigkill_leaves_whole_records(postgres_url: str) -> None:
-    stalled = writer(postgres_url, "stalled", 0)
-    writers = [writer(postgres_url, name, 40) for name in ("a", "b")]
+    stalled = start_state_writer(postgres_url, "stalled", 0)
+    writers = [start_state_writer(postgres_url, name, 40) for name in ("a", "b")]
     busy: subprocess.Popen[str] | None = None
     try:
         for process in writers:
@@ -146,7 +101,7 @@ async def test_two_processes_write_and_sigkill_leaves_whole_records(postgres_url
             assert process.returncode == 0, out
         assert stalled.stdout is not None
         assert await asyncio.to_thread(stalled.stdout.readline) == "stalled\n"
-        busy = writer(postgres_url, "busy", 100_000)
+        busy = start_state_writer(postgres_url, "busy", 100_000)
         assert busy.stdout is not None
         for _ in range(20):
             await asyncio.to_thread(busy.stdout.readline)
