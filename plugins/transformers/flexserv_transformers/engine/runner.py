@@ -91,6 +91,7 @@ class ModelRunner:
                 blocks=table,
                 mask=(span[None, :] < lens[:, None]).view(len(decode_rows), 1, 1, width * bs),
                 is_whole_row=len(decode_rows) == len(ids),
+                lens=lens,
             )
         layout = StepLayout(cache=self.cache, slots=slot_tensor, decode=decode, prefills=prefills)
         return self._tensor(ids), self._tensor(positions), layout, keep
