@@ -1,0 +1,120 @@
+"""What the paged engine cannot serve is refused at load, and a failure that will
+repeat is not answered with "retry the request".
+
+A tiny random Llama whose attention layers are made to pass an argument the paged
+attention does not implement stands for a future transformers release; Falcon, whose
+attention does not go through transformers' attention interface, for a real one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from flexserv_transformers.engine.engine import PagedEngine
+from flexserv_transformers.engine.settings import EngineSettings
+
+from flexserv_core import ModelKind, ModelLoadError, ModelSpec, SamplingParams, ServiceUnavailable
+
+pytestmark = pytest.mark.slow  # builds and runs tiny real models
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> tuple[Any, Any]:
+    from flexserv_transformers.testing import build_tiny_llama
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = build_tiny_llama(tmp_path / "tiny", max_position_embeddings=128, seed=5)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    return model, AutoTokenizer.from_pretrained(path)
+
+
+def engine_for(model: Any, name: str = "tiny") -> PagedEngine:
+    return PagedEngine(model, settings=EngineSettings(transformers_kv_block_size=4), eos_token_ids=(), name=name)
+
+
+def pass_an_argument(model: Any, **extra: Any) -> list[Any]:
+    """Make every attention layer hand ``extra`` to the attention function, as a
+    transformers release adding an argument would; returns the hook handles."""
+
+    def hook(module: Any, args: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        return args, {**kwargs, **extra}
+
+    return [layer.self_attn.register_forward_pre_hook(hook, with_kwargs=True) for layer in model.model.layers]
+
+
+async def greedy(engine: PagedEngine, n: int = 4) -> list[int]:
+    params = SamplingParams(max_tokens=n, temperature=0)
+    return [t.token_id async for t in engine.generate([1, 2, 3, 4, 5], params)]
+
+
+def test_an_argument_the_attention_does_not_implement_refuses_the_model_at_load(tiny: tuple[Any, Any]) -> None:
+    model, _tok = tiny
+    pass_an_argument(model, attention_chunk_size=4)
+    with pytest.raises(ModelLoadError) as refused:
+        engine_for(model, name="future")
+    message = refused.value.message
+    assert "Model 'future'" in message and "LlamaForCausalLM" in message
+    assert "attention_chunk_size" in message and "--transformers-engine simple" in message
+
+
+async def test_an_argument_met_while_serving_stops_the_engine_without_inviting_a_retry(tiny: tuple[Any, Any]) -> None:
+    model, _tok = tiny
+    engine = engine_for(model)
+    try:
+        assert len(await greedy(engine)) == 4
+        pass_an_argument(model, attention_chunk_size=4)
+        with pytest.raises(ServiceUnavailable) as failed:
+            await greedy(engine)
+        assert "attention_chunk_size" in failed.value.message and "retry" not in failed.value.message
+        assert engine.failure is not None and "attention_chunk_size" in engine.failure
+        assert engine.restarts == 0  # no restart: it would fail the same way
+    finally:
+        engine.close()
+
+
+async def test_a_failure_seen_before_is_not_answered_with_retry(tiny: tuple[Any, Any]) -> None:
+    model, _tok = tiny
+    engine = engine_for(model)
+
+    def broken(plan: Any) -> Any:
+        raise RuntimeError("shape mismatch in layer 3 (injected)")
+
+    try:
+        engine.runner.forward = broken  # type: ignore[method-assign]
+        codes = []
+        for _ in range(2):
+            with pytest.raises(ServiceUnavailable) as failed:
+                await greedy(engine)
+            codes.append((failed.value.code, "retry the request" in failed.value.message))
+        assert codes == [("engine_restarted", True), ("engine_failed", False)]
+    finally:
+        engine.close()
+
+
+async def test_falcon_is_refused_by_the_paged_engine_and_served_by_the_simple_one(
+    tmp_path: Path, load_model: Any, flexserv_test_cache: Path
+) -> None:
+    """Through the backend, as ``flexserv run`` loads it."""
+    from flexserv_transformers.testing import build_tiny_family
+
+    model, tok = build_tiny_family("Falcon", seed=2, path=tmp_path / "falcon")
+    spec = ModelSpec(name="falcon", kind=ModelKind.TEXT, source=str(tmp_path / "falcon"))
+    with pytest.raises(ModelLoadError) as refused:
+        load_model(spec, flexserv_test_cache, dtype="float32")
+    message = refused.value.message
+    assert "Model 'falcon'" in message and "FalconForCausalLM" in message
+    assert "not supporting custom attention backends" in message and "--transformers-engine simple" in message
+
+    served = load_model(spec, flexserv_test_cache, dtype="float32", transformers_engine="simple")
+    try:
+        prompt = list(tok("hello there, the quick brown fox")["input_ids"])
+        deltas = [d async for d in served.generate(prompt, SamplingParams(max_tokens=6, temperature=0))]
+        with torch.inference_mode():
+            expected = model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=6)[0, len(prompt) :]
+        assert [d.token_id for d in deltas] == expected.tolist()
+    finally:
+        await asyncio.to_thread(served.unload)
