@@ -137,6 +137,19 @@ FAMILIES: tuple[Family, ...] = (
     Family("Cohere", "CohereConfig", "CohereForCausalLM", _LLAMA_LIKE),
     Family("SmolLM3", "SmolLM3Config", "SmolLM3ForCausalLM", _LLAMA_LIKE, attention="causal, no rope on some layers"),
     Family(
+        "GPT-OSS",
+        "GptOssConfig",
+        "GptOssForCausalLM",
+        {
+            **_LLAMA_LIKE,
+            "head_dim": 16,
+            "num_local_experts": 4,
+            "num_experts_per_tok": 2,
+            "sliding_window": TINY_WINDOW,
+        },
+        attention="sliding window on alternate layers, attention sinks",
+    ),
+    Family(
         "Falcon",
         "FalconConfig",
         "FalconForCausalLM",

@@ -120,9 +120,14 @@ REFUSED = [f for f in FAMILIES if not f.paged]
 
 
 def without(ref: Any, feature: str) -> Any:
-    """A copy of ``ref`` with its sliding window (``"window"``) or attention-logit
-    soft-capping (``"softcap"``) switched off."""
+    """A copy of ``ref`` with its sliding window (``"window"``), attention-logit
+    soft-capping (``"softcap"``) or attention sinks (``"sinks"``) switched off."""
     plain = copy.deepcopy(ref)
+    if feature == "sinks":  # a sink logit of -inf takes no attention weight
+        for module in plain.modules():
+            if isinstance(getattr(module, "sinks", None), torch.nn.Parameter):
+                module.sinks.data.fill_(float("-inf"))
+        return plain
     attr = {"window": "sliding_window", "softcap": "attn_logit_softcapping"}[feature]
     off = 1 << 20 if feature == "window" else None  # masks read the config's window as a number
     setattr(plain.config, attr, off)
@@ -133,7 +138,12 @@ def without(ref: Any, feature: str) -> Any:
 
 
 def features(fam: Family) -> list[str]:
-    return [f for f, on in (("window", fam.windowed), ("softcap", "attn_logit_softcapping" in fam.config)) if on]
+    on = {
+        "window": fam.windowed,
+        "softcap": "attn_logit_softcapping" in fam.config,
+        "sinks": "sinks" in fam.attention,
+    }
+    return [feature for feature, used in on.items() if used]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
