@@ -118,3 +118,31 @@ async def test_falcon_is_refused_by_the_paged_engine_and_served_by_the_simple_on
         assert [d.token_id for d in deltas] == expected.tolist()
     finally:
         await asyncio.to_thread(served.unload)
+
+
+def test_a_refused_architecture_reaches_the_client_as_a_load_error_naming_the_fix(tmp_path: Path) -> None:
+    """A real server and the openai client: the paged engine's refusal is a 503
+    ``model_load_failed`` that says what to do; with the simple engine it serves."""
+    import openai
+    from flexserv_transformers.testing import build_tiny_family
+
+    from flexserv_core.testing import ServedApp, make_app
+
+    build_tiny_family("StableLM", seed=2, path=tmp_path / "stablelm")
+    settings = {"model": [f"stablelm={tmp_path / 'stablelm'}"], "dtype": "float32", "cache_dir": str(tmp_path / "c")}
+    messages: Any = [{"role": "user", "content": "hello there"}]
+    with ServedApp(make_app(["transformers"], settings=settings), start_timeout=120) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=120)
+        with pytest.raises(openai.APIStatusError) as refused:
+            client.chat.completions.create(model="stablelm", messages=messages, max_tokens=4)
+        assert refused.value.status_code == 503
+        error = refused.value.body if isinstance(refused.value.body, dict) else {}
+        assert error.get("code") == "model_load_failed", refused.value.body
+        assert "StableLmForCausalLM" in str(error.get("message")) and "--transformers-engine simple" in str(
+            error.get("message")
+        )
+    simple = make_app(["transformers"], settings={**settings, "transformers_engine": "simple"})
+    with ServedApp(simple, start_timeout=120) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=120)
+        reply = client.chat.completions.create(model="stablelm", messages=messages, max_tokens=4, temperature=0)
+        assert reply.usage is not None and reply.usage.completion_tokens >= 1
