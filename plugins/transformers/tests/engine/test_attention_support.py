@@ -61,6 +61,17 @@ def test_an_argument_the_attention_does_not_implement_refuses_the_model_at_load(
     assert "attention_chunk_size" in message and "--transformers-engine simple" in message
 
 
+def test_a_bidirectional_attention_is_refused_at_load(tiny: tuple[Any, Any]) -> None:
+    """Embedding-style checkpoints (Gemma 3 with ``use_bidirectional_attention``) mark
+    their attention modules non-causal; the paged attention is causal only."""
+    model, _tok = tiny
+    for layer in model.model.layers:
+        layer.self_attn.is_causal = False
+    with pytest.raises(ModelLoadError) as refused:
+        engine_for(model)
+    assert "bidirectional" in refused.value.message
+
+
 async def test_an_argument_met_while_serving_stops_the_engine_without_inviting_a_retry(tiny: tuple[Any, Any]) -> None:
     model, _tok = tiny
     engine = engine_for(model)
