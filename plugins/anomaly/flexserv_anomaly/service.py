@@ -1,0 +1,74 @@
+"""The plugin's per-server objects: the model store, the fit workers, the streams and the counters.
+
+Hooks that run before the server exists (backends, routes, metrics) and route
+handlers that run after it reach the same :class:`AnomalyService` through the
+server's ``Settings`` object, one service per app.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import Counter
+from dataclasses import dataclass, field
+
+from flexserv_anomaly.fitted import FittedModel
+from flexserv_anomaly.settings import AnomalySettings
+from flexserv_anomaly.store import FileStore, ModelStore
+from flexserv_anomaly.streaming import StreamRegistry
+from flexserv_anomaly.worker import FitPool
+from flexserv_core import Settings, default_cache_dir
+
+
+@dataclass
+class Counts:
+    """What ``GET /metrics`` reports; updated on the event loop, read at scrape time."""
+
+    rows_fitted: Counter[str] = field(default_factory=Counter)
+    rows_scored: Counter[str] = field(default_factory=Counter)
+    fits: Counter[str] = field(default_factory=Counter)  # by outcome
+    stream_points: int = 0
+
+
+class AnomalyService:
+    def __init__(self, settings: Settings) -> None:
+        self.limits = settings.get(AnomalySettings)
+        self.store: ModelStore = FileStore(
+            default_cache_dir(settings) / "anomaly", max_bytes=self.limits.anomaly_max_model_bytes
+        )
+        self.pool = FitPool(self.limits.anomaly_fit_workers)
+        self.streams = StreamRegistry(self.limits)
+        self.counts = Counts()
+        #: Models fitted by this process, by name, with the checksum they were stored
+        #: under: a load that finds that same checksum in the store takes the fitted
+        #: object instead of refitting it from the stored rows.
+        self._fresh: dict[str, tuple[str, FittedModel]] = {}
+        self._lock = threading.Lock()
+
+    def remember(self, name: str, checksum: str, model: FittedModel) -> None:
+        with self._lock:
+            self._fresh[name] = (checksum, model)
+
+    def take_fresh(self, name: str, checksum: str) -> FittedModel | None:
+        with self._lock:
+            entry = self._fresh.get(name)
+            if entry is None or entry[0] != checksum:
+                return None
+            del self._fresh[name]
+            return entry[1]
+
+    def forget(self, name: str) -> None:
+        with self._lock:
+            self._fresh.pop(name, None)
+
+
+_SERVICES: weakref.WeakKeyDictionary[Settings, AnomalyService] = weakref.WeakKeyDictionary()
+_SERVICES_LOCK = threading.Lock()
+
+
+def service_for(settings: Settings) -> AnomalyService:
+    with _SERVICES_LOCK:
+        service = _SERVICES.get(settings)
+        if service is None:
+            service = _SERVICES[settings] = AnomalyService(settings)
+        return service
