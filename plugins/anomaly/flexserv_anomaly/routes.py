@@ -76,6 +76,11 @@ def server_of(request: Request[Any, Any, Any]) -> FlexServer:
     return server
 
 
+def path_param(request: Request[Any, Any, Any], key: str) -> str:
+    # read from the request: Litestar deprecates inferred path arguments, and FromPath is newer than our minimum
+    return str(request.path_params[key])
+
+
 def model_name(name: str, param: str = "model") -> str:
     try:
         return check_name(name)
@@ -359,7 +364,8 @@ async def list_models(request: Request[Any, Any, Any]) -> dict[str, Any]:
 
 
 @get(f"{PREFIX}/models/{{name:str}}", summary="One stored anomaly model")
-async def get_model(request: Request[Any, Any, Any], name: str) -> dict[str, Any]:
+async def get_model(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    name = path_param(request, "name")
     server = server_of(request)
     model_name(name, "name")
     entries = await asyncio.to_thread(service_for(server.settings).store.list)
@@ -370,7 +376,8 @@ async def get_model(request: Request[Any, Any, Any], name: str) -> dict[str, Any
 
 
 @delete(f"{PREFIX}/models/{{name:str}}", status_code=200, summary="Delete a stored anomaly model")
-async def delete_model(request: Request[Any, Any, Any], name: str) -> dict[str, Any]:
+async def delete_model(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    name = path_param(request, "name")
     server = server_of(request)
     service = service_for(server.settings)
     model_name(name, "name")

@@ -9,7 +9,7 @@ import msgspec
 from litestar import Request, delete, get, post
 
 from flexserv_anomaly import detectors, inputs
-from flexserv_anomaly.routes import PREFIX, model_name, server_of
+from flexserv_anomaly.routes import PREFIX, model_name, path_param, server_of
 from flexserv_anomaly.service import service_for
 from flexserv_anomaly.streaming import StreamConfig, StreamDetector
 from flexserv_core import InvalidRequest, NotFound, TooManyRequests, open_request_context, parse_body
@@ -158,19 +158,22 @@ def _detector(request: Request[Any, Any, Any], model_id: str) -> StreamDetector:
 
 
 @get(f"{PREFIX}/stream/{{model_id:str}}", summary="One streaming detector")
-async def get_stream(request: Request[Any, Any, Any], model_id: str) -> dict[str, Any]:
+async def get_stream(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    model_id = path_param(request, "model_id")
     return _detector(request, model_id).stats()
 
 
 @delete(f"{PREFIX}/stream/{{model_id:str}}", status_code=200, summary="Delete a streaming detector")
-async def delete_stream(request: Request[Any, Any, Any], model_id: str) -> dict[str, Any]:
+async def delete_stream(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    model_id = path_param(request, "model_id")
     _detector(request, model_id)
     await service_for(server_of(request).settings).streams.delete(model_id)
     return {"object": "delete_result", "model_id": model_id, "deleted": True}
 
 
 @post(f"{PREFIX}/stream/{{model_id:str}}/reset", status_code=200, summary="Back to cold start")
-async def reset_stream(request: Request[Any, Any, Any], model_id: str) -> dict[str, Any]:
+async def reset_stream(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    model_id = path_param(request, "model_id")
     old = _detector(request, model_id)
     streams = service_for(server_of(request).settings).streams
     await streams.delete(model_id)

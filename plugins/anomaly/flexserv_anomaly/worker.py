@@ -23,6 +23,8 @@ import numpy as np
 from flexserv_anomaly.fitted import FitSpec, FittedModel
 
 log = logging.getLogger(__name__)
+#: Seconds a new worker may take to start and import scikit-learn.
+STARTUP_TIMEOUT = 120.0
 
 
 @dataclass
@@ -57,8 +59,9 @@ def fit_and_encode(spec: FitSpec, x: np.ndarray, name: str) -> FitOutcome:
 def _serve(conn: multiprocessing.connection.Connection) -> None:
     from flexserv_anomaly import detectors
 
-    import sklearn.ensemble  # noqa: F401  (warm: the first fit should not pay the import)
+    import sklearn.ensemble  # noqa: F401  (warm: no fit's time budget pays the import)
 
+    conn.send(("ready", None))
     while True:
         try:
             spec, x, name = conn.recv()
@@ -84,6 +87,13 @@ class _Worker:
         self.process = ctx.Process(target=_serve, args=(child,), name="flexserv-anomaly-fit", daemon=True)
         self.process.start()
         child.close()
+        try:
+            if not self.conn.poll(STARTUP_TIMEOUT):
+                raise TimeoutError(f"no fit worker was ready within {STARTUP_TIMEOUT:g} s")
+            self.conn.recv()
+        except BaseException:
+            self.kill()
+            raise
 
     def call(self, job: tuple[FitSpec, np.ndarray, str]) -> tuple[str, Any]:
         self.conn.send(job)
@@ -111,7 +121,7 @@ class FitPool:
         """Fit in a worker; cancelling the awaiting task (a disconnect) or passing
         ``budget`` seconds kills the worker. Raises :class:`FitFailed` or :class:`FitTimedOut`."""
         async with self._slots:
-            worker = self._idle.pop() if self._idle else await asyncio.to_thread(_Worker)
+            worker = self._idle.pop() if self._idle else await self._start()
             started = time.monotonic()
             keep = False
             try:
@@ -137,6 +147,13 @@ class FitPool:
             message, param, code = payload
             raise FitFailed(message, param=param, code=code, client_error=True)
         raise FitFailed(str(payload), param=None, code="fit_failed", client_error=False)
+
+    @staticmethod
+    async def _start() -> _Worker:
+        try:
+            return await asyncio.to_thread(_Worker)
+        except (OSError, EOFError, TimeoutError) as exc:
+            raise FitFailed(f"no fit worker could start: {exc}", param=None, code="fit_failed", client_error=False) from exc
 
     def close(self) -> None:
         for worker in self._idle:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from urllib.parse import urlsplit
@@ -26,20 +27,13 @@ def test_rows_features_bytes_and_bad_values_are_bounded(serve: Serve) -> None:
         cases = {
             "ragged": [[1.0, 2.0], [1.0]],
             "string": [[1.0], ["a"]],
-            "nan": [[1.0], [float("inf")]],
             "empty": [],
             "mixed": [[1.0], "text"],
         }
         for what, data in cases.items():
-            body = error(client.post("/v1/anomaly/fit", content=_json({"data": data})), 400)
+            body = error(client.post("/v1/anomaly/fit", json={"data": data}), 400)
             assert body["param"] == "data", what
         assert error(client.post("/v1/anomaly/fit", json={"data": [[1.0]]}), 400)["message"].startswith("A fit needs")
-
-
-def _json(body: object) -> bytes:
-    import json
-
-    return json.dumps(body, allow_nan=True).encode()
 
 
 @pytest.mark.slow
@@ -74,14 +68,14 @@ def test_unknown_fields_parameters_and_backends_are_refused(serve: Serve) -> Non
 
 @pytest.mark.slow
 def test_a_fit_past_its_time_budget_is_stopped(serve: Serve) -> None:
-    x = np.random.default_rng(0).normal(size=(6000, 20)).tolist()
-    with serve(anomaly_fit_timeout=1.0) as client:
+    x = np.random.default_rng(0).normal(size=(12000, 20)).tolist()  # minutes of One-Class SVM
+    with serve(anomaly_fit_timeout=5.0) as client:
         fit(client, model="warm", data=x[:50])  # the worker process is up
         started = time.monotonic()
         body = {"model": "slow", "backend": "one_class_svm", "data": x, "parameters": {"tol": 1e-9}}
         stopped = error(client.post("/v1/anomaly/fit", json=body), 504)
         assert stopped["code"] == "fit_timeout" and "--anomaly-fit-timeout" in stopped["message"]
-        assert time.monotonic() - started < 30
+        assert time.monotonic() - started < 60
         assert client.get("/v1/anomaly/models/slow").status_code == 404
         metrics = client.get("/metrics").text
         assert 'flexserv:anomaly_fits_total{outcome="timeout"} 1.0' in metrics
@@ -90,11 +84,11 @@ def test_a_fit_past_its_time_budget_is_stopped(serve: Serve) -> None:
 
 @pytest.mark.slow
 def test_a_client_that_disconnects_stops_its_fit(serve: Serve) -> None:
-    x = np.random.default_rng(1).normal(size=(6000, 20)).tolist()
+    x = np.random.default_rng(1).normal(size=(12000, 20)).tolist()
     with serve() as client:
         fit(client, model="warm", data=x[:50])
         url = urlsplit(str(client.base_url))
-        payload = _json({"model": "gone", "backend": "one_class_svm", "data": x, "parameters": {"tol": 1e-9}})
+        payload = json.dumps({"model": "gone", "backend": "one_class_svm", "data": x, "parameters": {"tol": 1e-9}}).encode()
         with socket.create_connection((url.hostname, url.port)) as sock:
             head = (
                 f"POST /v1/anomaly/fit HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

@@ -31,14 +31,18 @@ def test_a_stream_starts_cold_refits_in_the_background_and_finds_the_spikes(serv
         assert second["model_version"] == 1 and second["samples_until_ready"] == 0
         assert [r["score"] is None for r in second["results"]] == [True] * 19 + [False] * 11
         scores: list[float] = []
+        statuses = set()
         for start in range(60, 800, 20):
             out = _send(client, model="sensor", data=points[start : start + 20])
             scores += [r["score"] for r in out["results"]]
-            assert out["status"] in ("ready", "retraining")
+            statuses.add(out["status"])
+        assert statuses <= {"ready", "retraining"}
+        assert "retraining" in statuses  # answers kept coming while a refit ran
         stats = client.get("/v1/anomaly/stream/sensor").json()
         assert stats["total_processed"] == 800 and stats["samples_collected"] == 400
         wait_until(lambda: client.get("/v1/anomaly/stream/sensor").json()["status"] == "ready", timeout=30)
-        assert client.get("/v1/anomaly/stream/sensor").json()["model_version"] >= 6  # ~7 refits of 100 points
+        # A refit starts every 100 points unless one is still running (then the next waits for it).
+        assert client.get("/v1/anomaly/stream/sensor").json()["model_version"] >= 2
         auc = roc_auc_score(labels[60:], scores)
         print("stream ROC AUC", auc)
         assert auc >= 0.85
@@ -63,7 +67,7 @@ def test_drift_shows_a_level_shift(serve: Serve) -> None:
         shifted = (rng.normal(size=(40, 2)) + [4.0, 0.0]).tolist()
         out = _send(client, model="d", data=shifted)
         assert out["drift"]["max_mean_shift_feature"] == 0 and out["drift"]["max_mean_shift"] > 2
-        assert out["drift"]["anomaly_rate"] > 0.5
+        assert out["drift"]["anomaly_rate"] > 3 * out["drift"]["expected_anomaly_rate"]
 
 
 @pytest.mark.slow
