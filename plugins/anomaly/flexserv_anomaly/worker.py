@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing
 import multiprocessing.connection
+import socket
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -81,12 +83,19 @@ def _serve(conn: multiprocessing.connection.Connection) -> None:
 
 
 class _Worker:
+    """``python -m flexserv_anomaly.worker FD``: a fresh interpreter (not a fork of the
+    server, and without re-running the server's main module as multiprocessing's
+    spawn would) talking over one end of a socket pair."""
+
     def __init__(self) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_serve, args=(child,), name="flexserv-anomaly-fit", daemon=True)
-        self.process.start()
-        child.close()
+        ours, theirs = socket.socketpair()
+        with theirs:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "flexserv_anomaly.worker", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+            )
+        self.conn = multiprocessing.connection.Connection(ours.detach())
         try:
             if not self.conn.poll(STARTUP_TIMEOUT):
                 raise TimeoutError(f"no fit worker was ready within {STARTUP_TIMEOUT:g} s")
@@ -102,11 +111,11 @@ class _Worker:
 
     def kill(self) -> None:
         self.process.kill()
-        self.process.join(timeout=10)
+        self.process.wait(timeout=10)
         self.conn.close()
 
     def alive(self) -> bool:
-        return self.process.is_alive()
+        return self.process.poll() is None
 
 
 class FitPool:
@@ -159,3 +168,10 @@ class FitPool:
         for worker in self._idle:
             worker.kill()
         self._idle.clear()
+
+
+if __name__ == "__main__":
+    # Through the module's import name, so that what it pickles names flexserv_anomaly.worker, not __main__.
+    from flexserv_anomaly import worker
+
+    worker._serve(multiprocessing.connection.Connection(int(sys.argv[1])))
