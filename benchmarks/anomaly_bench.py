@@ -106,7 +106,9 @@ def main() -> None:
                     client.post("/v1/anomaly/score", json={"model": f"{backend}-{i}", "data": rows}).raise_for_status()
                     served_score.append(time.perf_counter() - started)
                     grown = rss_mb(proc.pid) - before
-                size = next(m["size_bytes"] for m in client.get("/v1/anomaly/models").json()["data"] if m["backend"] == backend)
+                size = next(
+                    m["size_bytes"] for m in client.get("/v1/anomaly/models").json()["data"] if m["backend"] == backend
+                )
                 fit_local, fit_served = statistics.median(local_fit), statistics.median(served_fit)
                 score_local, score_served = statistics.median(local_score), statistics.median(served_score)
                 row = {
@@ -125,7 +127,9 @@ def main() -> None:
                 print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
     finally:
         stop(proc)
-    print("\n| detector | fit rows/s sklearn | fit rows/s server | ratio | score rows/s sklearn | score rows/s server | ratio | RSS growth MB | stored MB |")
+    print(
+        "\n| detector | fit rows/s sklearn | fit rows/s server | ratio | score rows/s sklearn | score rows/s server | ratio | RSS growth MB | stored MB |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
         print(

@@ -165,7 +165,8 @@ def decode(header: dict[str, Any], blob: bytes, *, max_bytes: int) -> FittedMode
     detector, raw = fit_detector(spec, train)
     recorded = arrays["fingerprint"]
     _need(
-        recorded.shape == raw[: len(recorded)].shape and np.allclose(raw[: len(recorded)], recorded, rtol=1e-7, atol=1e-9),
+        recorded.shape == raw[: len(recorded)].shape
+        and np.allclose(raw[: len(recorded)], recorded, rtol=1e-7, atol=1e-9),
         "refitting it does not reproduce the scores recorded at fit time "
         f"(fitted with {header.get('library')}, this server has {_versions()}): fit it again",
     )

@@ -148,7 +148,8 @@ class RobustZScore:
 
     def raw_scores(self, x: np.ndarray) -> np.ndarray:
         z = np.abs(x - self.median) / self.scale
-        return z.max(axis=1) if self.combine == "max" else np.sqrt((z * z).mean(axis=1))
+        out: np.ndarray = z.max(axis=1) if self.combine == "max" else np.sqrt((z * z).mean(axis=1))
+        return out
 
 
 class _PyOD:
@@ -214,7 +215,9 @@ def _ocsvm(params: dict[str, Any], contamination: float) -> Detector:
     )
 
 
-_SEED = Param("int", 42, "Seed of the random tree construction (fixed so that a refit reproduces the model).", 0, 2**31 - 1)
+_SEED = Param(
+    "int", 42, "Seed of the random tree construction (fixed so that a refit reproduces the model).", 0, 2**31 - 1
+)
 
 DETECTORS: dict[str, DetectorInfo] = {
     d.name: d
@@ -273,11 +276,20 @@ DETECTORS: dict[str, DetectorInfo] = {
             params={
                 "kernel": Param("choice", "rbf", "Kernel.", choices=("rbf", "linear", "poly", "sigmoid")),
                 "gamma": Param(
-                    "float_or_choice", "scale", "Kernel width: 'scale', 'auto' or a number.", 0, 1e6, ("scale", "auto"),
+                    "float_or_choice",
+                    "scale",
+                    "Kernel width: 'scale', 'auto' or a number.",
+                    0,
+                    1e6,
+                    ("scale", "auto"),
                     low_open=True,
                 ),
                 "nu": Param(
-                    "float", None, "Upper bound on the training outlier fraction (default: contamination).", 0, 1,
+                    "float",
+                    None,
+                    "Upper bound on the training outlier fraction (default: contamination).",
+                    0,
+                    1,
                     low_open=True,
                 ),
                 "degree": Param("int", 3, "Degree of the poly kernel.", 1, 10),
@@ -295,7 +307,9 @@ DETECTORS: dict[str, DetectorInfo] = {
             speed="very fast",
             memory="tiny",
             best_for="Univariate or independent features, spikes in series",
-            params={"combine": Param("choice", "max", "How feature z-scores combine: max or rms.", choices=("max", "rms"))},
+            params={
+                "combine": Param("choice", "max", "How feature z-scores combine: max or rms.", choices=("max", "rms"))
+            },
             build=lambda params, contamination: RobustZScore(params),
             aliases=("mad", "zscore"),
         ),
@@ -341,8 +355,7 @@ def lookup(backend: str) -> DetectorInfo:
         )
     if not info.available():
         raise DetectorError(
-            f"The anomaly backend {info.name!r} needs PyOD, which is not installed: "
-            f"pip install '{PYOD_EXTRA}'.",
+            f"The anomaly backend {info.name!r} needs PyOD, which is not installed: pip install '{PYOD_EXTRA}'.",
             "backend",
             "backend_not_installed",
         )

@@ -71,7 +71,9 @@ class _Collector:
 
         service = service_for(self.settings)
         counts = service.counts
-        fitted = CounterMetricFamily("flexserv:anomaly_rows_fitted", "Rows anomaly models were fitted on.", labels=["model"])
+        fitted = CounterMetricFamily(
+            "flexserv:anomaly_rows_fitted", "Rows anomaly models were fitted on.", labels=["model"]
+        )
         for name, n in counts.rows_fitted.items():
             fitted.add_metric([name], n)
         scored = CounterMetricFamily("flexserv:anomaly_rows_scored", "Rows scored by anomaly models.", labels=["model"])

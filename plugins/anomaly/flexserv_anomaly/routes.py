@@ -133,7 +133,9 @@ async def fit(request: Request[Any, Any, Any]) -> dict[str, Any]:
     embedding = text.embedding_model_name(server, body.embedding_model) if is_text else None
     if body.embedding_model is not None and not is_text:
         raise InvalidRequest("'embedding_model' applies to text data only.", param="embedding_model")
-    matrix, rows = await _rows(request, server, body.data, features=features, embedding_model=embedding, text_expected=None)
+    matrix, rows = await _rows(
+        request, server, body.data, features=features, embedding_model=embedding, text_expected=None
+    )
     if len(matrix) < 2:
         raise InvalidRequest("A fit needs at least 2 rows (10 or more are advised).", param="data", code="invalid_data")
     spec = FitSpec(
@@ -168,7 +170,9 @@ async def fit(request: Request[Any, Any, Any]) -> dict[str, Any]:
     service.counts.fits["ok"] += 1
     service.counts.rows_fitted[name] += len(matrix)
     model = outcome.model
-    log.info("fitted anomaly model '%s' (%s) on %d rows in %.0f ms", name, info.name, len(matrix), model.training_time_ms)
+    log.info(
+        "fitted anomaly model '%s' (%s) on %d rows in %.0f ms", name, info.name, len(matrix), model.training_time_ms
+    )
     threshold = model.stats.threshold(body.normalization)
     return {
         "object": "fit_result",
@@ -195,13 +199,17 @@ async def fit(request: Request[Any, Any, Any]) -> dict[str, Any]:
     }
 
 
-async def _score(request: Request[Any, Any, Any], endpoint: str) -> tuple[dict[str, Any], np.ndarray, np.ndarray, float]:
+async def _score(
+    request: Request[Any, Any, Any], endpoint: str
+) -> tuple[dict[str, Any], np.ndarray, np.ndarray, float]:
     server = server_of(request)
     service = service_for(server.settings)
     body = await parse_body(request, ScoreRequest, open_request_context(request, endpoint))
     name = model_name(body.model)
     if body.explain:
-        raise InvalidRequest("'explain' is not implemented by this server.", param="explain", code="unsupported_parameter")
+        raise InvalidRequest(
+            "'explain' is not implemented by this server.", param="explain", code="unsupported_parameter"
+        )
     if body.threshold is not None and not math.isfinite(body.threshold):
         raise InvalidRequest("'threshold' must be a finite number.", param="threshold")
     await _require_stored(service, name)
@@ -306,7 +314,9 @@ def resolve(model_id: str, service: AnomalyService) -> ModelSpec | None:
         return None
     if not service.store.exists(model_id):
         return None
-    return ModelSpec(name=model_id, kind=KIND, source=f"{SOURCE_PREFIX}{model_id}", backend="anomaly-store", origin="fitted")
+    return ModelSpec(
+        name=model_id, kind=KIND, source=f"{SOURCE_PREFIX}{model_id}", backend="anomaly-store", origin="fitted"
+    )
 
 
 @post(f"{PREFIX}/load", status_code=200, summary="Load a stored model now", opt={"body": LoadRequest})

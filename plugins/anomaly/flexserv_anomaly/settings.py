@@ -11,16 +11,19 @@ class AnomalySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     anomaly_max_rows: Annotated[
         int, msgspec.Meta(ge=2, description="Most rows (or texts) one fit, score, detect or stream request may carry.")
     ] = 100_000
-    anomaly_max_features: Annotated[
-        int, msgspec.Meta(ge=1, description="Most features (columns) a row may have.")
-    ] = 1024
+    anomaly_max_features: Annotated[int, msgspec.Meta(ge=1, description="Most features (columns) a row may have.")] = (
+        1024
+    )
     anomaly_max_text_chars: Annotated[
         int, msgspec.Meta(ge=1, description="Longest text (in characters) an anomaly request may carry.")
     ] = 20_000
     anomaly_fit_timeout: Annotated[
         float,
-        msgspec.Meta(gt=0, description="Seconds a fit may run; past it the fit's worker process is stopped (504).",
-                     extra={"metavar": "SECONDS"}),
+        msgspec.Meta(
+            gt=0,
+            description="Seconds a fit may run; past it the fit's worker process is stopped (504).",
+            extra={"metavar": "SECONDS"},
+        ),
     ] = 300.0
     anomaly_fit_workers: Annotated[
         int, msgspec.Meta(ge=1, description="Fits that run at once, each in its own worker process.")

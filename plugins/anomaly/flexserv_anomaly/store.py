@@ -84,7 +84,9 @@ class FileStore:
             raise CorruptModel(f"it is {size} bytes, more than the limit of {self.max_bytes}")
         with path.open("rb") as f:
             if f.read(len(MAGIC)) != MAGIC:
-                raise CorruptModel("it does not start with the FlexServ anomaly model signature (a pickle or joblib file?)")
+                raise CorruptModel(
+                    "it does not start with the FlexServ anomaly model signature (a pickle or joblib file?)"
+                )
             raw_length = f.read(8)
             if len(raw_length) != 8:
                 raise CorruptModel("it is truncated")

@@ -28,7 +28,7 @@ class StreamRequest(msgspec.Struct, kw_only=True):
 
 
 STREAM_FIELDS = frozenset(StreamRequest.__struct_fields__)
-DEFAULTS = {"min_samples": 50, "retrain_interval": 100, "window_size": 1000, "contamination": 0.1}
+DEFAULT_MIN_SAMPLES, DEFAULT_RETRAIN_INTERVAL, DEFAULT_WINDOW, DEFAULT_CONTAMINATION = 50, 100, 1000, 0.1
 
 
 def default_backend() -> str:
@@ -42,22 +42,24 @@ def _config(body: StreamRequest, rows: inputs.Rows, limit: int) -> StreamConfig:
         params = detectors.check_params(info, body.parameters or {})
     except detectors.DetectorError as exc:
         raise InvalidRequest(str(exc), param=exc.param, code=exc.code) from None
-    window = body.window_size or DEFAULTS["window_size"]
+    window = body.window_size or DEFAULT_WINDOW
     if window > limit:
         raise InvalidRequest(
             f"'window_size' {window} is above this server's limit of {limit} (--anomaly-max-stream-window).",
             param="window_size",
         )
-    min_samples = body.min_samples or DEFAULTS["min_samples"]
+    min_samples = body.min_samples or DEFAULT_MIN_SAMPLES
     if min_samples > window:
-        raise InvalidRequest(f"'min_samples' ({min_samples}) must not exceed 'window_size' ({window}).", param="min_samples")
+        raise InvalidRequest(
+            f"'min_samples' ({min_samples}) must not exceed 'window_size' ({window}).", param="min_samples"
+        )
     assert rows.matrix is not None
     return StreamConfig(
         backend=info.name,
         params=params,
-        contamination=body.contamination or DEFAULTS["contamination"],
+        contamination=body.contamination or DEFAULT_CONTAMINATION,
         min_samples=min_samples,
-        retrain_interval=body.retrain_interval or DEFAULTS["retrain_interval"],
+        retrain_interval=body.retrain_interval or DEFAULT_RETRAIN_INTERVAL,
         window_size=window,
         threshold=body.threshold,
         width=rows.matrix.shape[1],

@@ -151,7 +151,9 @@ class StreamDetector:
             model = await asyncio.to_thread(self._fit_window, rows)
         except Exception:
             self.refits_failed += 1
-            log.exception("refitting stream '%s' failed; it keeps its model version %d", self.model_id, self.model_version)
+            log.exception(
+                "refitting stream '%s' failed; it keeps its model version %d", self.model_id, self.model_version
+            )
             return
         self._adopt(model, rows)
         log.info("stream '%s' refitted on %d points: model version %d", self.model_id, len(rows), self.model_version)

@@ -59,9 +59,9 @@ def fit_and_encode(spec: FitSpec, x: np.ndarray, name: str) -> FitOutcome:
 
 
 def _serve(conn: multiprocessing.connection.Connection) -> None:
-    from flexserv_anomaly import detectors
-
     import sklearn.ensemble  # noqa: F401  (warm: no fit's time budget pays the import)
+
+    from flexserv_anomaly import detectors
 
     conn.send(("ready", None))
     while True:
@@ -162,7 +162,9 @@ class FitPool:
         try:
             return await asyncio.to_thread(_Worker)
         except (OSError, EOFError, TimeoutError) as exc:
-            raise FitFailed(f"no fit worker could start: {exc}", param=None, code="fit_failed", client_error=False) from exc
+            raise FitFailed(
+                f"no fit worker could start: {exc}", param=None, code="fit_failed", client_error=False
+            ) from exc
 
     def close(self) -> None:
         for worker in self._idle:

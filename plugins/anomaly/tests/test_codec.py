@@ -7,11 +7,10 @@ import json
 
 import numpy as np
 import pytest
-from synthetic import blobs
-
 from flexserv_anomaly import codec, fitted
 from flexserv_anomaly.detectors import DETECTORS, check_params
 from flexserv_anomaly.store import BadName, FileStore, check_name
+from synthetic import blobs
 
 CORE = ["isolation_forest", "local_outlier_factor", "one_class_svm", "robust_zscore"]
 LIMIT = 1 << 26
@@ -19,7 +18,9 @@ LIMIT = 1 << 26
 
 def _model(backend: str = "isolation_forest", features: list[str] | None = None) -> fitted.FittedModel:
     x, _ = blobs(n=120, outliers=6, seed=11)
-    spec = fitted.FitSpec(backend=backend, params=check_params(DETECTORS[backend], {}), contamination=0.05, features=features)
+    spec = fitted.FitSpec(
+        backend=backend, params=check_params(DETECTORS[backend], {}), contamination=0.05, features=features
+    )
     return fitted.fit(spec, x)
 
 
@@ -54,11 +55,15 @@ def test_edits_and_foreign_content_are_refused() -> None:
         edited["checksum"] = codec.checksum(edited, blob)
         _refused(edited, blob, why)
     buffer = io.BytesIO()
-    np.savez(buffer, center=np.zeros(3), scale=np.ones(3), train=np.array([{"x": 1}], dtype=object), fingerprint=np.zeros(1))
+    np.savez(
+        buffer, center=np.zeros(3), scale=np.ones(3), train=np.array([{"x": 1}], dtype=object), fingerprint=np.zeros(1)
+    )
     evil = {**header, "checksum": codec.checksum(header, buffer.getvalue())}
     _refused(evil, buffer.getvalue(), "pickled Python objects")
     extra = io.BytesIO()
-    np.savez(extra, center=np.zeros(3), scale=np.ones(3), train=np.zeros((4, 3)), fingerprint=np.zeros(1), more=np.zeros(1))
+    np.savez(
+        extra, center=np.zeros(3), scale=np.ones(3), train=np.zeros((4, 3)), fingerprint=np.zeros(1), more=np.zeros(1)
+    )
     _refused({**header, "checksum": codec.checksum(header, extra.getvalue())}, extra.getvalue(), "archive holds")
 
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import Serve, error, fit, score
 from sklearn.metrics import roc_auc_score
 from synthetic import blobs, sine_series
+
+from conftest import Serve, error, fit, score
 
 CORE = ["isolation_forest", "local_outlier_factor", "one_class_svm", "robust_zscore"]
 # Measured on seeds 0 and 3 (blobs; sine): isolation_forest 0.996, 0.999 (0.92, 0.89); local_outlier_factor
@@ -61,7 +62,9 @@ def test_thresholds_zero_and_one_and_the_fitted_one(serve: Serve) -> None:
     train, _ = blobs(n=300, outliers=15, seed=2)
     probe = np.vstack([train[:20], [[1e9, 1e9, 1e9]]])
     with serve() as client:
-        fitted = fit(client, model="th", backend="robust_zscore", data=train.tolist(), contamination=0.1)["model_params"]["threshold"]
+        fitted = fit(client, model="th", backend="robust_zscore", data=train.tolist(), contamination=0.1)[
+            "model_params"
+        ]["threshold"]
         zero = score(client, model="th", data=probe.tolist(), threshold=0.0)
         assert zero["summary"]["threshold"] == 0.0
         assert all(d["is_anomaly"] for d in zero["data"])  # 0.0 is honoured: every point

@@ -9,9 +9,9 @@ from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
-from conftest import Serve, error, fit
 from synthetic import blobs
 
+from conftest import Serve, error, fit
 from flexserv_core.testing import wait_until
 
 
@@ -42,9 +42,7 @@ def test_unknown_fields_parameters_and_backends_are_refused(serve: Serve) -> Non
     with serve() as client:
         epochs = error(client.post("/v1/anomaly/fit", json={"data": data, "epochs": 100}), 400)
         assert epochs["param"] == "epochs" and epochs["code"] == "unsupported_parameter"
-        param = error(
-            client.post("/v1/anomaly/fit", json={"data": data, "parameters": {"n_trees": 5}}), 400
-        )
+        param = error(client.post("/v1/anomaly/fit", json={"data": data, "parameters": {"n_trees": 5}}), 400)
         assert param["param"] == "parameters.n_trees" and "n_estimators" in param["message"]
         bad = error(client.post("/v1/anomaly/fit", json={"data": data, "parameters": {"n_estimators": 0}}), 400)
         assert bad["param"] == "parameters.n_estimators"
@@ -55,7 +53,9 @@ def test_unknown_fields_parameters_and_backends_are_refused(serve: Serve) -> Non
             assert missing["code"] == "backend_not_installed" and "flexserv-anomaly[pyod]" in missing["message"]
         contamination = error(client.post("/v1/anomaly/fit", json={"data": data, "contamination": 0.0}), 400)
         assert contamination["param"] == "contamination"
-        schema = error(client.post("/v1/anomaly/fit", json={"data": [{"a": 1}, {"a": 2}], "schema": {"a": "hash"}}), 400)
+        schema = error(
+            client.post("/v1/anomaly/fit", json={"data": [{"a": 1}, {"a": 2}], "schema": {"a": "hash"}}), 400
+        )
         assert schema["param"] == "schema.a"
         fit(client, model="m", data=data)
         explain = error(client.post("/v1/anomaly/score", json={"model": "m", "data": data, "explain": True}), 400)
@@ -88,7 +88,9 @@ def test_a_client_that_disconnects_stops_its_fit(serve: Serve) -> None:
     with serve() as client:
         fit(client, model="warm", data=x[:50])
         url = urlsplit(str(client.base_url))
-        payload = json.dumps({"model": "gone", "backend": "one_class_svm", "data": x, "parameters": {"tol": 1e-9}}).encode()
+        payload = json.dumps(
+            {"model": "gone", "backend": "one_class_svm", "data": x, "parameters": {"tol": 1e-9}}
+        ).encode()
         with socket.create_connection((url.hostname, url.port)) as sock:
             head = (
                 f"POST /v1/anomaly/fit HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -115,5 +117,6 @@ def test_metrics_count_rows_fitted_and_scored(serve: Serve) -> None:
         loaded = client.get("/v1/flexserv/models/loaded").json()
         assert any(m.get("model_id") == "counted" for m in (loaded.get("data") or loaded.get("models") or []))
         assert client.post("/v1/flexserv/models/unload", json={"model": "counted"}).status_code == 200
-        assert client.post("/v1/anomaly/score", json={"model": "counted", "data": train[:2].tolist()}).status_code == 200
-
+        assert (
+            client.post("/v1/anomaly/score", json={"model": "counted", "data": train[:2].tolist()}).status_code == 200
+        )

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import Serve, error, fit, score
-from synthetic import blobs
-
 from flexserv_anomaly import codec
 from flexserv_anomaly.store import MAGIC
+from synthetic import blobs
+
+from conftest import Serve, error, fit, score
 
 
 def _file(tmp_path: Path, name: str) -> Path:
@@ -50,7 +50,9 @@ def test_scores_are_equal_after_a_restart(serve: Serve, backend: str) -> None:
 
 
 @pytest.mark.slow
-def test_edited_pickled_and_foreign_files_are_refused_and_nothing_else_is_affected(serve: Serve, tmp_path: Path) -> None:
+def test_edited_pickled_and_foreign_files_are_refused_and_nothing_else_is_affected(
+    serve: Serve, tmp_path: Path
+) -> None:
     train, _ = blobs(n=200, outliers=10, seed=7)
     probe = train[:5].tolist()
     with serve() as client:

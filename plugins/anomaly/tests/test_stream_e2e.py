@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import Serve, error
 from sklearn.metrics import roc_auc_score
 from synthetic import sine_series
 
+from conftest import Serve, error
 from flexserv_core.testing import wait_until
 
 
@@ -22,8 +22,15 @@ def test_a_stream_starts_cold_refits_in_the_background_and_finds_the_spikes(serv
     series, labels = sine_series(n=800, seed=3)
     points = [{"value": float(v), "delta": float(d)} for v, d in series]
     with serve() as client:
-        first = _send(client, model="sensor", data=points[:30], backend="isolation_forest", min_samples=50,
-                      retrain_interval=100, window_size=400)
+        first = _send(
+            client,
+            model="sensor",
+            data=points[:30],
+            backend="isolation_forest",
+            min_samples=50,
+            retrain_interval=100,
+            window_size=400,
+        )
         assert first["status"] == "collecting" and first["samples_until_ready"] == 20
         assert all(r["score"] is None and r["is_anomaly"] is None for r in first["results"])
         assert [r["samples_until_ready"] for r in first["results"]][-1] == 20
@@ -52,7 +59,9 @@ def test_a_stream_starts_cold_refits_in_the_background_and_finds_the_spikes(serv
         assert [d["model_id"] for d in listed["data"]] == ["sensor"]
         reset = client.post("/v1/anomaly/stream/sensor/reset").json()
         assert reset["status"] == "collecting" and reset["model_version"] == 0
-        mismatch = error(client.post("/v1/anomaly/stream", json={"model": "sensor", "data": points[0], "window_size": 50}), 400)
+        mismatch = error(
+            client.post("/v1/anomaly/stream", json={"model": "sensor", "data": points[0], "window_size": 50}), 400
+        )
         assert mismatch["code"] == "stream_config_mismatch" and mismatch["param"] == "window_size"
         assert client.delete("/v1/anomaly/stream/sensor").json()["deleted"] is True
         error(client.get("/v1/anomaly/stream/sensor"), 404)
@@ -64,7 +73,7 @@ def test_drift_shows_a_level_shift(serve: Serve) -> None:
     with serve() as client:
         base = rng.normal(size=(60, 2)).tolist()
         _send(client, model="d", data=base, min_samples=50, retrain_interval=1000, window_size=1000)
-        shifted = (rng.normal(size=(40, 2)) + [4.0, 0.0]).tolist()
+        shifted = (rng.normal(size=(40, 2)) + np.array([4.0, 0.0])).tolist()
         out = _send(client, model="d", data=shifted)
         assert out["drift"]["max_mean_shift_feature"] == 0 and out["drift"]["max_mean_shift"] > 2
         assert out["drift"]["anomaly_rate"] > 3 * out["drift"]["expected_anomaly_rate"]
@@ -82,5 +91,7 @@ def test_the_number_of_stream_detectors_is_capped(serve: Serve) -> None:
         too_wide = error(client.post("/v1/anomaly/stream", json={"model": "s3", "data": [[1.0, 2.0, 3.0]]}), 400)
         assert too_wide["param"] == "data"
         client.delete("/v1/anomaly/stream/s2")
-        window = error(client.post("/v1/anomaly/stream", json={"model": "s4", "data": [[1.0]], "window_size": 10**9}), 400)
+        window = error(
+            client.post("/v1/anomaly/stream", json={"model": "s4", "data": [[1.0]], "window_size": 10**9}), 400
+        )
         assert window["param"] == "window_size"

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import Serve, error, fit, score
 from sklearn.metrics import roc_auc_score
 from synthetic import ON_TOPIC, texts
+
+from conftest import Serve, error, fit, score
 
 PLUGINS = ("anomaly", "sentence-transformers")
 
@@ -25,7 +26,9 @@ def test_off_topic_texts_score_highest_with_the_default_embedding_model(serve: S
         print("text ROC AUC", results)
         # Measured 0.99 (LOF) and 0.92 (isolation forest): five off-topic texts among thirty tickets.
         assert results["local_outlier_factor"] >= 0.9 and results["isolation_forest"] >= 0.85
-        rows = error(client.post("/v1/anomaly/score", json={"model": "tickets-isolation_forest", "data": [[0.1] * 384]}), 400)
+        rows = error(
+            client.post("/v1/anomaly/score", json={"model": "tickets-isolation_forest", "data": [[0.1] * 384]}), 400
+        )
         assert "texts" in rows["message"]
         loaded = {m["model_id"] for m in client.get("/v1/flexserv/models/loaded").json()["models"]}
         assert "all-MiniLM-L6-v2" in loaded  # the embedding model is a registry model like any other
