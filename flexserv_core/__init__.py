@@ -49,7 +49,9 @@ from flexserv_core.errors import (
     PluginLoadError,
     PluginNotInstalled,
     PluginStartupError,
+    QuotaExceeded,
     ServiceUnavailable,
+    StateUnavailable,
     TooManyRequests,
     UnsupportedParameter,
     UsageError,
@@ -84,6 +86,12 @@ from flexserv_core.settings import (
     resolve_settings,
 )
 from flexserv_core.stash import Stash, StashKey
+from flexserv_core.state.backend import StateBackend
+from flexserv_core.state.limits import plan_eviction
+from flexserv_core.state.owner import request_owner
+from flexserv_core.state.records import CollectionLimits, Record, RecordPage
+from flexserv_core.state.store import Collection, StateStore
+from flexserv_core.state.url import redact_url
 from flexserv_core.tool_call_stream import CallSyntax, ToolCallFragment, ToolCallStream, ToolStreamEvent
 from flexserv_core.tool_parsers import (
     JsonToolParser,
@@ -101,6 +109,8 @@ __all__ = [
     "Backend",
     "BatchRunner",
     "CallSyntax",
+    "Collection",
+    "CollectionLimits",
     "Command",
     "CommandContext",
     "Constraint",
@@ -146,7 +156,10 @@ __all__ = [
     "PluginNotInstalled",
     "PluginStartupError",
     "ProgressCallback",
+    "QuotaExceeded",
     "RamInfo",
+    "Record",
+    "RecordPage",
     "RequestContext",
     "ResourceProbe",
     "SamplingParams",
@@ -155,6 +168,9 @@ __all__ = [
     "Settings",
     "Stash",
     "StashKey",
+    "StateBackend",
+    "StateStore",
+    "StateUnavailable",
     "SystemResourceSnapshot",
     "TextGenerationModel",
     "TextLimits",
@@ -189,8 +205,11 @@ __all__ = [
     "hookspec",
     "open_request_context",
     "parse_body",
+    "plan_eviction",
     "prefer_passive_openmp",
+    "redact_url",
     "register_tool_parser",
+    "request_owner",
     "resolve_plugin_settings",
     "resolve_settings",
     "tool_parser_names",
