@@ -9,6 +9,7 @@ import numpy as np
 
 from flexserv_anomaly import codec
 from flexserv_anomaly.fitted import FittedModel
+from flexserv_anomaly.store import parse_registry_name
 from flexserv_core import Backend, LoadedModel, ModelLoadError, ModelSpec, ProgressCallback, Settings
 
 log = logging.getLogger(__name__)
@@ -52,22 +53,31 @@ class AnomalyStoreBackend(Backend):
         from flexserv_anomaly.service import service_for
 
         service = service_for(self.settings)
-        name = spec.source.removeprefix(SOURCE_PREFIX)
-        try:
-            stored = service.store.get(name)
-        except codec.CorruptModel as exc:
-            raise corrupt(name, exc) from None
-        if stored is None:
-            raise ModelLoadError(f"The anomaly model '{name}' is not stored (deleted?); fit it again.", param="model")
-        header, blob = stored
-        checksum = str(header.get("checksum"))
-        fitted = service.take_fresh(name, checksum)
-        if fitted is None:
+        parsed = parse_registry_name(spec.source.removeprefix(SOURCE_PREFIX))
+        if parsed is None or service.loop is None:
+            raise ModelLoadError(f"'{spec.source}' is not an anomaly model this server stores.", param="model")
+        name, owner = parsed
+        # load() runs in a worker thread; the state store belongs to the server's event loop.
+        for attempt in (1, 2):
+            stored = asyncio.run_coroutine_threadsafe(service.store.get(name, owner=owner), service.loop).result()
+            if stored is None:
+                raise ModelLoadError(
+                    f"The anomaly model '{name}' is not stored (deleted?); fit it again.", param="model"
+                )
+            header, blob = stored
+            checksum = str(header.get("checksum"))
+            fitted = service.take_fresh(spec.name, checksum)
+            if fitted is not None:
+                break
             progress(f"checking and refitting stored anomaly model '{name}'", None)
             try:
                 fitted = codec.decode(header, blob, max_bytes=service.limits.anomaly_max_model_bytes)
+                break
             except codec.CorruptModel as exc:
-                raise corrupt(name, exc) from None
+                # A refit may replace the record between reading its header and its blob: read once more.
+                if attempt == 2 or "checksum" not in str(exc):
+                    raise corrupt(name, exc) from None
+        assert fitted is not None
         return AnomalyModel(spec, fitted, checksum)
 
 

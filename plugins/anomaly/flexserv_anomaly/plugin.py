@@ -44,7 +44,7 @@ def flexserv_register_routes(settings: Settings) -> list[ControllerRouterHandler
 def flexserv_resolve_model(model_id: str, kind: str, server: FlexServer) -> ModelSpec | None:
     if kind != KIND:
         return None
-    return routes.resolve(model_id, service_for(server.settings))
+    return routes.resolve(model_id)
 
 
 @hookimpl
@@ -92,6 +92,11 @@ class _Collector:
 @hookimpl
 def flexserv_metrics_collectors(settings: Settings) -> list[Any]:
     return [_Collector(settings)]
+
+
+@hookimpl
+def flexserv_startup(server: FlexServer) -> None:
+    service_for(server.settings).attach(server)
 
 
 @hookimpl

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import time
@@ -16,7 +15,7 @@ from flexserv_anomaly import detectors, inputs, text
 from flexserv_anomaly.fitted import NORMALIZATIONS, FitSpec, Normalization, ScalerType
 from flexserv_anomaly.model import KIND, SOURCE_PREFIX, AnomalyModel
 from flexserv_anomaly.service import AnomalyService, service_for
-from flexserv_anomaly.store import BadName, check_name
+from flexserv_anomaly.store import BadName, check_name, parse_registry_name, registry_name
 from flexserv_anomaly.worker import FitFailed, FitTimedOut
 from flexserv_core import (
     FlexServer,
@@ -27,6 +26,7 @@ from flexserv_core import (
     ServiceUnavailable,
     open_request_context,
     parse_body,
+    request_owner,
     until_disconnect,
 )
 
@@ -125,7 +125,8 @@ async def fit(request: Request[Any, Any, Any]) -> dict[str, Any]:
     except detectors.DetectorError as exc:
         raise _detector_error(exc) from None
     features = inputs.check_schema(body.schema)
-    if not body.overwrite and await asyncio.to_thread(service.store.exists, name):
+    owner = request_owner(request)
+    if not body.overwrite and await service.store.exists(name, owner=owner):
         raise InvalidRequest(
             f"The anomaly model '{name}' exists and 'overwrite' is false.", param="overwrite", code="model_exists"
         )
@@ -164,9 +165,10 @@ async def fit(request: Request[Any, Any, Any]) -> dict[str, Any]:
     except BaseException:
         service.counts.fits["cancelled"] += 1
         raise
-    await asyncio.to_thread(service.store.put, name, outcome.header, outcome.blob)
-    service.remember(name, outcome.header["checksum"], outcome.model)
-    await server.registry.unload(name)  # the next request loads the new model; running ones finish on the old
+    await service.store.put(name, outcome.header, outcome.blob, owner=owner)
+    key = registry_name(name, owner)
+    service.remember(key, outcome.header["checksum"], outcome.model)
+    await server.registry.unload(key)  # the next request loads the new model; running ones finish on the old
     service.counts.fits["ok"] += 1
     service.counts.rows_fitted[name] += len(matrix)
     model = outcome.model
@@ -212,8 +214,9 @@ async def _score(
         )
     if body.threshold is not None and not math.isfinite(body.threshold):
         raise InvalidRequest("'threshold' must be a finite number.", param="threshold")
-    await _require_stored(service, name)
-    async with server.registry.acquire(name, AnomalyModel) as lease:
+    owner = request_owner(request)
+    await _require_stored(service, name, owner)
+    async with server.registry.acquire(registry_name(name, owner), AnomalyModel) as lease:
         model = lease.model.fitted
         if body.backend is not None:
             try:
@@ -301,18 +304,15 @@ async def detect(request: Request[Any, Any, Any]) -> dict[str, Any]:
     }
 
 
-async def _require_stored(service: AnomalyService, name: str) -> None:
-    if not await asyncio.to_thread(service.store.exists, name):
+async def _require_stored(service: AnomalyService, name: str, owner: str | None) -> None:
+    if not await service.store.exists(name, owner=owner):
         raise ModelNotFound(f"No anomaly model '{name}' is stored; fit it first (POST {PREFIX}/fit).", param="model")
 
 
-def resolve(model_id: str, service: AnomalyService) -> ModelSpec | None:
-    """The spec of a stored model (for the registry), or ``None``."""
-    try:
-        check_name(model_id)
-    except BadName:
-        return None
-    if not service.store.exists(model_id):
+def resolve(model_id: str) -> ModelSpec | None:
+    """The registry's spec of a model name (``name`` or ``name@owner``); the routes
+    check that it is stored before they ask the registry for it."""
+    if parse_registry_name(model_id) is None:
         return None
     return ModelSpec(
         name=model_id, kind=KIND, source=f"{SOURCE_PREFIX}{model_id}", backend="anomaly-store", origin="fitted"
@@ -325,8 +325,9 @@ async def load(request: Request[Any, Any, Any]) -> dict[str, Any]:
     service = service_for(server.settings)
     body = await parse_body(request, LoadRequest, open_request_context(request, f"{PREFIX}/load"))
     name = model_name(body.model)
-    await _require_stored(service, name)
-    async with server.registry.acquire(name, AnomalyModel) as lease:
+    owner = request_owner(request)
+    await _require_stored(service, name, owner)
+    async with server.registry.acquire(registry_name(name, owner), AnomalyModel) as lease:
         model = lease.model.fitted
     return {
         "object": "load_result",
@@ -341,7 +342,7 @@ async def load(request: Request[Any, Any, Any]) -> dict[str, Any]:
     }
 
 
-def _summary(entry: dict[str, Any], server: FlexServer) -> dict[str, Any]:
+def _summary(entry: dict[str, Any], server: FlexServer, owner: str | None) -> dict[str, Any]:
     header = entry.get("header") or {}
     thresholds = header.get("thresholds") or {}
     return {
@@ -360,7 +361,7 @@ def _summary(entry: dict[str, Any], server: FlexServer) -> dict[str, Any]:
         "input_type": header.get("input_type"),
         "embedding_model": header.get("embedding_model"),
         "format_version": header.get("format_version"),
-        "state": server.registry.state_of(entry["name"]).value,
+        "state": server.registry.state_of(registry_name(entry["name"], owner)).value,
         "error": entry.get("error"),
     }
 
@@ -368,8 +369,9 @@ def _summary(entry: dict[str, Any], server: FlexServer) -> dict[str, Any]:
 @get(f"{PREFIX}/models", summary="Stored anomaly models")
 async def list_models(request: Request[Any, Any, Any]) -> dict[str, Any]:
     server = server_of(request)
-    entries = await asyncio.to_thread(service_for(server.settings).store.list)
-    data = [_summary(e, server) for e in entries]
+    owner = request_owner(request)
+    entries = await service_for(server.settings).store.list(owner=owner)
+    data = [_summary(e, server, owner) for e in entries]
     return {"object": "list", "data": data, "total": len(data)}
 
 
@@ -378,10 +380,16 @@ async def get_model(request: Request[Any, Any, Any]) -> dict[str, Any]:
     name = path_param(request, "name")
     server = server_of(request)
     model_name(name, "name")
-    entries = await asyncio.to_thread(service_for(server.settings).store.list)
-    for entry in entries:
-        if entry["name"] == name:
-            return _summary(entry, server)
+    owner = request_owner(request)
+    stored = await service_for(server.settings).store.collection.get(name, owner=owner)
+    if stored is not None:
+        entry = {
+            "name": name,
+            "size_bytes": stored.blob_size or 0,
+            "modified": stored.created_at,
+            "header": stored.payload,
+        }
+        return _summary(entry, server, owner)
     raise ModelNotFound(f"No anomaly model '{name}' is stored.", param="name")
 
 
@@ -391,10 +399,12 @@ async def delete_model(request: Request[Any, Any, Any]) -> dict[str, Any]:
     server = server_of(request)
     service = service_for(server.settings)
     model_name(name, "name")
-    if not await asyncio.to_thread(service.store.delete, name):
+    owner = request_owner(request)
+    if not await service.store.delete(name, owner=owner):
         raise ModelNotFound(f"No anomaly model '{name}' is stored.", param="name")
-    service.forget(name)
-    await server.registry.unload(name)
+    key = registry_name(name, owner)
+    service.forget(key)
+    await server.registry.unload(key)
     return {"object": "delete_result", "filename": name, "model": name, "deleted": True}
 
 

@@ -7,6 +7,7 @@ server's ``Settings`` object, one service per app.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import weakref
 from collections import Counter
@@ -14,10 +15,10 @@ from dataclasses import dataclass, field
 
 from flexserv_anomaly.fitted import FittedModel
 from flexserv_anomaly.settings import AnomalySettings
-from flexserv_anomaly.store import FileStore, ModelStore
+from flexserv_anomaly.store import ModelStore
 from flexserv_anomaly.streaming import StreamRegistry
 from flexserv_anomaly.worker import FitPool
-from flexserv_core import Settings, default_cache_dir
+from flexserv_core import FlexServer, ServiceUnavailable, Settings
 
 
 @dataclass
@@ -33,9 +34,8 @@ class Counts:
 class AnomalyService:
     def __init__(self, settings: Settings) -> None:
         self.limits = settings.get(AnomalySettings)
-        self.store: ModelStore = FileStore(
-            default_cache_dir(settings) / "anomaly", max_bytes=self.limits.anomaly_max_model_bytes
-        )
+        self._store: ModelStore | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.pool = FitPool(self.limits.anomaly_fit_workers)
         self.streams = StreamRegistry(self.limits)
         self.counts = Counts()
@@ -44,6 +44,17 @@ class AnomalyService:
         #: object instead of refitting it from the stored rows.
         self._fresh: dict[str, tuple[str, FittedModel]] = {}
         self._lock = threading.Lock()
+
+    def attach(self, server: FlexServer) -> None:
+        """At start-up: the server's state store is open, and this is its event loop."""
+        self._store = ModelStore(server, self.limits)
+        self.loop = asyncio.get_running_loop()
+
+    @property
+    def store(self) -> ModelStore:
+        if self._store is None:
+            raise ServiceUnavailable("The anomaly plugin has not started.")
+        return self._store
 
     def remember(self, name: str, checksum: str, model: FittedModel) -> None:
         with self._lock:

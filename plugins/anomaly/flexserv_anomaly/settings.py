@@ -29,8 +29,14 @@ class AnomalySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         int, msgspec.Meta(ge=1, description="Fits that run at once, each in its own worker process.")
     ] = 1
     anomaly_max_model_bytes: Annotated[
-        int, msgspec.Meta(ge=1024, description="Largest stored model file this server reads (bytes).")
+        int, msgspec.Meta(ge=1024, description="Largest stored model (bytes: about 8 per training value) kept or read.")
     ] = 1 << 30
+    anomaly_max_models: Annotated[
+        int, msgspec.Meta(ge=1, description="Most fitted models the state store keeps (all owners); more get 429.")
+    ] = 1000
+    anomaly_max_store_bytes: Annotated[
+        int, msgspec.Meta(ge=1024, description="Most bytes all stored anomaly models may take; more get 429.")
+    ] = 20 << 30
     anomaly_embedding_model: Annotated[
         str | None,
         msgspec.Meta(description="Embedding model for text inputs (default: the server's default embedding model)."),

@@ -1,30 +1,28 @@
-"""Where fitted models live: one small interface, ``put`` / ``get`` / ``delete`` /
-``list`` of ``(header, blob)`` pairs by model name.
+"""Where fitted models live: the server's state layer (``server.store``), collection
+``anomaly_models``, one record per model and owner.
 
-:class:`FileStore` keeps one file per model under ``<cache_dir>/anomaly``:
-an 8-byte magic, the header's length, the JSON header, then the NPZ blob.
-Writes go to a temporary file in the same directory and are renamed over the
-old one, so a reader sees the old file or the new one, never half of one.
+The record's payload is the model's JSON header (:mod:`flexserv_anomaly.codec`),
+its blob the NPZ; a refit replaces both in one transaction, so a reader sees the
+old model or the new one, never half of one. The state layer keeps records of
+one API key invisible to another and survives restarts (SQLite under the cache
+directory by default, PostgreSQL for replicas on several machines).
+
 Names are checked, never cleaned up: a name that is not a plain identifier is a
-400 (two names must never map to one file), and the path is built by the server.
+400 (two names must never map to one record).
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import struct
-import tempfile
-from pathlib import Path
-from typing import Any, Protocol
+from collections.abc import AsyncIterator
+from typing import Any
 
-from flexserv_anomaly.codec import CorruptModel
+from flexserv_anomaly.settings import AnomalySettings
+from flexserv_core import CollectionLimits, FlexServer
 
-MAGIC = b"FSANOM1\n"
+COLLECTION = "anomaly_models"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-_SUFFIX = ".fsad"
-_HEADER_MAX = 1 << 20
+_OWNER = re.compile(r"^key-[0-9a-f]{32}$")
 
 
 class BadName(ValueError):
@@ -42,99 +40,82 @@ def check_name(name: str) -> str:
     return name
 
 
-class ModelStore(Protocol):
-    def put(self, name: str, header: dict[str, Any], blob: bytes) -> None: ...
-
-    def get(self, name: str) -> tuple[dict[str, Any], bytes] | None: ...
-
-    def exists(self, name: str) -> bool: ...
-
-    def delete(self, name: str) -> bool: ...
-
-    def list(self) -> list[dict[str, Any]]: ...
+def registry_name(name: str, owner: str | None) -> str:
+    """The model's name in the model registry, which is shared by all owners:
+    ``name``, or ``name@owner`` for a model an API key owns."""
+    return name if owner is None else f"{name}@{owner}"
 
 
-class FileStore:
-    def __init__(self, root: Path, *, max_bytes: int) -> None:
-        self.root = root
-        self.max_bytes = max_bytes
+def parse_registry_name(value: str) -> tuple[str, str | None] | None:
+    name, at, owner = value.partition("@")
+    try:
+        check_name(name)
+    except BadName:
+        return None
+    if at and not _OWNER.match(owner):
+        return None
+    return name, owner if at else None
 
-    def _path(self, name: str) -> Path:
-        return self.root / f"{check_name(name)}{_SUFFIX}"
 
-    def put(self, name: str, header: dict[str, Any], blob: bytes) -> None:
-        path = self._path(name)
-        head = json.dumps(header, allow_nan=False).encode()
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-", suffix=_SUFFIX)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(MAGIC + struct.pack(">Q", len(head)) + head)
-                out.write(blob)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+async def _once(blob: bytes) -> AsyncIterator[bytes]:
+    yield blob
 
-    def _read(self, path: Path, *, header_only: bool) -> tuple[dict[str, Any], bytes]:
-        size = path.stat().st_size
-        if size > self.max_bytes:
-            raise CorruptModel(f"it is {size} bytes, more than the limit of {self.max_bytes}")
-        with path.open("rb") as f:
-            if f.read(len(MAGIC)) != MAGIC:
-                raise CorruptModel(
-                    "it does not start with the FlexServ anomaly model signature (a pickle or joblib file?)"
-                )
-            raw_length = f.read(8)
-            if len(raw_length) != 8:
-                raise CorruptModel("it is truncated")
-            (length,) = struct.unpack(">Q", raw_length)
-            if length > _HEADER_MAX:
-                raise CorruptModel("its header is too long")
-            try:
-                header = json.loads(f.read(length))
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                raise CorruptModel("its header is not valid JSON") from None
-            if not isinstance(header, dict):
-                raise CorruptModel("its header is not a JSON object")
-            return header, b"" if header_only else f.read()
 
-    def get(self, name: str) -> tuple[dict[str, Any], bytes] | None:
-        path = self._path(name)
-        try:
-            return self._read(path, header_only=False)
-        except FileNotFoundError:
+class ModelStore:
+    def __init__(self, server: FlexServer, limits: AnomalySettings) -> None:
+        self.collection = server.store.collection(
+            COLLECTION,
+            CollectionLimits(
+                max_items=limits.anomaly_max_models, max_bytes=limits.anomaly_max_store_bytes, when_full="refuse"
+            ),
+        )
+        self.max_bytes = limits.anomaly_max_model_bytes
+
+    async def put(self, name: str, header: dict[str, Any], blob: bytes, *, owner: str | None) -> None:
+        await self.collection.put(
+            header,
+            owner=owner,
+            record_id=check_name(name),
+            blob=_once(blob),
+            max_blob_bytes=self.max_bytes,
+            replace=True,
+        )
+
+    async def get(self, name: str, *, owner: str | None) -> tuple[dict[str, Any], bytes] | None:
+        record = await self.collection.get(check_name(name), owner=owner)
+        if record is None:
             return None
-
-    def exists(self, name: str) -> bool:
-        return self._path(name).is_file()
-
-    def delete(self, name: str) -> bool:
+        chunks: list[bytes] = []
         try:
-            self._path(name).unlink()
-        except FileNotFoundError:
-            return False
-        return True
+            async for chunk in self.collection.read_blob(record):
+                chunks.append(chunk)
+        except KeyError:
+            return None  # deleted meanwhile
+        return record.payload, b"".join(chunks)
 
-    def list(self) -> list[dict[str, Any]]:
-        """One entry per stored model, by name; unreadable ones say why in ``error``."""
+    async def exists(self, name: str, *, owner: str | None) -> bool:
+        return await self.collection.get(check_name(name), owner=owner) is not None
+
+    async def delete(self, name: str, *, owner: str | None) -> bool:
+        return await self.collection.delete(check_name(name), owner=owner)
+
+    async def list(self, *, owner: str | None) -> list[dict[str, Any]]:
+        """One entry per stored model of ``owner``, by name."""
         out: list[dict[str, Any]] = []
-        if not self.root.is_dir():
-            return out
-        for path in sorted(self.root.glob(f"*{_SUFFIX}")):
-            name = path.name[: -len(_SUFFIX)]
-            if not _NAME.match(name):
-                continue  # temporary files and anything not written by put
-            try:
-                stat = path.stat()
-            except FileNotFoundError:
-                continue
-            entry: dict[str, Any] = {"name": name, "size_bytes": stat.st_size, "modified": stat.st_mtime}
-            try:
-                entry["header"] = self._read(path, header_only=True)[0]
-            except (CorruptModel, OSError) as exc:
-                entry["header"], entry["error"] = None, str(exc)
-            out.append(entry)
-        return out
+        after: str | None = None
+        while True:
+            page = await self.collection.list(owner=owner, limit=100, after=after, order="asc")
+            for record in page.records:
+                header = record.payload
+                entry: dict[str, Any] = {
+                    "name": record.id,
+                    "size_bytes": record.blob_size or 0,
+                    "modified": record.created_at,
+                    "header": header,
+                }
+                if header.get("format") != "flexserv-anomaly":
+                    entry["error"] = "its header is not a FlexServ anomaly model's"
+                out.append(entry)
+            if not page.has_more or not page.records:
+                return sorted(out, key=lambda e: e["name"])
+            after = page.records[-1].id

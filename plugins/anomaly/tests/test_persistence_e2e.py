@@ -5,33 +5,33 @@ from __future__ import annotations
 import io
 import json
 import pickle
-import struct
+import sqlite3
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 from flexserv_anomaly import codec
-from flexserv_anomaly.store import MAGIC
 from synthetic import blobs
 
 from conftest import Serve, error, fit, score
 
 
-def _file(tmp_path: Path, name: str) -> Path:
-    return tmp_path / "anomaly" / f"{name}.fsad"
+def _record(tmp_path: Path, name: str) -> tuple[dict, Path]:
+    """The stored header and the blob file of model ``name`` in the default SQLite state store."""
+    db = tmp_path / "state.db"
+    with sqlite3.connect(db) as conn:
+        payload, blob_name = conn.execute(
+            "SELECT payload, blob_name FROM records WHERE collection = 'anomaly_models' AND id = ?", (name,)
+        ).fetchone()
+    return json.loads(payload), tmp_path / "state.db.blobs" / blob_name
 
 
-def _split(path: Path) -> tuple[dict, bytes]:
-    raw = path.read_bytes()
-    (length,) = struct.unpack(">Q", raw[len(MAGIC) : len(MAGIC) + 8])
-    start = len(MAGIC) + 8
-    return json.loads(raw[start : start + length]), raw[start + length :]
-
-
-def _write(path: Path, header: dict, blob: bytes) -> None:
-    head = json.dumps(header).encode()
-    path.write_bytes(MAGIC + struct.pack(">Q", len(head)) + head + blob)
+def _set_header(tmp_path: Path, name: str, header: dict) -> None:
+    with sqlite3.connect(tmp_path / "state.db") as conn:
+        conn.execute(
+            "UPDATE records SET payload = ? WHERE collection = 'anomaly_models' AND id = ?", (json.dumps(header), name)
+        )
 
 
 @pytest.mark.slow
@@ -59,19 +59,21 @@ def test_edited_pickled_and_foreign_files_are_refused_and_nothing_else_is_affect
         for name in ("good", "edited", "pickled", "foreign", "truncated"):
             fit(client, model=name, data=train.tolist())
         expected = score(client, model="good", data=probe)
-    header, blob = _split(_file(tmp_path, "edited"))
-    header["contamination"] = 0.3  # an edit that changes the threshold
-    _write(_file(tmp_path, "edited"), header, blob)
+    header, _ = _record(tmp_path, "edited")
+    _set_header(tmp_path, "edited", {**header, "contamination": 0.3})  # an edit that changes the threshold
     # An NPZ whose arrays hold a pickled object, with a *valid* checksum: allow_pickle=False still refuses it.
-    header, _ = _split(_file(tmp_path, "pickled"))
+    header, blob_file = _record(tmp_path, "pickled")
     evil = io.BytesIO()
     arrays = {k: np.zeros(header["arrays"][k]) for k in ("center", "scale", "fingerprint")}
     np.savez(evil, train=np.array([object()], dtype=object), **arrays)
-    header["checksum"] = codec.checksum(header, evil.getvalue())
-    _write(_file(tmp_path, "pickled"), header, evil.getvalue())
-    _file(tmp_path, "foreign").write_bytes(pickle.dumps({"detector": "IsolationForest"}))  # a joblib-style file
-    path = _file(tmp_path, "truncated")
-    path.write_bytes(path.read_bytes()[:-100])
+    blob_file.write_bytes(evil.getvalue())
+    _set_header(tmp_path, "pickled", {**header, "checksum": codec.checksum(header, evil.getvalue())})
+    # A joblib-style record: a pickled detector as the blob and a header of another program's.
+    _, blob_file = _record(tmp_path, "foreign")
+    blob_file.write_bytes(pickle.dumps({"detector": "IsolationForest"}))
+    _set_header(tmp_path, "foreign", {"filename": "foreign_isolation_forest.joblib"})
+    _, blob_file = _record(tmp_path, "truncated")
+    blob_file.write_bytes(blob_file.read_bytes()[:-100])
     with serve() as client:
         reasons = {}
         for name in ("edited", "pickled", "foreign", "truncated"):
@@ -80,7 +82,7 @@ def test_edited_pickled_and_foreign_files_are_refused_and_nothing_else_is_affect
             reasons[name] = body["message"]
         assert "checksum does not match" in reasons["edited"]
         assert "pickled Python objects" in reasons["pickled"]
-        assert "signature" in reasons["foreign"]
+        assert "not a FlexServ anomaly model" in reasons["foreign"]
         assert "checksum does not match" in reasons["truncated"]
         assert score(client, model="good", data=probe)["data"] == expected["data"]
         listed = {m["model"]: m for m in client.get("/v1/anomaly/models").json()["data"]}
@@ -99,8 +101,9 @@ def test_unsafe_model_names_are_refused(serve: Serve, tmp_path: Path, name: str)
         assert error(response, 400)["param"] == "model"
         response = client.post("/v1/anomaly/score", json={"model": name, "data": [[1]]})
         assert response.status_code in (400, 404)
-    assert not (tmp_path / "escape.fsad").exists()
-    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == []
+    assert not (tmp_path.parent / "escape").exists()
+    blobs = tmp_path / "state.db.blobs"
+    assert not blobs.exists() or not any(blobs.iterdir())  # nothing was stored
 
 
 @pytest.mark.slow
