@@ -13,7 +13,9 @@ Score normalisation (what ``score`` means in responses):
 
 If the IQR (or std) is 0 the standard deviation (or 1) is used instead.
 
-The fitted threshold is the ``1 - contamination`` quantile of the training rows'
+The statistics come from the raw scores of at most 2048 training rows (all of
+them when there are fewer; otherwise the first 64 and a fixed seeded sample).
+The fitted threshold is the ``1 - contamination`` quantile of those rows'
 scores in the chosen normalisation, so that about ``contamination`` of the
 training rows are flagged. A point is anomalous when ``score >= threshold``: a
 requested threshold of 0.0 flags every point under ``standardization``, and 1.0
@@ -36,6 +38,10 @@ NORMALIZATIONS: tuple[str, ...] = ("standardization", "zscore", "raw")
 ScalerType = Literal["robust", "standard", "none"]
 #: Training rows whose raw scores are kept to check that a reload reproduces the model.
 FINGERPRINT_ROWS = 64
+#: Most training rows scored for the score statistics (the first FINGERPRINT_ROWS and a
+#: fixed, seeded sample of the rest): scoring every row again would add a second pass
+#: as long as the fit for some detectors (One-Class SVM, LOF) and change little.
+STATS_ROWS = 2048
 
 
 @dataclass(frozen=True)
@@ -128,11 +134,20 @@ def _scaler(x: np.ndarray, kind: ScalerType) -> tuple[np.ndarray, np.ndarray]:
     return center, np.where(spread > 0, spread, 1.0)
 
 
+def stats_rows(n: int) -> np.ndarray:
+    """Indices of the training rows scored for the statistics, the same for every fit of ``n`` rows."""
+    if n <= STATS_ROWS:
+        return np.arange(n)
+    rest = np.random.default_rng(n).choice(np.arange(FINGERPRINT_ROWS, n), STATS_ROWS - FINGERPRINT_ROWS, replace=False)
+    return np.r_[np.arange(FINGERPRINT_ROWS), np.sort(rest)]
+
+
 def fit_detector(spec: FitSpec, train: np.ndarray) -> tuple[detectors.Detector, np.ndarray]:
-    """Fit the detector on already-scaled rows; its raw scores of those rows."""
+    """Fit the detector on already-scaled rows; its raw scores of the :func:`stats_rows`
+    (which begin with the first ``FINGERPRINT_ROWS`` rows)."""
     detector = detectors.build(spec.backend, spec.params, spec.contamination)
     detector.fit(train)
-    return detector, detector.raw_scores(train)
+    return detector, detector.raw_scores(train[stats_rows(len(train))])
 
 
 def fit(spec: FitSpec, x: np.ndarray) -> FittedModel:
