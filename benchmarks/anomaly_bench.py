@@ -1,15 +1,19 @@
 """Anomaly detection: fit and score rows/s through the server vs scikit-learn in-process.
 
 One ``flexserv run`` (built-ins and the anomaly plugin only, a throwaway cache
-directory) and, in this process, the same scikit-learn estimator with the same
-parameters on the same rows (seeded blobs with 2% outliers). Per detector, the
-median of ``--repeat`` runs of: fitting ``--rows`` rows (the server's time is the
-client's wall time of ``POST /v1/anomaly/fit``: JSON, scaling, the fit in the
-worker process, the training scores, encoding and storing) and scoring them
-(``POST /v1/anomaly/score``, the model loaded). Memory: the server's resident
-memory after loading each model minus before, and the stored file's size::
+directory) and, in this process, the same scikit-learn estimator (or numpy MAD)
+with the same parameters on the same rows (seeded blobs, 16 features, 2%
+outliers). Per detector, the median of ``--repeat`` runs of: fitting ``--rows``
+rows (the server's time is the client's wall time of ``POST /v1/anomaly/fit``
+from sending the body, JSON-encoded beforehand, to receiving the answer:
+parsing, scaling, the fit in the worker process, the score statistics, encoding
+and storing) and scoring them (``POST /v1/anomaly/score`` once the model is
+loaded, the answer's objects built and sent). Memory: the server's resident
+memory after the last repetition's fit and score minus before (noisy: allocator
+pools), what one fitted model holds (its pickled size, in this process) and its
+stored size::
 
-    python benchmarks/anomaly_bench.py --rows 10000 --repeat 3
+    python benchmarks/anomaly_bench.py --rows 10000 --repeat 5
 """
 
 from __future__ import annotations
@@ -56,6 +60,17 @@ def in_process(backend: str, x: np.ndarray) -> tuple[float, float]:
     fitted = time.perf_counter()
     detector.raw_scores(x)
     return fitted - started, time.perf_counter() - fitted
+
+
+def model_mb(backend: str, x: np.ndarray) -> float:
+    """What one fitted model holds (scaler, training rows, the fitted estimator), as its pickled size."""
+    import pickle
+
+    from flexserv_anomaly import detectors, fitted
+
+    info = detectors.lookup(backend)
+    spec = fitted.FitSpec(backend=info.name, params=detectors.check_params(info, {}), contamination=0.02)
+    return len(pickle.dumps(fitted.fit(spec, x))) / 2**20
 
 
 def rss_mb(pid: int) -> float:
@@ -132,20 +147,21 @@ def main() -> None:
                     "score_ratio": score_local / score_served,
                     "rss_growth_mb_last_model": grown,
                     "stored_mb": size / 2**20,
+                    "model_mb": model_mb(backend, x),
                 }
                 results.append(row)
                 print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
     finally:
         stop(proc)
     print(
-        "\n| detector | fit rows/s sklearn | fit rows/s server | ratio | score rows/s sklearn | score rows/s server | ratio | RSS growth MB | stored MB |"
+        "\n| detector | fit rows/s sklearn | fit rows/s server | ratio | score rows/s sklearn | score rows/s server | ratio | RSS growth MB | model MB | stored MB |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
         print(
             f"| {r['detector']} | {r['fit_rows_s_sklearn']:,.0f} | {r['fit_rows_s_server']:,.0f} | {r['fit_ratio']:.2f} | "
             f"{r['score_rows_s_sklearn']:,.0f} | {r['score_rows_s_server']:,.0f} | {r['score_ratio']:.2f} | "
-            f"{r['rss_growth_mb_last_model']:.1f} | {r['stored_mb']:.2f} |"
+            f"{r['rss_growth_mb_last_model']:.1f} | {r['model_mb']:.2f} | {r['stored_mb']:.2f} |"
         )
 
 
