@@ -139,7 +139,7 @@ def stats_rows(n: int) -> np.ndarray:
     if n <= STATS_ROWS:
         return np.arange(n)
     rest = np.random.default_rng(n).choice(np.arange(FINGERPRINT_ROWS, n), STATS_ROWS - FINGERPRINT_ROWS, replace=False)
-    return np.r_[np.arange(FINGERPRINT_ROWS), np.sort(rest)]
+    return np.concatenate([np.arange(FINGERPRINT_ROWS), np.sort(rest)])
 
 
 def fit_detector(spec: FitSpec, train: np.ndarray) -> tuple[detectors.Detector, np.ndarray]:
