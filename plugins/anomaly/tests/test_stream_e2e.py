@@ -72,7 +72,15 @@ def test_drift_shows_a_level_shift(serve: Serve) -> None:
     rng = np.random.default_rng(0)
     with serve() as client:
         base = rng.normal(size=(60, 2)).tolist()
-        _send(client, model="d", data=base, min_samples=50, retrain_interval=1000, window_size=1000)
+        _send(
+            client,
+            model="d",
+            data=base,
+            backend="isolation_forest",
+            min_samples=50,
+            retrain_interval=1000,
+            window_size=1000,
+        )
         shifted = (rng.normal(size=(40, 2)) + np.array([4.0, 0.0])).tolist()
         out = _send(client, model="d", data=shifted)
         assert out["drift"]["max_mean_shift_feature"] == 0 and out["drift"]["max_mean_shift"] > 2
