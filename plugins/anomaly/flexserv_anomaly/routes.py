@@ -381,7 +381,7 @@ async def get_model(request: Request[Any, Any, Any]) -> dict[str, Any]:
     server = server_of(request)
     model_name(name, "name")
     owner = request_owner(request)
-    stored = await service_for(server.settings).store.collection.get(name, owner=owner)
+    stored = await service_for(server.settings).store.record(name, owner=owner)
     if stored is not None:
         entry = {
             "name": name,

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from flexserv_anomaly.settings import AnomalySettings
-from flexserv_core import CollectionLimits, FlexServer
+from flexserv_core import CollectionLimits, FlexServer, Record
 
 COLLECTION = "anomaly_models"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -57,6 +57,11 @@ def parse_registry_name(value: str) -> tuple[str, str | None] | None:
     return name, owner if at else None
 
 
+def _record_id(name: str, owner: str | None) -> str:
+    # Record ids are unique in a collection across owners, model names only per owner.
+    return registry_name(check_name(name), owner)
+
+
 async def _once(blob: bytes) -> AsyncIterator[bytes]:
     yield blob
 
@@ -75,14 +80,14 @@ class ModelStore:
         await self.collection.put(
             header,
             owner=owner,
-            record_id=check_name(name),
+            record_id=_record_id(name, owner),
             blob=_once(blob),
             max_blob_bytes=self.max_bytes,
             replace=True,
         )
 
     async def get(self, name: str, *, owner: str | None) -> tuple[dict[str, Any], bytes] | None:
-        record = await self.collection.get(check_name(name), owner=owner)
+        record = await self.collection.get(_record_id(name, owner), owner=owner)
         if record is None:
             return None
         chunks: list[bytes] = []
@@ -94,10 +99,13 @@ class ModelStore:
         return record.payload, b"".join(chunks)
 
     async def exists(self, name: str, *, owner: str | None) -> bool:
-        return await self.collection.get(check_name(name), owner=owner) is not None
+        return await self.record(name, owner=owner) is not None
+
+    async def record(self, name: str, *, owner: str | None) -> Record | None:
+        return await self.collection.get(_record_id(name, owner), owner=owner)
 
     async def delete(self, name: str, *, owner: str | None) -> bool:
-        return await self.collection.delete(check_name(name), owner=owner)
+        return await self.collection.delete(_record_id(name, owner), owner=owner)
 
     async def list(self, *, owner: str | None) -> list[dict[str, Any]]:
         """One entry per stored model of ``owner``, by name."""
@@ -108,7 +116,7 @@ class ModelStore:
             for record in page.records:
                 header = record.payload
                 entry: dict[str, Any] = {
-                    "name": record.id,
+                    "name": record.id.partition("@")[0],
                     "size_bytes": record.blob_size or 0,
                     "modified": record.created_at,
                     "header": header,

@@ -149,3 +149,28 @@ def test_concurrent_fits_and_scores_of_one_name_see_a_whole_model(serve: Serve) 
     assert len(seen) > 6
     assert all(s in (answers["a"], answers["b"]) for s in seen)
     assert answers["b"] in seen
+
+
+@pytest.mark.slow
+def test_one_api_key_s_models_do_not_exist_for_another(serve: Serve) -> None:
+    train, _ = blobs(n=100, outliers=5, seed=10)
+    alice, bob = {"Authorization": "Bearer key-alice"}, {"Authorization": "Bearer key-bob"}
+    with serve(api_key=["key-alice", "key-bob"]) as client:
+        assert (
+            client.post("/v1/anomaly/fit", json={"model": "m", "data": train.tolist()}, headers=alice).status_code
+            == 200
+        )
+        probe = {"model": "m", "data": train[:3].tolist()}
+        assert client.post("/v1/anomaly/score", json=probe, headers=alice).status_code == 200
+        assert error(client.post("/v1/anomaly/score", json=probe, headers=bob), 404)["code"] == "model_not_found"
+        assert client.get("/v1/anomaly/models", headers=bob).json()["total"] == 0
+        assert client.get("/v1/anomaly/models", headers=alice).json()["total"] == 1
+        error(client.delete("/v1/anomaly/models/m", headers=bob), 404)
+        # Bob's own "m" is another model; Alice's is untouched by it.
+        shifted = (train * 5 + 100).tolist()
+        assert client.post("/v1/anomaly/fit", json={"model": "m", "data": shifted}, headers=bob).status_code == 200
+        a = client.post("/v1/anomaly/score", json=probe, headers=alice).json()["data"]
+        b = client.post("/v1/anomaly/score", json=probe, headers=bob).json()["data"]
+        assert [d["raw_score"] for d in a] != [d["raw_score"] for d in b]
+        loaded = {m["model_id"] for m in client.get("/v1/flexserv/models/loaded", headers=alice).json()["models"]}
+        assert len([name for name in loaded if name.startswith("m@key-")]) == 2
