@@ -122,3 +122,19 @@ def test_metrics_count_rows_fitted_and_scored(serve: Serve) -> None:
         assert (
             client.post("/v1/anomaly/score", json={"model": "counted", "data": train[:2].tolist()}).status_code == 200
         )
+
+
+@pytest.mark.slow
+def test_an_idle_model_expires_and_loads_again_from_the_store(serve: Serve) -> None:
+    train, _ = blobs(n=100, outliers=5, seed=11)
+    probe = {"model": "idle", "data": train[:4].tolist()}
+    with serve(model_timeout=1) as client:
+        fit(client, model="idle", data=train.tolist())
+        first = client.post("/v1/anomaly/score", json=probe).json()["data"]
+        assert client.get("/v1/anomaly/models/idle").json()["state"] == "ready"
+        wait_until(
+            lambda: client.get("/v1/anomaly/models/idle").json()["state"] == "unloaded",
+            timeout=30,
+            message="the TTL unloaded the idle model",
+        )
+        assert client.post("/v1/anomaly/score", json=probe).json()["data"] == first  # reloaded, refitted, equal
