@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 
 from flexserv_anomaly.fitted import FittedModel
@@ -19,6 +19,9 @@ from flexserv_anomaly.store import ModelStore
 from flexserv_anomaly.streaming import StreamRegistry
 from flexserv_anomaly.worker import FitPool
 from flexserv_core import FlexServer, ServiceUnavailable, Settings
+
+#: Fitted models kept for their first load (the rest are refitted from the store).
+FRESH_MODELS = 4
 
 
 @dataclass
@@ -42,7 +45,8 @@ class AnomalyService:
         #: Models fitted by this process, by name, with the checksum they were stored
         #: under: a load that finds that same checksum in the store takes the fitted
         #: object instead of refitting it from the stored rows.
-        self._fresh: dict[str, tuple[str, FittedModel]] = {}
+        #: Bounded: a model nobody scores must not stay in memory for it.
+        self._fresh: OrderedDict[str, tuple[str, FittedModel]] = OrderedDict()
         self._lock = threading.Lock()
 
     def attach(self, server: FlexServer) -> None:
@@ -59,6 +63,9 @@ class AnomalyService:
     def remember(self, name: str, checksum: str, model: FittedModel) -> None:
         with self._lock:
             self._fresh[name] = (checksum, model)
+            self._fresh.move_to_end(name)
+            while len(self._fresh) > FRESH_MODELS:
+                self._fresh.popitem(last=False)
 
     def take_fresh(self, name: str, checksum: str) -> FittedModel | None:
         with self._lock:
