@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from prometheus_client import Counter
+from prometheus_client import CONTENT_TYPE_LATEST, Counter
 from prometheus_client.parser import text_string_to_metric_families
 
 from flexserv_core import EngineStats, PluginHookError, hookimpl
@@ -35,7 +35,10 @@ async def scrape(client: httpx.AsyncClient) -> Samples:
     """Every sample as ``{(name, sorted labels): value}``."""
     response = await client.get("/metrics")
     assert response.status_code == 200
-    assert response.headers["content-type"].startswith("text/plain")
+    content_type = response.headers.get_list("content-type")
+    assert content_type == [CONTENT_TYPE_LATEST], content_type  # one header, one charset (Prometheus 3 parses it)
+    params = [p.split("=")[0].strip() for p in content_type[0].split(";")[1:]]
+    assert sorted(params) == sorted(set(params)) and "charset" in params
     out: Samples = {}
     for family in text_string_to_metric_families(response.text):
         for sample in family.samples:
