@@ -7,6 +7,7 @@ characters, so the responses' usage is the expected count.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import httpx
@@ -265,3 +266,23 @@ def _parse(text: str) -> Samples:
         for sample in family.samples:
             out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
     return out
+
+
+async def test_a_caller_reported_oom_unload_is_reported_and_counted_as_an_oom_eviction(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with app_client(make_app([FakeBackendPlugin()])) as client:
+        await client.post("/v1/chat/completions", json={"messages": CHAT, "max_tokens": 1})
+        with caplog.at_level(logging.WARNING):
+            r = await client.post("/v1/flexserv/models/unload", json={"model_id": MODEL, "oom_triggered": True})
+        assert r.status_code == 200, r.text
+        assert r.json()["oom_triggered"] is True
+        assert [u["model_id"] for u in r.json()["unloaded"]] == [MODEL]
+        samples = await scrape(client)
+        assert value(samples, "flexserv:model_evictions_total", model_name=MODEL, kind="text", reason="oom") == 1
+        assert value(samples, "flexserv:model_unloads_total", model_name=MODEL, kind="text", reason="manual") == 0
+        assert any("reason oom" in rec.getMessage() and "oom_triggered" in rec.getMessage() for rec in caplog.records)
+        plain = await client.post("/v1/flexserv/models/unload", json={"model_id": MODEL})
+        assert plain.json()["oom_triggered"] is False
+        bad = await client.post("/v1/flexserv/models/unload", json={"oom_triggered": "yes"})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "oom_triggered"
