@@ -211,7 +211,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._refuse(
             408,
             f"The request headers did not arrive within {self.limits.header_timeout:g} s (--header-timeout).",
-            "request_timeout",
+            "header_timeout",
         )
 
     def _body_timed_out(self) -> None:

@@ -164,7 +164,7 @@ def test_slow_clients_are_dropped_and_health_keeps_answering() -> None:
     for raw in heads:
         assert raw is not None
         status, error = _status_and_error(raw)
-        assert status == 408 and error["code"] == "request_timeout" and "--header-timeout" in error["message"]
+        assert status == 408 and error["code"] == "header_timeout" and "--header-timeout" in error["message"]
 
 
 def test_an_idle_connection_is_closed_after_the_header_timeout() -> None:
