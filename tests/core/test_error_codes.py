@@ -64,20 +64,39 @@ def _error_classes() -> list[type[FlexServError]]:
 
 
 def _codes_named_at_raise_sites() -> dict[str, str]:
-    """``code="..."`` literals given to an error class (or to an error-body helper), by where."""
-    error_names = {cls.__name__ for cls in _error_classes()} | {"error_body", "_error_response", "send_error"}
+    """Code literals given to an error class, or to a helper that takes a ``code``
+    parameter (by keyword or position), and those parameters' defaults, by where."""
+    parsed = list(_modules())
+    positions: dict[str, int | None] = {cls.__name__: None for cls in _error_classes()}  # keyword only
     codes: dict[str, str] = {}
-    for module, tree in _modules():
+    for module, tree in parsed:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                args = [a.arg for a in node.args.args if a.arg not in ("self", "cls")]
+                names = args + [a.arg for a in node.args.kwonlyargs]
+                if "code" not in names:
+                    continue
+                positions[node.name] = args.index("code") if "code" in args else None
+                defaults = dict(zip(reversed(args), reversed(node.args.defaults), strict=False))
+                defaults |= {a.arg: d for a, d in zip(node.args.kwonlyargs, node.args.kw_defaults, strict=True) if d}
+                default = defaults.get("code")
+                if isinstance(default, ast.Constant) and isinstance(default.value, str):
+                    codes[default.value] = f"{module}:{node.lineno}"
+    for module, tree in parsed:
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call):
                 continue
             func = node.func
             name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-            if name not in error_names:
+            if name not in positions:
                 continue
-            for keyword in node.keywords:
-                if keyword.arg == "code" and isinstance(keyword.value, ast.Constant):
-                    codes[str(keyword.value.value)] = f"{module}:{node.lineno}"
+            given = [k.value for k in node.keywords if k.arg == "code"]
+            position = positions[name]
+            if position is not None and len(node.args) > position:
+                given.append(node.args[position])
+            for value in given:
+                if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                    codes[value.value] = f"{module}:{node.lineno}"
     return codes
 
 
