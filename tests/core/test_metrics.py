@@ -286,3 +286,24 @@ async def test_a_caller_reported_oom_unload_is_reported_and_counted_as_an_oom_ev
         assert plain.json()["oom_triggered"] is False
         bad = await client.post("/v1/flexserv/models/unload", json={"oom_triggered": "yes"})
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "oom_triggered"
+
+
+async def test_the_end_of_sequence_token_is_not_a_generated_token() -> None:
+    """As the usage counts them: a model that ends after 4 tokens with an
+    end-of-sequence token generated 4, streamed or not."""
+    async with app_client(make_app([FakeBackendPlugin(eos_after=4)])) as client:
+        r = await client.post("/v1/chat/completions", json={"messages": CHAT, "max_tokens": 10})
+        assert r.json()["choices"][0]["finish_reason"] == "stop"
+        assert r.json()["usage"]["completion_tokens"] == 4
+        lines = []
+        async with client.stream(
+            "POST",
+            "/v1/chat/completions",
+            json={"messages": CHAT, "max_tokens": 10, "stream": True, "stream_options": {"include_usage": True}},
+        ) as stream:
+            async for line in stream.aiter_lines():
+                lines.append(line)
+        assert _usages(lines)[0]["completion_tokens"] == 4
+        samples = await scrape(client)
+    assert value(samples, "flexserv:generation_tokens_total", model_name=MODEL) == 8
+    assert value(samples, "flexserv:request_success_total", model_name=MODEL, finished_reason="stop") == 2
