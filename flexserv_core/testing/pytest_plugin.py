@@ -1,7 +1,8 @@
 """Pytest fixtures for FlexServ plugin authors (registered via ``pytest11``).
 
-Override ``flexserv_plugins`` and ``flexserv_settings`` in a test module or
-conftest to choose what the app has; then use ``flexserv_client`` (httpx over
+Override ``flexserv_plugins``, ``flexserv_settings`` and ``flexserv_models``
+(``[[models]]`` tables, options included) in a test module or conftest to choose
+what the app has; then use ``flexserv_client`` (httpx over
 ASGI, lifespan running) or ``flexserv_openai`` (the official async client).
 
 No configuration is needed in the project that uses them: pytest-asyncio's
@@ -74,10 +75,19 @@ def flexserv_blocked() -> list[str]:
 
 
 @pytest.fixture
+def flexserv_models() -> list[dict[str, Any]]:
+    """``[[models]]`` tables as dicts, e.g. ``[{"name": "m", "source": "...", "options": {...}}]``."""
+    return []
+
+
+@pytest.fixture
 def flexserv_app(
-    flexserv_plugins: list[object | str], flexserv_settings: dict[str, Any], flexserv_blocked: list[str]
+    flexserv_plugins: list[object | str],
+    flexserv_settings: dict[str, Any],
+    flexserv_blocked: list[str],
+    flexserv_models: list[dict[str, Any]],
 ) -> Litestar:
-    return make_app(flexserv_plugins, settings=flexserv_settings, block=flexserv_blocked)
+    return make_app(flexserv_plugins, settings=flexserv_settings, block=flexserv_blocked, models=flexserv_models)
 
 
 @pytest.fixture
