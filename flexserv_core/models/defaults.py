@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 FIRST_PARTY_DISTRIBUTIONS: frozenset[str] = frozenset(
     {
         "flexserv-core",
+        "flexserv-anomaly",
         "flexserv-audio",
         "flexserv-bench",
         "flexserv-classification",
@@ -41,6 +42,7 @@ FIRST_PARTY_DISTRIBUTIONS: frozenset[str] = frozenset(
         "flexserv-ray",
         "flexserv-resources",
         "flexserv-sentence-transformers",
+        "flexserv-state-postgres",
         "flexserv-template-kwargs",
         "flexserv-transformers",
         "flexserv-whisper",
