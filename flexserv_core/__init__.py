@@ -8,6 +8,7 @@ Submodules are internal and may change between releases.
 import typing
 
 from flexserv_core._version import VERSION as __version__
+from flexserv_core.api.wire_schemas import ErrorResponse
 from flexserv_core.backends.base import (
     RESERVED_TEMPLATE_KWARGS,
     Backend,
@@ -122,6 +123,7 @@ __all__ = [
     "EmbeddingModel",
     "EmbeddingResult",
     "EngineStats",
+    "ErrorResponse",
     "EvictionReason",
     "FinishReason",
     "FlexServError",
@@ -207,6 +209,7 @@ __all__ = [
     "register_tool_parser",
     "resolve_plugin_settings",
     "resolve_settings",
+    "route_scope",
     "tool_parser_names",
     "until_disconnect",
     "use_all_intra_op_threads",
@@ -217,6 +220,7 @@ if typing.TYPE_CHECKING:
     from flexserv_core.api.body import request_context as open_request_context
     from flexserv_core.api.disconnect import until_disconnect
     from flexserv_core.app import create_app
+    from flexserv_core.edge.auth import route_scope
 
 #: Route helpers for plugins that add JSON routes, and the app factory (for plugins
 #: that serve the app another way, like ``flexserv ray-serve``). They need Litestar,
@@ -226,6 +230,7 @@ _LAZY = {
     "parse_body": ("flexserv_core.api.body", "parse_body"),
     "open_request_context": ("flexserv_core.api.body", "request_context"),
     "until_disconnect": ("flexserv_core.api.disconnect", "until_disconnect"),
+    "route_scope": ("flexserv_core.edge.auth", "route_scope"),
 }
 
 
