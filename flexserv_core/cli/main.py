@@ -132,13 +132,10 @@ def plugin_listing(pm: FlexServPluginManager, settings: Settings | None) -> list
 
 
 def cmd_plugins(argv: Sequence[str]) -> int:
-    if argv and argv[0] == "new":
-        return cmd_plugins_new(argv[1:])
     parser = argparse.ArgumentParser(
         prog="flexserv plugins",
         parents=[_selection_parser()],
-        description="List plugins: name, distribution, version, hooks, routes, commands, status. "
-        "'flexserv plugins new NAME' writes a new plugin.",
+        description="List plugins: name, distribution, version, hooks, routes, commands, status.",
     )
     parser.add_argument("--json", action="store_true", help="Print JSON.")
     args = parser.parse_args(argv)
@@ -174,26 +171,6 @@ def _print_table(report: list[dict[str, Any]]) -> None:
             print(f"    commands: {', '.join(p['commands'])}")
         if p["error"]:
             print(f"    error:  {p['error']}")
-
-
-def cmd_plugins_new(argv: Sequence[str]) -> int:
-    from flexserv_core.scaffold import write_plugin
-
-    parser = argparse.ArgumentParser(
-        prog="flexserv plugins new",
-        description="Write a minimal installable plugin: a pyproject with the entry point, a package with one hook, "
-        "one route and one setting, a README and a passing test.",
-    )
-    parser.add_argument("name", metavar="NAME", help="Plugin name, lowercase words joined by dashes (e.g. redact).")
-    parser.add_argument(
-        "--dir", default=".", metavar="DIR", help="Write the plugin to DIR/NAME (default: the current directory)."
-    )
-    args = parser.parse_args(argv)
-    root = write_plugin(args.name, args.dir)
-    print(f"wrote plugin {args.name!r} to {root}")
-    print(f"  install it:  pip install -e {root}")
-    print(f"  test it:     python -m pytest {root / 'tests'}")
-    return 0
 
 
 CORE_HANDLERS: dict[str, Callable[[Sequence[str]], int]] = {"run": cmd_run, "plugins": cmd_plugins}
