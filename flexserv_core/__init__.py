@@ -93,16 +93,8 @@ from flexserv_core.settings import (
     resolve_settings,
 )
 from flexserv_core.stash import Stash, StashKey
-from flexserv_core.tool_call_stream import CallSyntax, ToolCallFragment, ToolCallStream, ToolStreamEvent
-from flexserv_core.tool_parsers import (
-    JsonToolParser,
-    ParsedToolCall,
-    ParsedToolOutput,
-    ToolParser,
-    get_tool_parser,
-    register_tool_parser,
-    tool_parser_names,
-)
+from flexserv_core.tool_call_stream import ToolCallFragment, ToolCallStream, ToolStreamEvent
+from flexserv_core.tool_parsers import ParsedToolCall, ParsedToolOutput, ToolParser, ToolParsers
 
 __all__ = [
     "PROJECT_NAME",
@@ -110,7 +102,6 @@ __all__ = [
     "Backend",
     "BatchRunner",
     "BlockedMasks",
-    "CallSyntax",
     "Command",
     "CommandContext",
     "CompiledConstraint",
@@ -134,7 +125,6 @@ __all__ = [
     "ImageInput",
     "IntraOpThreads",
     "InvalidRequest",
-    "JsonToolParser",
     "Lease",
     "LoadedModel",
     "MicroBatcher",
@@ -177,6 +167,7 @@ __all__ = [
     "ToolCallFragment",
     "ToolCallStream",
     "ToolParser",
+    "ToolParsers",
     "ToolStreamEvent",
     "TopLogprob",
     "Transcription",
@@ -199,18 +190,15 @@ __all__ = [
     "get_max_vram_used_pct",
     "get_ram_info",
     "get_system_resources",
-    "get_tool_parser",
     "hookimpl",
     "hookspec",
     "open_request_context",
     "parse_body",
     "prefer_passive_openmp",
     "prepare_params",
-    "register_tool_parser",
     "resolve_plugin_settings",
     "resolve_settings",
     "route_scope",
-    "tool_parser_names",
     "until_disconnect",
     "use_all_intra_op_threads",
 ]

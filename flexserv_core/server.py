@@ -6,6 +6,7 @@ import time
 from typing import TYPE_CHECKING
 
 from flexserv_core.stash import Stash
+from flexserv_core.tool_parsers import ToolParsers
 
 if TYPE_CHECKING:
     from litestar.types import ControllerRouterHandler
@@ -42,6 +43,7 @@ class FlexServer:
         routes_by_plugin: dict[str, list[ControllerRouterHandler]],
         metrics: ServerMetrics,
         preloader: Preloader,
+        tool_parsers: ToolParsers | None = None,
     ) -> None:
         self.settings = settings
         self.pm = pm
@@ -56,3 +58,5 @@ class FlexServer:
         self.metrics = metrics
         #: The ``--preload`` loads and their states (readiness in health).
         self.preloader = preloader
+        #: The tool-call formats plugins registered (``flexserv_register_tool_parsers``).
+        self.tool_parsers = tool_parsers or ToolParsers()

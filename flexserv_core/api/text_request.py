@@ -172,7 +172,7 @@ async def chat_plan(
     """Render the prompt (with the request's loaded ``images``) and plan ``n`` choices:
     ``(prompt_ids, jobs, tool plan)``; the plan is ``None`` without tools."""
     check_chat(body)
-    plan = plan_tools(body, model, spec)
+    plan = plan_tools(body, model, spec, context.server.tool_parsers)
     constraint = request_constraint(body.response_format, body.structured_outputs)
     if plan is not None and plan.constraint is not None:
         if constraint is not None:

