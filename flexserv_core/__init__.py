@@ -68,7 +68,6 @@ from flexserv_core.hooks import resolve_plugin_settings
 from flexserv_core.hookspecs import PROJECT_NAME, hookimpl, hookspec
 from flexserv_core.models.registry import Lease, ModelInfo, ModelRegistry, ModelState, UnloadResult
 from flexserv_core.models.spec import ModelKind, ModelSpec
-from flexserv_core.openmp import IntraOpThreads, full_intra_op_threads, prefer_passive_openmp, use_all_intra_op_threads
 from flexserv_core.plugin_manager import FlexServPluginManager, create_plugin_manager
 from flexserv_core.request_context import RequestContext
 from flexserv_core.resources import (
@@ -123,7 +122,6 @@ __all__ = [
     "GatewayTimeout",
     "GpuInfo",
     "ImageInput",
-    "IntraOpThreads",
     "InvalidRequest",
     "Lease",
     "LoadedModel",
@@ -184,7 +182,6 @@ __all__ = [
     "default_cache_dir",
     "describe_fields",
     "fill_blocked_masks",
-    "full_intra_op_threads",
     "get_cpu_info",
     "get_gpu_info",
     "get_max_vram_used_pct",
@@ -194,13 +191,11 @@ __all__ = [
     "hookspec",
     "open_request_context",
     "parse_body",
-    "prefer_passive_openmp",
     "prepare_params",
     "resolve_plugin_settings",
     "resolve_settings",
     "route_scope",
     "until_disconnect",
-    "use_all_intra_op_threads",
 ]
 
 if typing.TYPE_CHECKING:
