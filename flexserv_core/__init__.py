@@ -8,6 +8,7 @@ Submodules are internal and may change between releases.
 import typing
 
 from flexserv_core._version import VERSION as __version__
+from flexserv_core.api.wire_schemas import ErrorResponse
 from flexserv_core.backends.base import (
     RESERVED_TEMPLATE_KWARGS,
     Backend,
@@ -69,7 +70,6 @@ from flexserv_core.hooks import resolve_plugin_settings
 from flexserv_core.hookspecs import PROJECT_NAME, hookimpl, hookspec
 from flexserv_core.models.registry import Lease, ModelInfo, ModelRegistry, ModelState, UnloadResult
 from flexserv_core.models.spec import ModelKind, ModelSpec
-from flexserv_core.openmp import IntraOpThreads, full_intra_op_threads, prefer_passive_openmp, use_all_intra_op_threads
 from flexserv_core.plugin_manager import FlexServPluginManager, create_plugin_manager
 from flexserv_core.request_context import RequestContext
 from flexserv_core.resources import (
@@ -100,16 +100,8 @@ from flexserv_core.state.owner import request_owner
 from flexserv_core.state.records import CollectionLimits, Record, RecordPage
 from flexserv_core.state.store import Collection, StateStore
 from flexserv_core.state.url import redact_url, resolved_state_url
-from flexserv_core.tool_call_stream import CallSyntax, ToolCallFragment, ToolCallStream, ToolStreamEvent
-from flexserv_core.tool_parsers import (
-    JsonToolParser,
-    ParsedToolCall,
-    ParsedToolOutput,
-    ToolParser,
-    get_tool_parser,
-    register_tool_parser,
-    tool_parser_names,
-)
+from flexserv_core.tool_call_stream import ToolCallFragment, ToolCallStream, ToolStreamEvent
+from flexserv_core.tool_parsers import ParsedToolCall, ParsedToolOutput, ToolParser, ToolParsers
 
 __all__ = [
     "PROJECT_NAME",
@@ -117,7 +109,6 @@ __all__ = [
     "Backend",
     "BatchRunner",
     "BlockedMasks",
-    "CallSyntax",
     "Collection",
     "CollectionLimits",
     "Command",
@@ -132,6 +123,7 @@ __all__ = [
     "EmbeddingModel",
     "EmbeddingResult",
     "EngineStats",
+    "ErrorResponse",
     "EvictionReason",
     "FinishReason",
     "FlexServError",
@@ -140,9 +132,7 @@ __all__ = [
     "GatewayTimeout",
     "GpuInfo",
     "ImageInput",
-    "IntraOpThreads",
     "InvalidRequest",
-    "JsonToolParser",
     "Lease",
     "LoadedModel",
     "MicroBatcher",
@@ -191,6 +181,7 @@ __all__ = [
     "ToolCallFragment",
     "ToolCallStream",
     "ToolParser",
+    "ToolParsers",
     "ToolStreamEvent",
     "TopLogprob",
     "Transcription",
@@ -207,29 +198,24 @@ __all__ = [
     "default_cache_dir",
     "describe_fields",
     "fill_blocked_masks",
-    "full_intra_op_threads",
     "get_cpu_info",
     "get_gpu_info",
     "get_max_vram_used_pct",
     "get_ram_info",
     "get_system_resources",
-    "get_tool_parser",
     "hookimpl",
     "hookspec",
     "open_request_context",
     "parse_body",
     "plan_eviction",
-    "prefer_passive_openmp",
     "prepare_params",
     "redact_url",
-    "register_tool_parser",
     "request_owner",
     "resolve_plugin_settings",
     "resolve_settings",
     "resolved_state_url",
-    "tool_parser_names",
+    "route_scope",
     "until_disconnect",
-    "use_all_intra_op_threads",
 ]
 
 if typing.TYPE_CHECKING:
@@ -237,6 +223,7 @@ if typing.TYPE_CHECKING:
     from flexserv_core.api.body import request_context as open_request_context
     from flexserv_core.api.disconnect import until_disconnect
     from flexserv_core.app import create_app
+    from flexserv_core.edge.auth import route_scope
 
 #: Route helpers for plugins that add JSON routes, and the app factory (for plugins
 #: that serve the app another way, like ``flexserv ray-serve``). They need Litestar,
@@ -246,6 +233,7 @@ _LAZY = {
     "parse_body": ("flexserv_core.api.body", "parse_body"),
     "open_request_context": ("flexserv_core.api.body", "request_context"),
     "until_disconnect": ("flexserv_core.api.disconnect", "until_disconnect"),
+    "route_scope": ("flexserv_core.edge.auth", "route_scope"),
 }
 
 

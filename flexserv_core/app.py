@@ -6,16 +6,20 @@ import logging
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
-from litestar import Litestar
+from litestar import Litestar, Router
+from litestar.connection import ASGIConnection
 from litestar.datastructures import State
+from litestar.exceptions import NotFoundException
+from litestar.handlers import BaseRouteHandler
 from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.plugins import PluginProtocol
 from litestar.plugins.core import MsgspecDIPlugin
 from litestar.types import LifeSpanReceive, LifeSpanScope, LifeSpanSend, Receive, Scope, Send
 
 from flexserv_core import __version__, hooks
-from flexserv_core.api.docs_page import DocsRenderPlugin, SchemaRenderPlugin, schema_router
 from flexserv_core.api.errors import EXCEPTION_HANDLERS
 from flexserv_core.edge.auth import KeyRing
 from flexserv_core.edge.cors import cors_config
@@ -34,6 +38,7 @@ from flexserv_core.settings import Settings
 from flexserv_core.startup_log import log_served_models
 from flexserv_core.state.store import StateStore
 from flexserv_core.state.url import resolved_state_url
+from flexserv_core.tool_parsers import ToolParsers
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +63,24 @@ class FlexServApp(Litestar):
             return Litestar._get_default_plugins(plugins)
         plugins.append(MsgspecDIPlugin())
         return plugins
+
+
+def _unknown_route(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
+    raise NotFoundException()
+
+
+def _schema_config() -> OpenAPIConfig:
+    """The document behind ``app.openapi_schema``, which the ``docs`` plugin serves.
+
+    Litestar always mounts its own schema site (``/schema``); FlexServ serves none
+    there, so every path under it is an unknown route, like any other.
+    """
+    hidden = Router(
+        "/schema", route_handlers=[], include_in_schema=False, guards=[_unknown_route], opt={"public": True}
+    )
+    return OpenAPIConfig(
+        title="FlexServ", version=__version__, render_plugins=[JsonRenderPlugin()], openapi_router=hidden
+    )
 
 
 def build_server(settings: Settings, pm: FlexServPluginManager) -> FlexServer:
@@ -103,6 +126,7 @@ def build_server(settings: Settings, pm: FlexServPluginManager) -> FlexServer:
         metrics=metrics,
         preloader=Preloader(registry, preload_specs(catalog, settings.core.preload)),
         store=StateStore(hooks.state_backend(pm, settings, resolved_state_url(settings))),
+        tool_parsers=ToolParsers(hooks.tool_parsers(pm, settings)),
     )
     return server
 
@@ -151,12 +175,7 @@ def create_app(settings: Settings, plugin_manager: FlexServPluginManager) -> Lit
         middleware=[http_metrics_middleware(server.metrics)],
         cors_config=cors_config(settings.core),
         state=State({"flexserv": server}),
-        openapi_config=OpenAPIConfig(
-            title="FlexServ",
-            version=__version__,
-            render_plugins=[DocsRenderPlugin(), SchemaRenderPlugin()],
-            openapi_router=schema_router(),
-        ),
+        openapi_config=_schema_config(),
         logging_config=None,
         request_max_body_size=settings.core.max_request_bytes,
         debug=False,

@@ -31,7 +31,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Generic, TypeVar
 
 from flexserv_core.backends.base import EngineStats
-from flexserv_core.openmp import use_all_intra_op_threads
 
 JobT = TypeVar("JobT")
 ResultT = TypeVar("ResultT")
@@ -69,6 +68,7 @@ class MicroBatcher(Generic[JobT, ResultT]):
         max_wait: float,
         gather_wait: float = 0.0,
         name: str = "batch",
+        thread_initializer: Callable[[], None] | None = None,
     ) -> None:
         self._run = run
         self.max_batch = max(1, max_batch)
@@ -77,10 +77,8 @@ class MicroBatcher(Generic[JobT, ResultT]):
         #: (loop time, demand) as recent batches finished: their items and those queued behind them.
         self._recent: deque[tuple[float, int]] = deque(maxlen=self.DEMAND_BATCHES)
         self._last_run = 0.0
-        # The worker starts on all intra-op threads, whatever another worker last switched to.
-        self._executor = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix=name, initializer=use_all_intra_op_threads
-        )
+        # Runs first in the worker thread (a torch plugin sets its intra-op threads there).
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name, initializer=thread_initializer)
         self._queue: list[_Pending[JobT, ResultT]] = []
         self._queued_items = 0
         self._busy = False

@@ -19,7 +19,7 @@ from flexserv_core.settings import Settings
 #: Commands of the core itself; a plugin command may not take these names.
 CORE_COMMANDS: dict[str, str] = {
     "run": "serve models (flexserv run --help lists every setting)",
-    "plugins": "list plugins and what they add; 'flexserv plugins new NAME' writes a plugin skeleton",
+    "plugins": "list plugins and what they add",
 }
 
 #: Names a command may have: lowercase words joined by dashes (``ray-serve``).

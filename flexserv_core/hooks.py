@@ -38,6 +38,7 @@ from flexserv_core.models.defaults import ModelOffer, is_first_party
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.resources import ResourceProbe
 from flexserv_core.settings import describe_fields, resolve_settings, setting_prefix
+from flexserv_core.tool_parsers import ToolParser
 
 if TYPE_CHECKING:
     import numpy as np
@@ -330,6 +331,28 @@ def backends(pm: FlexServPluginManager, settings: Settings) -> list[RegisteredBa
         RegisteredBackend(backend, plugin, _origin(pm, plugin)[0])
         for plugin, backend in _attributed(pm, hook, call_hook(pm, hook, {"settings": settings}), Backend)
     ]
+
+
+def tool_parsers(pm: FlexServPluginManager, settings: Settings) -> dict[str, list[type[ToolParser]]]:
+    """Each plugin's tool-parser classes, keyed by plugin name, in call order; an item
+    that is not a named :class:`ToolParser` subclass, or a name registered twice, fails
+    naming the plugin."""
+    hook = "flexserv_register_tool_parsers"
+    out: dict[str, list[type[ToolParser]]] = {}
+    owner: dict[str, str] = {}
+    for plugin, value in call_hook(pm, hook, {"settings": settings}):
+        for item in value if isinstance(value, list | tuple) else [value]:
+            if not (
+                isinstance(item, type) and issubclass(item, ToolParser) and isinstance(getattr(item, "name", None), str)
+            ):
+                raise hook_error(pm, hook, plugin, f"returned {item!r}, expected ToolParser subclasses with a name")
+            if item.name in owner:
+                raise hook_error(
+                    pm, hook, plugin, f"tool parser {item.name!r} is also registered by plugin {owner[item.name]!r}"
+                )
+            owner[item.name] = plugin
+            out.setdefault(plugin, []).append(item)
+    return out
 
 
 def default_models(pm: FlexServPluginManager, settings: Settings) -> list[ModelOffer]:

@@ -38,8 +38,8 @@ Hook policy (one rule for every hook; :mod:`flexserv_core.hooks` enforces it):
   distribution and the hook. Exceptions a hook documents as its way to answer
   (:class:`~flexserv_core.FlexServError` subclasses at request time,
   :class:`~flexserv_core.UsageError` from ``flexserv_configure``) pass
-  through unchanged. At start-up (settings, configure, backends, default models,
-  probes, metrics collectors, routes, startup) the error stops the server: ``flexserv run`` prints it
+  through unchanged. At start-up (settings, configure, backends, tool parsers, default
+  models, probes, metrics collectors, routes, startup) the error stops the server: ``flexserv run`` prints it
   (with ``-p no:NAME`` to start without the plugin) and exits non-zero (3 before
   serving, 1 when ``flexserv_startup`` fails). At request time (preprocess, template kwargs, resolve model,
   load audio, health) it is logged with the plugin and distribution and the client
@@ -53,8 +53,8 @@ Hook policy (one rule for every hook; :mod:`flexserv_core.hooks` enforces it):
   numbers reach ``/metrics`` through ``LoadedModel.stats()`` and a backend tells
   health where it would load a model through ``Backend.placement(spec)``. Hook
   wrappers are not supported (rejected when the plugin is registered).
-* The hooks that build the server (routes, backends, default models, probes,
-  metrics collectors) get
+* The hooks that build the server (routes, backends, tool parsers, default models,
+  probes, metrics collectors) get
   ``settings``, not a server: they run before the server exists. Route handlers
   reach the server at request time as ``request.app.state.flexserv``.
 """
@@ -80,6 +80,7 @@ if TYPE_CHECKING:
     from flexserv_core.server import FlexServer
     from flexserv_core.settings import Settings
     from flexserv_core.state.backend import StateBackend
+    from flexserv_core.tool_parsers import ToolParser
 
 PROJECT_NAME = "flexserv"
 
@@ -278,6 +279,27 @@ def flexserv_register_backends(settings: Settings) -> list[Backend] | None:
     :param settings: all resolved settings (read yours with ``settings.get(...)``).
 
     Collect all; synchronous; return a list of :class:`~flexserv_core.Backend`.
+    """
+
+
+@hookspec
+def flexserv_register_tool_parsers(settings: Settings) -> list[type[ToolParser]] | None:
+    """Provide tool-call formats: classes that parse a model family's tool calls.
+
+    Called once while the app is built, before the server exists; the server
+    keeps the parsers as ``server.tool_parsers``, listed per plugin by ``flexserv
+    plugins`` and ``/v1/flexserv/info``. A model uses the parser its ``tool_parser``
+    option names, or the one guessed from its chat template; a request with
+    ``tools`` whose parser no plugin registered is a 400 naming it. Each class is
+    instantiated per request (parsers and their streams are not shared). Two
+    plugins registering one name is an error naming both.
+
+    :param settings: all resolved settings.
+
+    Return :class:`~flexserv_core.ToolParser` subclasses (classes, not instances),
+    each with a unique ``name``.
+
+    Collect all; synchronous; return a list of ToolParser classes.
     """
 
 

@@ -6,6 +6,7 @@ import time
 from typing import TYPE_CHECKING
 
 from flexserv_core.stash import Stash
+from flexserv_core.tool_parsers import ToolParsers
 
 if TYPE_CHECKING:
     from litestar.types import ControllerRouterHandler
@@ -44,6 +45,7 @@ class FlexServer:
         metrics: ServerMetrics,
         preloader: Preloader,
         store: StateStore,
+        tool_parsers: ToolParsers | None = None,
     ) -> None:
         self.settings = settings
         self.pm = pm
@@ -61,3 +63,5 @@ class FlexServer:
         #: Where features keep what clients create (``--state-url``): take a
         #: :class:`~flexserv_core.Collection` with ``store.collection(name, limits)``.
         self.store = store
+        #: The tool-call formats plugins registered (``flexserv_register_tool_parsers``).
+        self.tool_parsers = tool_parsers or ToolParsers()

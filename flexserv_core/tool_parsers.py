@@ -1,57 +1,30 @@
-"""Tool-call formats per model family: parse a completion into calls, and say what
-constrained decoding must enforce when a call is required.
+"""Tool-call formats per model family: the :class:`ToolParser` type and the
+per-app lookup of the parsers plugins register.
 
 A model family writes its calls in its own syntax; a :class:`ToolParser` knows
-one. Built in:
-
-* ``hermes`` (Hermes, Qwen 2/2.5/3, SmolLM3 and most ChatML tool templates)::
-
-      <tool_call>
-      {"name": "get_weather", "arguments": {"city": "Paris"}}
-      </tool_call>
-
-* ``llama3_json`` (Llama 3.1+ JSON tool calling): ``{"name": ..., "parameters": {...}}``,
-  optionally after ``<|python_tag|>``, several joined by ``; ``;
-* ``mistral``: ``[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]``.
+one. Plugins register parser classes with ``flexserv_register_tool_parsers``;
+the server holds them (:class:`ToolParsers`, ``server.tool_parsers``), so each app
+has its own set, ``flexserv plugins`` lists them and ``-p no:NAME`` removes a
+plugin's parsers. The first-party ``tool-parsers`` plugin brings ``hermes``,
+``llama3_json`` and ``mistral``.
 
 A model picks one with the model option ``tool_parser`` (``[[models]]``
 ``options = {tool_parser = "mistral"}``); without it the parser is guessed from
-the chat template (:func:`guess_tool_parser`), and ``hermes`` is the fallback.
-
-A plugin adds a format by subclassing :class:`ToolParser` and calling
-:func:`register_tool_parser` when it is imported (its plugin module runs at
-start-up); the name is then valid in ``tool_parser`` options.
+the chat template (:func:`guess_tool_parser`), and ``hermes`` is the fallback. A
+request with ``tools`` for a model whose parser is not registered is a 400 that
+names the parser.
 """
 
 from __future__ import annotations
 
-import json
-import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from flexserv_core.backends.base import Constraint
-from flexserv_core.tool_call_stream import (
-    BufferedCallStream,
-    CallSyntax,
-    JsonCallStream,
-    ToolCallStream,
-    parse_with_stream,
-)
+from flexserv_core.tool_call_stream import BufferedCallStream, ToolCallStream
 
-__all__ = [
-    "HermesToolParser",
-    "JsonToolParser",
-    "Llama3JsonToolParser",
-    "MistralToolParser",
-    "ParsedToolCall",
-    "ParsedToolOutput",
-    "ToolParser",
-    "get_tool_parser",
-    "guess_tool_parser",
-    "register_tool_parser",
-    "tool_parser_names",
-]
+__all__ = ["ParsedToolCall", "ParsedToolOutput", "ToolParser", "ToolParsers", "guess_tool_parser"]
 
 
 @dataclass(slots=True)
@@ -67,23 +40,6 @@ class ParsedToolOutput:
 
     content: str | None
     calls: list[ParsedToolCall] = field(default_factory=list)
-
-
-def call_schema(tools: list[dict[str, Any]], arguments_key: str = "arguments") -> dict[str, Any]:
-    """The JSON schema of one call to any of ``tools`` (OpenAI function dicts)."""
-    options = [
-        {
-            "type": "object",
-            "properties": {
-                "name": {"const": tool["name"]},
-                arguments_key: tool.get("parameters") or {"type": "object"},
-            },
-            "required": ["name", arguments_key],
-            "additionalProperties": False,
-        }
-        for tool in tools
-    ]
-    return options[0] if len(options) == 1 else {"anyOf": options}
 
 
 class ToolParser:
@@ -131,98 +87,28 @@ class ToolParser:
         return BufferedCallStream(self.call_start, parse)
 
 
-class JsonToolParser(ToolParser):
-    """A format that writes each call as a JSON object with ``name`` and ``arguments``
-    (or ``parameters``) in the markup :attr:`syntax` describes. Its calls stream
-    incrementally, and :meth:`parse` runs the same machine over the whole output, so
-    both give the same calls with the same ``arguments`` text: the JSON the model
-    wrote (arguments written as a JSON string are unwrapped)."""
+class ToolParsers:
+    """One app's tool parsers by name, with the plugin that registered each
+    (built once at start-up from ``flexserv_register_tool_parsers``; read-only after)."""
 
-    syntax: ClassVar[CallSyntax]
+    def __init__(self, by_plugin: Mapping[str, Sequence[type[ToolParser]]] | None = None) -> None:
+        self._parsers: dict[str, type[ToolParser]] = {}
+        self.plugin_of: dict[str, str] = {}
+        for plugin, parsers in (by_plugin or {}).items():
+            for parser in parsers:
+                self._parsers.setdefault(parser.name, parser)  # the earlier in call order wins
+                self.plugin_of.setdefault(parser.name, plugin)
 
-    def stream(self) -> JsonCallStream:
-        return JsonCallStream(self.syntax)
+    def names(self) -> list[str]:
+        return sorted(self._parsers)
 
-    def parse(self, text: str) -> ParsedToolOutput:
-        content, calls = parse_with_stream(self.stream(), text)
-        return ParsedToolOutput(content=content, calls=[ParsedToolCall(n, a) for n, a in calls])
+    def of_plugin(self, plugin: str) -> list[str]:
+        """The names ``plugin`` registered (and that it won)."""
+        return sorted(name for name, owner in self.plugin_of.items() if owner == plugin)
 
-
-class HermesToolParser(JsonToolParser):
-    name = "hermes"
-    markers = ("<tool_call>",)
-    syntax = CallSyntax(markers=markers, close="</tool_call>")
-
-    def constraint(self, tools: list[dict[str, Any]], *, parallel: bool) -> Constraint:
-        return Constraint(
-            kind="json_schema",
-            spec=json.dumps(call_schema(tools)),
-            prefix="<tool_call>\n",
-            suffix="\n</tool_call>",
-            repeat=parallel,
-            separator="\n",
-            param="tools",
-        )
-
-    def format_calls(self, calls: list[ParsedToolCall]) -> str:
-        return "\n".join(
-            f'<tool_call>\n{{"name": {json.dumps(c.name)}, "arguments": {c.arguments}}}\n</tool_call>' for c in calls
-        )
-
-
-class Llama3JsonToolParser(JsonToolParser):
-    name = "llama3_json"
-    markers = ("<|python_tag|>",)
-    syntax = CallSyntax(markers=markers, bare=True)
-
-    def constraint(self, tools: list[dict[str, Any]], *, parallel: bool) -> Constraint:
-        return Constraint(
-            kind="json_schema",
-            spec=json.dumps(call_schema(tools, "parameters")),
-            repeat=parallel,
-            separator="; ",
-            param="tools",
-        )
-
-    def format_calls(self, calls: list[ParsedToolCall]) -> str:
-        return "; ".join(f'{{"name": {json.dumps(c.name)}, "parameters": {c.arguments}}}' for c in calls)
-
-
-class MistralToolParser(JsonToolParser):
-    name = "mistral"
-    markers = ("[TOOL_CALLS]",)
-    syntax = CallSyntax(markers=markers, array=True)
-
-    def constraint(self, tools: list[dict[str, Any]], *, parallel: bool) -> Constraint:
-        schema: dict[str, Any] = {"type": "array", "items": call_schema(tools), "minItems": 1}
-        if not parallel:
-            schema["maxItems"] = 1
-        return Constraint(kind="json_schema", spec=json.dumps(schema), prefix="[TOOL_CALLS]", param="tools")
-
-    def format_calls(self, calls: list[ParsedToolCall]) -> str:
-        items = ", ".join(f'{{"name": {json.dumps(c.name)}, "arguments": {c.arguments}}}' for c in calls)
-        return f"[TOOL_CALLS][{items}]"
-
-
-_lock = threading.Lock()
-_PARSERS: dict[str, type[ToolParser]] = {p.name: p for p in (HermesToolParser, Llama3JsonToolParser, MistralToolParser)}
-
-
-def register_tool_parser(parser: type[ToolParser]) -> None:
-    """Make ``parser`` selectable by its ``name`` (a plugin calls this when imported)."""
-    with _lock:
-        _PARSERS[parser.name] = parser
-
-
-def tool_parser_names() -> list[str]:
-    with _lock:
-        return sorted(_PARSERS)
-
-
-def get_tool_parser(name: str) -> ToolParser:
-    """A parser instance by name; ``KeyError`` if none is registered under it."""
-    with _lock:
-        return _PARSERS[name]()
+    def get(self, name: str) -> ToolParser:
+        """A parser instance by name; ``KeyError`` if none is registered under it."""
+        return self._parsers[name]()
 
 
 def guess_tool_parser(chat_template: str | None) -> str:

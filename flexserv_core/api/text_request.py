@@ -174,7 +174,7 @@ async def chat_prompt(
     """The chat prompt as the model will see it: messages, tools and template
     variables through the chat template (``/tokenize`` counts exactly this, and
     renders ``off_loop``: its prompts are rendered for nothing else)."""
-    plan = plan_tools(body, model, spec)
+    plan = plan_tools(body, model, spec, context.server.tool_parsers)
     kwargs = chat_template_kwargs(spec, context)
     tools = template_tools(plan)
     if tools is not None:

@@ -31,13 +31,7 @@ from flexserv_core.constraints.grammar import check_json_schema
 from flexserv_core.errors import InvalidRequest, quote
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.tool_call_stream import ToolStreamEvent
-from flexserv_core.tool_parsers import (
-    ParsedToolCall,
-    ToolParser,
-    get_tool_parser,
-    guess_tool_parser,
-    tool_parser_names,
-)
+from flexserv_core.tool_parsers import ParsedToolCall, ToolParser, ToolParsers, guess_tool_parser
 
 #: System text for templates without tool support; ``{tools}`` is the JSON list of
 #: function definitions, ``{example}`` one call in the model's tool-call syntax.
@@ -63,19 +57,22 @@ class ToolPlan:
         return self.choice != "none"
 
 
-def _parser(spec: ModelSpec, model: TextGenerationModel) -> ToolParser:
+def _parser(spec: ModelSpec, model: TextGenerationModel, parsers: ToolParsers) -> ToolParser:
     name = spec.options.get("tool_parser") or guess_tool_parser(model.chat_template)
     try:
-        return get_tool_parser(str(name))
+        return parsers.get(str(name))
     except KeyError:
         raise InvalidRequest(
-            f"The model '{spec.name}' names tool parser '{name}', which is not registered "
-            f"(known: {', '.join(tool_parser_names())}).",
+            f"The model '{spec.name}' needs tool parser '{name}', which no plugin registered "
+            f"(known: {', '.join(parsers.names()) or 'none'}).",
             param="tools",
+            code="tool_parser_not_found",
         ) from None
 
 
-def plan_tools(body: ChatCompletionRequest, model: TextGenerationModel, spec: ModelSpec) -> ToolPlan | None:
+def plan_tools(
+    body: ChatCompletionRequest, model: TextGenerationModel, spec: ModelSpec, parsers: ToolParsers
+) -> ToolPlan | None:
     """Check ``tools``/``tool_choice``/``parallel_tool_calls``; ``None`` without tools."""
     if not body.tools:
         if body.tool_choice not in (None, "none"):
@@ -108,7 +105,7 @@ def plan_tools(body: ChatCompletionRequest, model: TextGenerationModel, spec: Mo
     else:
         choice = body.tool_choice or "auto"
     parallel = body.parallel_tool_calls is not False
-    parser = _parser(spec, model)
+    parser = _parser(spec, model, parsers)
     plan = ToolPlan(parser=parser, tools=tools, choice=choice, parallel=parallel, native=_native(model))
     if choice == "required":
         plan.constraint = parser.constraint(tools, parallel=parallel)
@@ -155,7 +152,6 @@ def template_messages(entries: list[dict[str, Any]], messages: list[ChatMessage]
     """Add tool-call history to the template ``entries`` (one per message, in place)."""
     names = {c.id: c.function.name for m in messages for c in (m.tool_calls or ())}
     native = plan is None or plan.native
-    parser = plan.parser if plan is not None else get_tool_parser("hermes")
     for entry, message in zip(entries, messages, strict=True):
         if message.tool_calls:
             if native:
@@ -168,7 +164,8 @@ def template_messages(entries: list[dict[str, Any]], messages: list[ChatMessage]
                     for c in message.tool_calls
                 ]
             else:
-                written = parser.format_calls(
+                assert plan is not None  # not native
+                written = plan.parser.format_calls(
                     [ParsedToolCall(c.function.name, c.function.arguments) for c in message.tool_calls]
                 )
                 entry["content"] = f"{entry['content']}\n{written}".strip()

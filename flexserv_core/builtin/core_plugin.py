@@ -7,7 +7,6 @@ from typing import Any
 
 import msgspec
 
-from flexserv_core.api import docs_page, openapi
 from flexserv_core.builtin import flexserv_routes
 from flexserv_core.errors import UsageError
 from flexserv_core.hookspecs import hookimpl
@@ -30,7 +29,7 @@ def flexserv_add_settings() -> type[msgspec.Struct]:
 def flexserv_register_routes(settings: Settings) -> list[Any]:
     from flexserv_core.metrics import routes as metrics_routes  # prometheus_client only once routes are built
 
-    return [*flexserv_routes.ROUTES, *openapi.ROUTES, *metrics_routes.ROUTES, *docs_page.routes()]
+    return [*flexserv_routes.ROUTES, *metrics_routes.ROUTES]
 
 
 def is_hub_id(model_id: str) -> bool:

@@ -102,8 +102,11 @@ TEXT_FEATURES = ("response_format", "json_schema", "tools")
 
 
 def api_features(server: FlexServer) -> list[str]:
-    """Optional API features this server serves: the text ones once it has a text backend."""
-    return list(TEXT_FEATURES) if any(b.kind == ModelKind.TEXT for b in server.backends) else []
+    """Optional API features this server serves: the text ones once it has a text backend
+    (``tools`` only with a registered tool parser)."""
+    if not any(b.kind == ModelKind.TEXT for b in server.backends):
+        return []
+    return [f for f in TEXT_FEATURES if f != "tools" or server.tool_parsers.names()]
 
 
 @get("/v1/flexserv/info", summary="Configuration and plugins", opt={"response": ServerInfo, "scope": "operations"})
@@ -112,7 +115,7 @@ async def info(request: Request[Any, Any, Any]) -> dict[str, Any]:
     return {
         "version": __version__,
         "settings": server.settings.summary(),
-        "plugins": plugin_report(server.pm, server.routes_by_plugin),
+        "plugins": plugin_report(server.pm, server.routes_by_plugin, server.tool_parsers),
         "backends": [{"name": b.name, "kind": str(b.kind)} for b in server.backends],
         "models": [
             {

@@ -24,6 +24,7 @@ from flexserv_core.errors import PluginCommandError, PluginError, UsageError
 from flexserv_core.plugin_manager import FlexServPluginManager, PluginStatus, create_plugin_manager
 from flexserv_core.plugin_report import plugin_report
 from flexserv_core.settings import Settings, add_arguments
+from flexserv_core.tool_parsers import ToolParsers
 
 EXIT_USAGE = 2
 EXIT_PLUGIN = 3
@@ -108,9 +109,10 @@ def _exit_cleanly(signum: int, frame: object) -> None:
 
 
 def plugin_listing(pm: FlexServPluginManager, settings: Settings | None) -> list[dict[str, Any]]:
-    """Plugin infos with their routes, backends and commands, from those hooks alone (no app is built)."""
+    """Plugin infos with their routes, backends, tool parsers and commands, from those hooks alone (no app is built)."""
     routes: dict[str, list[Any]] = {}
     backends: dict[str, list[str]] = {}
+    parsers = ToolParsers()
     commands: dict[str, list[str]] = {}
     try:
         for name, (plugin, _) in hooks.commands(pm).items():
@@ -125,11 +127,12 @@ def plugin_listing(pm: FlexServPluginManager, settings: Settings | None) -> list
             for registered in hooks.backends(pm, settings):
                 backend = registered.backend
                 backends.setdefault(registered.plugin, []).append(f"{backend.name} ({backend.kind})")
+            parsers = ToolParsers(hooks.tool_parsers(pm, settings))
         except (PluginError, UsageError) as exc:  # still list the plugins
             logging.getLogger("flexserv").warning("could not list routes: %s", exc)
             if isinstance(exc, PluginError):
                 pm.mark_failed(exc.name, str(exc))
-    report = plugin_report(pm, routes)
+    report = plugin_report(pm, routes, parsers)
     for entry in report:
         entry["commands"] = sorted(commands.get(entry["name"], []))
         entry["backends"] = backends.get(entry["name"], [])
@@ -137,13 +140,11 @@ def plugin_listing(pm: FlexServPluginManager, settings: Settings | None) -> list
 
 
 def cmd_plugins(argv: Sequence[str]) -> int:
-    if argv and argv[0] == "new":
-        return cmd_plugins_new(argv[1:])
     parser = argparse.ArgumentParser(
         prog="flexserv plugins",
         parents=[_selection_parser()],
-        description="List plugins: name, distribution, version, hooks, routes, backends, commands, status. "
-        "'flexserv plugins new NAME' writes a new plugin.",
+        description="List plugins: name, distribution, version, hooks, routes, backends, tool parsers, commands,"
+        " status.",
     )
     parser.add_argument("--json", action="store_true", help="Print JSON.")
     args = parser.parse_args(argv)
@@ -177,30 +178,12 @@ def _print_table(report: list[dict[str, Any]]) -> None:
             print(f"    routes: {', '.join(p['routes'])}")
         if p["backends"]:
             print(f"    backends: {', '.join(p['backends'])}")
+        if p["tool_parsers"]:
+            print(f"    tool parsers: {', '.join(p['tool_parsers'])}")
         if p["commands"]:
             print(f"    commands: {', '.join(p['commands'])}")
         if p["error"]:
             print(f"    error:  {p['error']}")
-
-
-def cmd_plugins_new(argv: Sequence[str]) -> int:
-    from flexserv_core.scaffold import write_plugin
-
-    parser = argparse.ArgumentParser(
-        prog="flexserv plugins new",
-        description="Write a minimal installable plugin: a pyproject with the entry point, a package with one hook, "
-        "one route and one setting, a README and a passing test.",
-    )
-    parser.add_argument("name", metavar="NAME", help="Plugin name, lowercase words joined by dashes (e.g. redact).")
-    parser.add_argument(
-        "--dir", default=".", metavar="DIR", help="Write the plugin to DIR/NAME (default: the current directory)."
-    )
-    args = parser.parse_args(argv)
-    root = write_plugin(args.name, args.dir)
-    print(f"wrote plugin {args.name!r} to {root}")
-    print(f"  install it:  pip install -e {root}")
-    print(f"  test it:     python -m pytest {root / 'tests'}")
-    return 0
 
 
 CORE_HANDLERS: dict[str, Callable[[Sequence[str]], int]] = {"run": cmd_run, "plugins": cmd_plugins}

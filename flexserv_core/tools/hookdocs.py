@@ -27,7 +27,7 @@ FlexServ plugins are Python modules or objects with functions marked `@hookimpl`
 (`from flexserv_core import hookimpl`) whose names are the hooks below.
 A plugin implements only the hooks it needs, and may accept a subset of a hook's
 arguments (pluggy passes arguments by name). `docs/plugins.md` shows how to write,
-package and test a plugin; `flexserv plugins new NAME` writes a working one.
+package and test a plugin; `flexserv new-plugin NAME` (the `scaffold` plugin) writes a working one.
 """
 
 _ROLE = re.compile(r":(?:class|mod|func|data|meth|attr|exc):`~?([^`]+)`")

@@ -18,12 +18,9 @@ def fake() -> FakeBackendPlugin:
     return FakeBackendPlugin(context_length=CONTEXT, default_max_tokens=40)
 
 
-async def test_v1_health_is_liveness_and_documented(flexserv_client: Any) -> None:
+async def test_v1_health_is_liveness(flexserv_client: Any) -> None:
     r = await flexserv_client.get("/v1/health")
     assert r.status_code == 200 and r.json() == {"status": "ok"}
-    paths = (await flexserv_client.get("/openapi.json")).json()["paths"]
-    assert "/v1/health" in paths and "/tokenize" in paths and "/detokenize" in paths
-    assert paths["/v1/health"]["get"]["security"] == []
 
 
 async def test_completions_default_to_16_tokens_chat_to_the_models_default(flexserv_openai: Any) -> None:

@@ -90,17 +90,3 @@ def test_formats_and_media_types() -> None:
     assert body["words"] == [{"word": " Hi", "start": 0.1, "end": 0.4}, {"word": " there", "start": 0.5, "end": 0.9}]
     plain, _ = render(Transcription(text="x", duration=1.0), "verbose_json")
     assert "words" not in plain and plain["segments"][0]["text"] == "x"
-
-
-async def test_openapi_documents_the_audio_routes(flexserv_client: Any) -> None:
-    schema = (await flexserv_client.get("/openapi.json")).json()
-    components = schema["components"]["schemas"]
-    transcriptions = schema["paths"]["/v1/audio/transcriptions"]["post"]
-    form = transcriptions["requestBody"]["content"]["multipart/form-data"]["schema"]
-    assert form == {"$ref": "#/components/schemas/TranscriptionForm"}
-    assert {"stream", "timestamp_granularities"} <= set(components["TranscriptionForm"]["properties"])
-    assert "text/event-stream" in transcriptions["responses"]["200"]["content"]
-    assert "TranscriptionStreamEvent" in components and "words" in components["TranscriptionVerboseJson"]["properties"]
-    translations = schema["paths"]["/v1/audio/translations"]["post"]
-    assert "language" not in components["TranslationForm"]["properties"]
-    assert "text/event-stream" not in translations["responses"]["200"]["content"]

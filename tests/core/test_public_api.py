@@ -7,6 +7,7 @@ import ast
 import importlib
 import subprocess
 import sys
+import tomllib
 import types
 from pathlib import Path
 
@@ -73,8 +74,31 @@ def _is_package_module(plugin_dir: Path, path: Path) -> bool:
     return top != "tests" and (plugin_dir / top / "__init__.py").is_file()
 
 
+#: First-party libraries a plugin may import (their ``__all__``) when its distribution
+#: depends on them: shared code that is not the core's, like the torch helpers.
+SHARED_LIBRARIES = {"flexserv-torch": ("flexserv_torch", ROOT / "plugins" / "torch-support" / "flexserv_torch")}
+
+
+def _public_names(package_dir: Path) -> set[str]:
+    """A package's ``__all__``, read from its source (the core's tests do not import it)."""
+    for node in ast.parse((package_dir / "__init__.py").read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    return set()
+
+
+def _shared_libraries(plugin_dir: Path) -> dict[str, set[str]]:
+    """The shared libraries ``plugin_dir``'s distribution depends on (and so may import)."""
+    pyproject = plugin_dir / "pyproject.toml"
+    if not pyproject.is_file():
+        return {}
+    dependencies = tomllib.loads(pyproject.read_text()).get("project", {}).get("dependencies", [])
+    names = {dep.split(";")[0].split("[")[0].split(">")[0].split("=")[0].split("<")[0].strip() for dep in dependencies}
+    return {module: _public_names(path) for dist, (module, path) in SHARED_LIBRARIES.items() if dist in names}
+
+
 def _violations(plugin_dir: Path, path: Path) -> list[str]:
-    allowed = {"flexserv_core": set(flexserv_core.__all__)}
+    allowed = {"flexserv_core": set(flexserv_core.__all__), **_shared_libraries(plugin_dir)}
     if not _is_package_module(plugin_dir, path):
         allowed["flexserv_core.testing"] = set(flexserv_core.testing.__all__)
     found = []
@@ -86,7 +110,8 @@ def _violations(plugin_dir: Path, path: Path) -> list[str]:
         else:
             continue
         for module, names in modules:
-            if module.split(".")[0] != "flexserv_core":
+            top = module.split(".")[0]
+            if top not in ("flexserv_core", *(m for m, _ in SHARED_LIBRARIES.values())) or (plugin_dir / top).is_dir():
                 continue
             where = f"{path.relative_to(ROOT)}:{node.lineno}"
             if module not in allowed:
@@ -120,5 +145,25 @@ def test_the_import_rule_catches_a_deep_import(tmp_path: Path) -> None:
     try:
         assert len(_violations(plugin, bad_pkg)) == 2
         assert _violations(plugin, good_test) == []
+    finally:
+        ROOT = saved
+
+
+def test_a_shared_library_is_importable_only_by_its_dependents(tmp_path: Path) -> None:
+    plugin = tmp_path / "demo"
+    (plugin / "flexserv_demo").mkdir(parents=True)
+    (plugin / "flexserv_demo" / "__init__.py").write_text("")
+    module = plugin / "flexserv_demo" / "engine.py"
+    module.write_text("from flexserv_torch import pick_device\nfrom flexserv_torch.openmp import PASSIVE_ENV\n")
+    global ROOT
+    saved, ROOT = ROOT, tmp_path
+    try:
+        (plugin / "pyproject.toml").write_text('[project]\nname = "flexserv-demo"\ndependencies = ["flexserv-core"]\n')
+        assert len(_violations(plugin, module)) == 2  # not a dependency: neither import is allowed
+        (plugin / "pyproject.toml").write_text(
+            '[project]\nname = "flexserv-demo"\ndependencies = ["flexserv-torch>=0.1"]\n'
+        )
+        [deep] = _violations(plugin, module)  # a dependency: its __all__, never its modules
+        assert "flexserv_torch.openmp" in deep
     finally:
         ROOT = saved

@@ -28,9 +28,9 @@ from flexserv_core.models.spec import ModelSpec
 from flexserv_core.state.memory import MemoryBackend
 from flexserv_core.state.records import CollectionLimits
 from flexserv_core.state.store import StateStore
+from flexserv_core.testing import make_app
 from flexserv_core.testing.fakes import FakeTextModel
 from flexserv_core.testing.state_contract import ManualClock
-from flexserv_core.tool_parsers import get_tool_parser
 
 
 def pieces_of(text: str, size: int, *, inside: bool = False) -> tuple[str, str]:
@@ -158,7 +158,13 @@ CALL = '<tool_call>\n{"name": "f", "arguments": {"x": "a long enough value to ne
 
 def _plan() -> ToolPlan:
     tools = [{"name": "f", "parameters": {"type": "object"}}]
-    return ToolPlan(parser=get_tool_parser("hermes"), tools=tools, choice="auto", parallel=True, native=False)
+    return ToolPlan(
+        parser=make_app(["tool-parsers"]).state.flexserv.tool_parsers.get("hermes"),
+        tools=tools,
+        choice="auto",
+        parallel=True,
+        native=False,
+    )
 
 
 def _shape(items: list[OutputItem]) -> list[tuple[str, ...]]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from flexserv_classification.batched import pick_device
+from flexserv_torch import pick_device
+
 from flexserv_classification.kinds import CLASSIFY, RERANK, TOKEN_CLASSIFY
 from flexserv_classification.settings import ClassificationSettings
 from flexserv_core import Backend, LoadedModel, ModelLoadError, ModelSpec, ProgressCallback

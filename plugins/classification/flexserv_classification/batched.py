@@ -12,6 +12,8 @@ import abc
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
+from flexserv_torch import use_all_intra_op_threads
+
 from flexserv_core import ContextLengthExceeded, EngineStats, InvalidRequest, MicroBatcher
 
 JobT = TypeVar("JobT")
@@ -34,7 +36,11 @@ class BatchedRunner(abc.ABC, Generic[JobT, ItemT, ResultT]):
 
     def _init_batcher(self, name: str, *, max_batch: int, max_wait: float) -> None:
         self.batcher: MicroBatcher[JobT, ResultT] = MicroBatcher(
-            self._run_batch, max_batch=max_batch, max_wait=max_wait, name=name
+            self._run_batch,
+            max_batch=max_batch,
+            max_wait=max_wait,
+            name=name,
+            thread_initializer=use_all_intra_op_threads,  # all threads, whatever another worker last switched to
         )
 
     def stats(self) -> EngineStats:
@@ -95,15 +101,3 @@ def model_max_length(tokenizer: Any, config: Any) -> int:
     positions = int(getattr(config, "max_position_embeddings", 0) or 0) or 512
     told = int(getattr(tokenizer, "model_max_length", 0) or 0)
     return min(told, positions) if 0 < told < 1_000_000 else positions
-
-
-def pick_device(choice: str) -> str:
-    if choice != "auto":
-        return choice
-    import torch
-
-    if torch.cuda.is_available():
-        return "cuda"
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return "mps"
-    return "cpu"

@@ -4,30 +4,12 @@ from __future__ import annotations
 
 import logging
 
+from flexserv_torch import cpu_has_fast_bf16, pick_device
+
 from flexserv_core import Backend, LoadedModel, ModelKind, ModelLoadError, ModelSpec, ProgressCallback
 from flexserv_sentence_transformers.settings import SentenceTransformersSettings
 
 log = logging.getLogger(__name__)
-
-
-def pick_device(choice: str) -> str:
-    if choice != "auto":
-        return choice
-    import torch
-
-    if torch.cuda.is_available():
-        return "cuda"
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return "mps"
-    return "cpu"
-
-
-def cpu_has_fast_bf16() -> bool:
-    """Whether the CPU has bf16 matrix instructions (AMX or AVX512-BF16) that oneDNN uses."""
-    import torch
-
-    checks = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
-    return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in checks)
 
 
 def pick_dtype(choice: str, device: str) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 import numpy as np
 import torch
+from flexserv_torch import IntraOpThreads, use_all_intra_op_threads
 from sentence_transformers import SentenceTransformer
 
 from flexserv_core import (
@@ -15,7 +16,6 @@ from flexserv_core import (
     EmbeddingModel,
     EmbeddingResult,
     EngineStats,
-    IntraOpThreads,
     InvalidRequest,
     MicroBatcher,
     ModelSpec,
@@ -62,7 +62,12 @@ class SentenceTransformerEmbeddingModel(EmbeddingModel):
         self.threads = IntraOpThreads(single_thread_tokens)
         self._prefix, self._suffix = _special_token_frame(self._tokenizer)
         self.batcher: MicroBatcher[EmbedJob, EmbeddingResult] = MicroBatcher(
-            self._run_batch, max_batch=max_batch, max_wait=max_wait, gather_wait=gather_wait, name=f"embed-{spec.name}"
+            self._run_batch,
+            max_batch=max_batch,
+            max_wait=max_wait,
+            gather_wait=gather_wait,
+            name=f"embed-{spec.name}",
+            thread_initializer=use_all_intra_op_threads,  # all threads, whatever another worker last switched to
         )
 
     def stats(self) -> EngineStats:

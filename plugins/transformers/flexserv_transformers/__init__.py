@@ -2,9 +2,9 @@
 
 import os
 
-from flexserv_core import prefer_passive_openmp
+from flexserv_torch import prefer_passive_openmp
 
-# Before any module of this package imports torch (see flexserv_core.openmp).
+# Before any module of this package imports torch (see flexserv_torch.openmp).
 prefer_passive_openmp()
 
 # oneDNN compiles and keeps a kernel for every matmul shape it meets, in two caches:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import msgspec
+from flexserv_torch import cpu_has_fast_bf16
 
 from flexserv_core import UsageError
 from flexserv_transformers.engine_api import DEFAULT_ENGINE, ENGINES
@@ -150,15 +151,6 @@ def resolve_device(value: str) -> torch.device:
             f"invalid value for setting 'transformers_device' (--transformers-device): {value!r}; use auto, cpu, cuda, cuda:N or mps"
         )
     return device
-
-
-def cpu_has_fast_bf16() -> bool:
-    """Whether the CPU has bf16 matrix instructions (AMX or AVX512-BF16) that oneDNN uses."""
-    import torch
-
-    cpu = torch.cpu
-    checks = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
-    return any(bool(getattr(cpu, name, lambda: False)()) for name in checks)
 
 
 def resolve_dtype(value: DType, device: torch.device) -> torch.dtype:

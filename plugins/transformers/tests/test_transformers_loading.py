@@ -230,7 +230,7 @@ def test_prefixed_names_win_over_the_spec_aliases(tmp_path):
 
 def test_auto_dtype_on_cpu():
     import torch
-    from flexserv_transformers.settings import cpu_has_fast_bf16
+    from flexserv_torch import cpu_has_fast_bf16
 
     expected = torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
     assert resolve_dtype("auto", torch.device("cpu")) is expected

@@ -32,7 +32,7 @@ def test_an_explicit_wait_policy_wins():
 
 
 def test_too_late_once_torch_is_loaded():
-    code = "import torch, os\nfrom flexserv_core import prefer_passive_openmp\nprint(prefer_passive_openmp(), os.environ.get('OMP_WAIT_POLICY'))"
+    code = "import torch, os\nfrom flexserv_torch import prefer_passive_openmp\nprint(prefer_passive_openmp(), os.environ.get('OMP_WAIT_POLICY'))"
     assert _run(code, _env()).split() == ["False", "None"]
 
 

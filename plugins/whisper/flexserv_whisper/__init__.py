@@ -1,8 +1,8 @@
 """FlexServ plugin: Whisper speech recognition (faster-whisper and transformers)."""
 
-from flexserv_core import prefer_passive_openmp
+from flexserv_torch import prefer_passive_openmp
 
 __version__ = "0.1.0"
 
-# Before any module of this package imports torch (see flexserv_core.openmp).
+# Before any module of this package imports torch (see flexserv_torch.openmp).
 prefer_passive_openmp()

@@ -27,14 +27,6 @@ from flexserv_core import (
 T = TypeVar("T")
 
 
-def pick_device(choice: str) -> str:
-    if choice != "auto":
-        return choice
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def whisper_languages() -> dict[str, str]:
     """ISO code -> English name, as Whisper knows them (``"en": "english"``)."""
     from transformers.models.whisper.tokenization_whisper import LANGUAGES

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from flexserv_torch import pick_device
 
 from flexserv_core import (
     Backend,
@@ -17,7 +18,7 @@ from flexserv_core import (
     TranscriptionSegment,
     TranscriptionWord,
 )
-from flexserv_whisper.common import Decoded, DecodeRequest, SerialWhisperModel, load_error, pick_device
+from flexserv_whisper.common import Decoded, DecodeRequest, SerialWhisperModel, load_error
 from flexserv_whisper.settings import WhisperSettings
 
 #: Model sizes faster-whisper downloads by name (when Hub access is allowed).
@@ -121,7 +122,7 @@ class FasterWhisperBackend(Backend):
     def load(self, spec: ModelSpec, progress: ProgressCallback) -> LoadedModel:
         from faster_whisper import WhisperModel
 
-        device = pick_device(self.settings.whisper_device)
+        device = pick_device(self.settings.whisper_device, mps=False)
         compute_type = self.settings.whisper_compute_type
         if compute_type == "auto":
             compute_type = "float16" if device == "cuda" else "int8"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from flexserv_torch import pick_device
 
 from flexserv_core import (
     Backend,
@@ -17,7 +18,7 @@ from flexserv_core import (
     TranscriptionSegment,
     TranscriptionWord,
 )
-from flexserv_whisper.common import Decoded, DecodeRequest, SerialWhisperModel, load_error, pick_device
+from flexserv_whisper.common import Decoded, DecodeRequest, SerialWhisperModel, load_error
 from flexserv_whisper.faster import is_faster_whisper_source
 from flexserv_whisper.settings import WhisperSettings
 
@@ -119,7 +120,7 @@ class TransformersWhisperBackend(Backend):
         import torch
         from transformers import pipeline
 
-        device = pick_device(self.settings.whisper_device)
+        device = pick_device(self.settings.whisper_device, mps=False)
         dtype = torch.float16 if device == "cuda" else torch.float32
         progress(f"loading transformers Whisper from {spec.source} on {device}", None)
         try:

@@ -17,11 +17,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
+from flexserv_torch import IntraOpThreads
 
 from flexserv_core import (
     BlockedMasks,
     FinishReason,
-    IntraOpThreads,
     InvalidRequest,
     ModelLoadError,
     SamplingParams,

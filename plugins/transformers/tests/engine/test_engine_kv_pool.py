@@ -107,7 +107,9 @@ def test_the_resident_size_on_cpu_is_automatic_settable_and_within_the_budget() 
 
 
 async def test_decode_steps_run_on_one_intra_op_thread_and_wide_prefills_on_all() -> None:
-    from flexserv_core import SamplingParams, full_intra_op_threads
+    from flexserv_torch import full_intra_op_threads
+
+    from flexserv_core import SamplingParams
 
     model = _tiny_llama(hidden_size=64)
     engine = PagedEngine(model, settings=EngineSettings(transformers_single_thread_step_tokens=16))

@@ -8,8 +8,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
-
-from flexserv_core import IntraOpThreads, full_intra_op_threads, openmp
+from flexserv_torch import IntraOpThreads, full_intra_op_threads, openmp, use_all_intra_op_threads
 
 
 def _in_a_thread(work: Callable[[], object]) -> object:
@@ -63,7 +62,10 @@ async def test_a_micro_batcher_worker_starts_on_all_threads_after_another_switch
     full = full_intra_op_threads()
     _in_a_thread(lambda: IntraOpThreads(small_work=16).use_for(1))  # new threads now inherit one
     batcher: MicroBatcher[int, int] = MicroBatcher(
-        lambda jobs: [torch.get_num_threads() for _ in jobs], max_batch=4, max_wait=0.0
+        lambda jobs: [torch.get_num_threads() for _ in jobs],
+        max_batch=4,
+        max_wait=0.0,
+        thread_initializer=use_all_intra_op_threads,  # as the torch plugins make theirs
     )
     try:
         assert await batcher.submit(0) == full

@@ -1,4 +1,4 @@
-"""``flexserv plugins new``: the written plugin installs, passes its own tests and is
+"""``flexserv new-plugin``: the written plugin installs, passes its own tests and is
 listed by ``flexserv plugins``.
 
 It is installed with ``pip install --target`` into the test's temporary directory
@@ -16,9 +16,18 @@ import sys
 from pathlib import Path
 
 import pytest
+from flexserv_scaffold.scaffold import plugin_files
 
-from flexserv_core.cli.main import main
-from flexserv_core.scaffold import plugin_files
+from flexserv_core.testing import run_flexserv
+
+
+def main(argv: list[str], *plugin_args: str) -> int:
+    """``flexserv ARGV`` in a real process with only this plugin installed-and-loaded; its
+    output is echoed so that ``capsys`` reads it."""
+    done = run_flexserv(argv[0], *plugin_args, *argv[1:], env={"FLEXSERV_PLUGINS": "scaffold"}, timeout=120)
+    sys.stdout.write(done.stdout)
+    sys.stderr.write(done.stderr)
+    return done.returncode
 
 
 def test_files_use_the_prefix_everywhere() -> None:
@@ -45,15 +54,15 @@ def test_files_use_the_prefix_everywhere() -> None:
 
 
 def test_bad_name_and_existing_directory_are_usage_errors(tmp_path: Path, capsys) -> None:
-    assert main(["plugins", "new", "Bad Name", "--dir", str(tmp_path)]) == 2
+    assert main(["new-plugin", "Bad Name", "--dir", str(tmp_path)]) == 2
     assert "plugin name 'Bad Name'" in capsys.readouterr().err
-    assert main(["plugins", "new", "ok", "--dir", str(tmp_path)]) == 0
-    assert main(["plugins", "new", "ok", "--dir", str(tmp_path)]) == 2
+    assert main(["new-plugin", "ok", "--dir", str(tmp_path)]) == 0
+    assert main(["new-plugin", "ok", "--dir", str(tmp_path)]) == 2
     assert "already exists" in capsys.readouterr().err
 
 
 def test_generated_code_is_ruff_clean_under_its_own_config(tmp_path: Path) -> None:
-    assert main(["plugins", "new", "tidy", "--dir", str(tmp_path)]) == 0
+    assert main(["new-plugin", "tidy", "--dir", str(tmp_path)]) == 0
     for args in (["check", "--no-cache"], ["format", "--check", "--no-cache"]):
         proc = subprocess.run(
             [sys.executable, "-m", "ruff", *args, str(tmp_path / "tidy")],
@@ -66,7 +75,7 @@ def test_generated_code_is_ruff_clean_under_its_own_config(tmp_path: Path) -> No
 
 @pytest.mark.slow
 def test_new_plugin_installs_passes_its_tests_and_is_listed(tmp_path: Path) -> None:
-    assert main(["plugins", "new", "hello-kit", "--dir", str(tmp_path)]) == 0
+    assert main(["new-plugin", "hello-kit", "--dir", str(tmp_path)]) == 0
     root, site = tmp_path / "hello-kit", tmp_path / "site"
     pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation"]
     subprocess.run(
@@ -102,3 +111,16 @@ def test_new_plugin_installs_passes_its_tests_and_is_listed(tmp_path: Path) -> N
     assert (plugin["status"], plugin["distribution"], plugin["version"]) == ("loaded", "flexserv-hello-kit", "0.1.0")
     assert plugin["hooks"] == ["flexserv_add_settings", "flexserv_preprocess_request", "flexserv_register_routes"]
     assert plugin["routes"] == ["GET /v1/hello-kit/stats"]
+
+
+def test_blocked_the_command_is_gone_and_the_listing_still_works(tmp_path: Path, capsys) -> None:
+    assert main(["new-plugin", "ok", "--dir", str(tmp_path)], "-p", "no:scaffold") == 2
+    assert "unknown command 'new-plugin'" in capsys.readouterr().err
+    assert not (tmp_path / "ok").exists()
+    assert main(["plugins", "--json"], "-p", "no:scaffold") == 0
+    listed = {p["name"]: p for p in json.loads(capsys.readouterr().out)}
+    assert listed["scaffold"]["status"] == "blocked" and listed["core"]["status"] == "loaded"
+    assert main(["plugins", "--json"]) == 0
+    listed = {p["name"]: p for p in json.loads(capsys.readouterr().out)}
+    assert listed["scaffold"]["commands"] == ["new-plugin"]
+    assert listed["scaffold"]["distribution"] == "flexserv-scaffold"

@@ -24,7 +24,7 @@ REQUEST_BOUND_S = 10.0
 
 
 def test_fuzzed_requests_get_no_server_error_and_finish_in_bounds() -> None:
-    app = make_app([FakeBackendPlugin(), "audio"], settings={"max_request_tokens": 4096})
+    app = make_app([FakeBackendPlugin(), "audio", "docs"], settings={"max_request_tokens": 4096})
     with ServedApp(app) as base_url:
         schema = schemathesis.openapi.from_url(f"{base_url}/openapi.json")
         started = time.monotonic()

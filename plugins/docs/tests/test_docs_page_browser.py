@@ -18,7 +18,10 @@ def test_docs_page_renders_offline() -> None:
     if chromium is None:
         pytest.fail("needs Chromium (make setup installs Debian's 'chromium')")
     outside: list[str] = []
-    with ServedApp(make_app([FakeBackendPlugin()], settings={"api_key": ["sk"]})) as base_url, sync_playwright() as pw:
+    with (
+        ServedApp(make_app([FakeBackendPlugin(), "docs"], settings={"api_key": ["sk"]})) as base_url,
+        sync_playwright() as pw,
+    ):
         browser = pw.chromium.launch(executable_path=chromium, headless=True)
         try:
             page = browser.new_page()

@@ -26,8 +26,7 @@ import yaml
 from litestar import Litestar, MediaType, Request, Response, get
 from litestar.handlers import HTTPRouteHandler
 
-from flexserv_core.api.wire_schemas import ErrorResponse
-from flexserv_core.edge.auth import route_scope
+from flexserv_core import ErrorResponse, route_scope
 
 _PATH_PARAM_TYPE: Final = re.compile(r"\{(\w+):[^}]+\}")
 REF: Final = "#/components/schemas/{name}"

@@ -1,4 +1,4 @@
-"""``flexserv plugins new NAME``: write a minimal installable plugin.
+"""``flexserv new-plugin NAME``: write a minimal installable plugin.
 
 The plugin has a pyproject with the ``flexserv`` entry point, a package with one
 hook (``flexserv_preprocess_request``), one route, one setting named with the
@@ -11,8 +11,8 @@ import re
 from pathlib import Path
 from string import Template
 
-from flexserv_core._version import VERSION
-from flexserv_core.errors import UsageError
+from flexserv_core import UsageError
+from flexserv_core import __version__ as VERSION
 
 PLUGIN_NAME = re.compile(r"[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*")
 

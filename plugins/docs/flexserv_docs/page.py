@@ -12,13 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Final
 
-import msgspec
-from litestar import MediaType, Request, Response, Router, get
-from litestar.openapi.plugins import OpenAPIRenderPlugin
+from litestar import MediaType, Response, get
 from litestar.static_files import create_static_files_router
 from swagger_ui_bundle import swagger_ui_path
-
-from flexserv_core.api.openapi import cached_schema
 
 DOCS_PATH: Final = "/docs"
 ASSETS_PATH: Final = "/docs/assets"
@@ -67,27 +63,6 @@ async def docs_init() -> Response[str]:
     return Response(content=_INIT, media_type="text/javascript")
 
 
-class DocsRenderPlugin(OpenAPIRenderPlugin):
-    """Litestar's own schema router (``/schema``) shows the same page, so every docs
-    URL renders the one document from ``/openapi.json``."""
-
-    def __init__(self) -> None:
-        super().__init__(path="/")
-
-    def render(self, request: Request[Any, Any, Any], openapi_schema: dict[str, Any]) -> bytes:
-        return page_html().encode()
-
-
-class SchemaRenderPlugin(OpenAPIRenderPlugin):
-    """``/schema/openapi.json`` is the same document as ``/openapi.json``."""
-
-    def __init__(self) -> None:
-        super().__init__(path="/openapi.json", media_type=MediaType.JSON)
-
-    def render(self, request: Request[Any, Any, Any], openapi_schema: dict[str, Any]) -> bytes:
-        return msgspec.json.encode(cached_schema(request.app))
-
-
 def routes() -> list[Any]:
     assets = create_static_files_router(
         path=ASSETS_PATH,
@@ -97,8 +72,3 @@ def routes() -> list[Any]:
         opt=dict(_PUBLIC),
     )
     return [docs_page, docs_init, assets]
-
-
-def schema_router() -> Router:
-    """The router Litestar mounts its schema site on: public, like the page."""
-    return Router("/schema", route_handlers=[], include_in_schema=False, opt=dict(_PUBLIC))

@@ -1,5 +1,5 @@
-"""Tool-call parsers on outputs recorded from each model family and the registry
-(streaming: test_tool_call_stream.py)."""
+"""Tool-call parsers on outputs recorded from each model family, registered by the
+plugin (streaming: test_tool_call_stream.py)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,9 @@ import json
 
 import pytest
 from recorded_tool_outputs import HERMES, LLAMA, LLAMA_TAGGED, MISTRAL, QWEN
+from registered import PARSERS, get_tool_parser
 
-from flexserv_core.api.tool_calls import ToolPlan, split_output
-from flexserv_core.tool_parsers import (
-    ParsedToolCall,
-    ToolParser,
-    get_tool_parser,
-    guess_tool_parser,
-    register_tool_parser,
-    tool_parser_names,
-)
+from flexserv_core import ParsedToolCall
 
 
 def test_hermes_qwen_parallel_calls() -> None:
@@ -56,34 +49,6 @@ def test_format_then_parse_round_trips(name: str) -> None:
     assert parser.parse(parser.format_calls(calls)).calls == calls
 
 
-def test_guess_from_template() -> None:
-    assert guess_tool_parser("{{ '<tool_call>' }}") == "hermes"
-    assert guess_tool_parser("[TOOL_CALLS] {{ tools }}") == "mistral"
-    assert guess_tool_parser("<|python_tag|>{{ x }}") == "llama3_json"
-    assert guess_tool_parser(None) == "hermes"
-
-
-def test_a_plugin_can_register_a_parser() -> None:
-    class Bracket(ToolParser):
-        name = "test-bracket"
-        markers = ("<<",)
-
-        def parse(self, text: str):  # type: ignore[no-untyped-def]
-            from flexserv_core.tool_parsers import ParsedToolOutput
-
-            inner = text.split("<<", 1)[1].rstrip(">")
-            name, _, args = inner.partition(" ")
-            return ParsedToolOutput(content=None, calls=[ParsedToolCall(name, args)])
-
-    register_tool_parser(Bracket)
-    assert "test-bracket" in tool_parser_names()
-    assert get_tool_parser("test-bracket").parse('<<f {"a": 1}>>').calls == [ParsedToolCall("f", '{"a": 1}')]
-
-
-def _plan(name: str, parallel: bool = True) -> ToolPlan:
-    return ToolPlan(parser=get_tool_parser(name), tools=[], choice="auto", parallel=parallel, native=True)
-
-
-def test_parallel_false_keeps_the_first_call() -> None:
-    _, calls = split_output(_plan("hermes", parallel=False), QWEN)
-    assert [c.function.name for c in calls] == ["get_current_temperature"]
+def test_the_plugin_registers_the_three_formats() -> None:
+    assert PARSERS.names() == ["hermes", "llama3_json", "mistral"]
+    assert PARSERS.of_plugin("tool-parsers") == ["hermes", "llama3_json", "mistral"]

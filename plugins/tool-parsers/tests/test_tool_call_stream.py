@@ -12,11 +12,9 @@ from dataclasses import dataclass, field
 
 import pytest
 from recorded_tool_outputs import HERMES, LLAMA, LLAMA_TAGGED, MISTRAL, QWEN
+from registered import get_tool_parser
 
-from flexserv_core.api.text_schemas import ToolCallDelta
-from flexserv_core.api.tool_calls import ToolPlan, ToolStreamer, split_output
-from flexserv_core.tool_call_stream import ToolCallFragment
-from flexserv_core.tool_parsers import get_tool_parser
+from flexserv_core import ToolCallFragment
 
 # Outputs only the streaming tests use ------------------------------------------
 # What llguidance lets SmolLM2 write under tool_choice="required" (the Hermes
@@ -178,53 +176,3 @@ def test_call_shapes(text: str, calls: list[tuple[str, str]]) -> None:
     assert [(c.name, c.arguments) for c in whole.calls] == calls
     for chunking in CHUNKINGS.values():
         assert [tuple(c) for c in _stream("hermes", chunking(text)).calls] == calls
-
-
-def _plan(name: str, parallel: bool = True) -> ToolPlan:
-    return ToolPlan(parser=get_tool_parser(name), tools=[], choice="auto", parallel=parallel, native=True)
-
-
-@pytest.mark.parametrize("parallel", [True, False])
-def test_tool_streamer_sends_openai_deltas(parallel: bool) -> None:
-    plan = _plan("hermes", parallel)
-    content, calls = split_output(plan, QWEN)
-    streamer = ToolStreamer(plan)
-    pieces = [d for p in _tokens(QWEN) for d in streamer.feed(p)]
-    before_finish = len(pieces)
-    pieces += streamer.finish()
-    deltas = [p for p in pieces if isinstance(p, ToolCallDelta)]
-    assert content is None and not [p for p in pieces if isinstance(p, str)]
-    joined: dict[int, list[str]] = {}
-    for delta in deltas:
-        assert delta.function is not None
-        if delta.id is not None:  # the first delta of a call: id, type and name, no arguments yet
-            assert delta.index not in joined and delta.type == "function" and delta.function.name
-            assert delta.function.arguments == ""
-            joined[delta.index] = [delta.function.name, ""]
-        else:
-            assert delta.type is None and delta.function.name is None and delta.function.arguments
-            joined[delta.index][1] += delta.function.arguments
-    assert [tuple(v) for _, v in sorted(joined.items())] == [(c.function.name, c.function.arguments) for c in calls]
-    assert streamer.calls == len(calls) == (2 if parallel else 1)
-    assert before_finish == len(pieces), "every delta came out before the output ended"
-
-
-def test_a_plugin_parser_without_a_stream_still_streams() -> None:
-    from flexserv_core.tool_parsers import ParsedToolCall, ParsedToolOutput, ToolParser
-
-    class Bracket(ToolParser):
-        name = "test-bracket-stream"
-        markers = ("<<",)
-
-        def parse(self, text: str) -> ParsedToolOutput:
-            head, _, inner = text.partition("<<")
-            name, _, args = inner.rstrip(">").partition(" ")
-            return ParsedToolOutput(content=head.strip() or None, calls=[ParsedToolCall(name, args)])
-
-    streamer = ToolStreamer(ToolPlan(parser=Bracket(), tools=[], choice="auto", parallel=True, native=True))
-    assert streamer.feed("hi <") == ["hi "]
-    assert streamer.feed('<f {"a": 1}>>') == []
-    out = streamer.finish()
-    assert isinstance(out[0], ToolCallDelta) and out[0].function is not None and out[0].function.name == "f"
-    assert isinstance(out[1], ToolCallDelta) and out[1].function is not None
-    assert out[1].function.arguments == '{"a": 1}' and streamer.calls == 1

@@ -1,0 +1,156 @@
+"""Tool parsers come from ``flexserv_register_tool_parsers``: per app, listed per
+plugin, blockable. Without the one a model needs, a request with ``tools`` is a 400
+naming it and everything else works. Also the core's side of streaming calls
+(OpenAI deltas from any parser's events), with the parsers an app registers."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from flexserv_core import ParsedToolCall, ParsedToolOutput, PluginHookError, ToolParser, hookimpl
+from flexserv_core.api.text_schemas import ToolCallDelta
+from flexserv_core.api.tool_calls import ToolPlan, ToolStreamer, split_output
+from flexserv_core.testing import FakeBackendPlugin, app_client, make_app
+from flexserv_core.tool_parsers import guess_tool_parser
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+#: Qwen 2.5's two parallel calls (Hermes syntax)
+QWEN = (
+    '<tool_call>\n{"name": "get_current_temperature", "arguments": {"location": "San Francisco", "unit": "celsius"}}\n'
+    '</tool_call>\n<tool_call>\n{"name": "get_temperature_date", "arguments": {"location": "Paris", "date": "2024-10-01"}}\n'
+    "</tool_call>"
+)
+
+
+class Bracket(ToolParser):
+    name = "test-bracket"
+    markers = ("<<",)
+
+    def parse(self, text: str) -> ParsedToolOutput:
+        head, _, inner = text.partition("<<")
+        name, _, args = inner.rstrip(">").partition(" ")
+        return ParsedToolOutput(content=head.strip() or None, calls=[ParsedToolCall(name, args)])
+
+
+class BracketPlugin:
+    @hookimpl
+    def flexserv_register_tool_parsers(self, settings: Any) -> list[type[ToolParser]]:
+        return [Bracket]
+
+
+def _hermes() -> ToolParser:
+    return make_app(["tool-parsers"]).state.flexserv.tool_parsers.get("hermes")
+
+
+def test_parsers_are_per_app_and_attributed_to_their_plugin() -> None:
+    with_bracket = make_app([BracketPlugin(), "tool-parsers"]).state.flexserv.tool_parsers
+    plain = make_app(["tool-parsers"]).state.flexserv.tool_parsers
+    assert with_bracket.names() == ["hermes", "llama3_json", "mistral", "test-bracket"]
+    assert with_bracket.of_plugin("tool-parsers") == ["hermes", "llama3_json", "mistral"]
+    assert with_bracket.get("test-bracket").parse('<<f {"a": 1}>>').calls == [ParsedToolCall("f", '{"a": 1}')]
+    assert "test-bracket" not in plain.names()  # no global registry: another app never sees it
+    assert make_app([]).state.flexserv.tool_parsers.names() == []
+
+
+def test_a_name_registered_twice_or_a_non_parser_fails_naming_the_plugin() -> None:
+    class Twice:
+        @hookimpl
+        def flexserv_register_tool_parsers(self, settings: Any) -> list[Any]:
+            return [Bracket]
+
+    with pytest.raises(PluginHookError, match="tool parser 'test-bracket' is also registered by plugin"):
+        make_app([BracketPlugin(), Twice()])
+
+    class NotAParser:
+        @hookimpl
+        def flexserv_register_tool_parsers(self, settings: Any) -> list[Any]:
+            return [Bracket()]
+
+    with pytest.raises(PluginHookError, match="expected ToolParser subclasses"):
+        make_app([NotAParser()])
+
+
+async def test_listed_in_info_per_plugin() -> None:
+    async with app_client(make_app([FakeBackendPlugin(), BracketPlugin(), "tool-parsers"])) as client:
+        info = (await client.get("/v1/flexserv/info")).json()
+    by_name = {p["name"]: p for p in info["plugins"]}
+    assert by_name["tool-parsers"]["tool_parsers"] == ["hermes", "llama3_json", "mistral"]
+    assert by_name["tool-parsers"]["distribution"] == "flexserv-tool-parsers"
+    assert [n for n, p in by_name.items() if p["tool_parsers"] == ["test-bracket"]] != []
+    assert by_name["core"]["tool_parsers"] == []
+    assert "tools" in info["features"]
+
+
+async def test_blocked_a_request_with_tools_is_a_400_naming_the_parser_and_the_rest_works() -> None:
+    async with app_client(make_app([FakeBackendPlugin()], block=["tool-parsers"])) as client:
+        refused = await client.post("/v1/chat/completions", json={**CHAT, "tools": TOOLS})
+        plain = await client.post("/v1/chat/completions", json=CHAT)
+        info = (await client.get("/v1/flexserv/info")).json()
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert error["param"] == "tools" and error["code"] == "tool_parser_not_found"
+    assert "tool parser 'hermes'" in error["message"] and "known: none" in error["message"]
+    assert plain.status_code == 200 and plain.json()["choices"][0]["message"]["content"]
+    assert "tools" not in info["features"] and "response_format" in info["features"]
+    assert {p["name"]: p["status"] for p in info["plugins"]}["tool-parsers"] == "blocked"
+
+
+async def test_with_the_plugin_a_request_with_tools_is_served() -> None:
+    async with app_client(make_app([FakeBackendPlugin(), "tool-parsers"])) as client:
+        response = await client.post("/v1/chat/completions", json={**CHAT, "tools": TOOLS})
+    assert response.status_code == 200, response.text
+
+
+def test_guess_from_template() -> None:
+    assert guess_tool_parser("{{ '<tool_call>' }}") == "hermes"
+    assert guess_tool_parser("[TOOL_CALLS] {{ tools }}") == "mistral"
+    assert guess_tool_parser("<|python_tag|>{{ x }}") == "llama3_json"
+    assert guess_tool_parser(None) == "hermes"
+
+
+def _plan(parser: ToolParser, parallel: bool = True) -> ToolPlan:
+    return ToolPlan(parser=parser, tools=[], choice="auto", parallel=parallel, native=True)
+
+
+def test_parallel_false_keeps_the_first_call() -> None:
+    _, calls = split_output(_plan(_hermes(), parallel=False), QWEN)
+    assert [c.function.name for c in calls] == ["get_current_temperature"]
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_tool_streamer_sends_openai_deltas(parallel: bool) -> None:
+    plan = _plan(_hermes(), parallel)
+    content, calls = split_output(plan, QWEN)
+    streamer = ToolStreamer(plan)
+    pieces = [d for p in re.findall(r"\s?\w+|\s|.", QWEN, re.DOTALL) for d in streamer.feed(p)]
+    before_finish = len(pieces)
+    pieces += streamer.finish()
+    deltas = [p for p in pieces if isinstance(p, ToolCallDelta)]
+    assert content is None and not [p for p in pieces if isinstance(p, str)]
+    joined: dict[int, list[str]] = {}
+    for delta in deltas:
+        assert delta.function is not None
+        if delta.id is not None:  # the first delta of a call: id, type and name, no arguments yet
+            assert delta.index not in joined and delta.type == "function" and delta.function.name
+            assert delta.function.arguments == ""
+            joined[delta.index] = [delta.function.name, ""]
+        else:
+            assert delta.type is None and delta.function.name is None and delta.function.arguments
+            joined[delta.index][1] += delta.function.arguments
+    assert [tuple(v) for _, v in sorted(joined.items())] == [(c.function.name, c.function.arguments) for c in calls]
+    assert streamer.calls == len(calls) == (2 if parallel else 1)
+    assert before_finish == len(pieces), "every delta came out before the output ended"
+
+
+def test_a_plugin_parser_without_a_stream_still_streams() -> None:
+    streamer = ToolStreamer(_plan(Bracket()))
+    assert streamer.feed("hi <") == ["hi "]
+    assert streamer.feed('<f {"a": 1}>>') == []
+    out = streamer.finish()
+    assert isinstance(out[0], ToolCallDelta) and out[0].function is not None and out[0].function.name == "f"
+    assert isinstance(out[1], ToolCallDelta) and out[1].function is not None
+    assert out[1].function.arguments == '{"a": 1}' and streamer.calls == 1
