@@ -7,7 +7,6 @@ from typing import Any
 import msgspec
 
 from flexserv_core.api import chat, completions, embeddings, models_routes, tokenize, transcriptions
-from flexserv_core.api.image_input import ImageSettings
 from flexserv_core.api.responses import routes as responses
 from flexserv_core.api.responses.store import ResponsesSettings
 from flexserv_core.hookspecs import hookimpl
@@ -16,7 +15,7 @@ from flexserv_core.settings import Settings
 
 @hookimpl
 def flexserv_add_settings() -> list[type[msgspec.Struct]]:
-    return [embeddings.EmbeddingSettings, transcriptions.TranscriptionSettings, ResponsesSettings, ImageSettings]
+    return [embeddings.EmbeddingSettings, transcriptions.TranscriptionSettings, ResponsesSettings]
 
 
 @hookimpl
