@@ -6,9 +6,9 @@ BIN := $(VENV)/bin
 PLUGIN_DIRS := $(sort $(dir $(wildcard plugins/*/pyproject.toml contrib/*/pyproject.toml)))
 STAMP := $(VENV)/.flexserv-installed
 
-.PHONY: setup chromium serve test lint clean
+.PHONY: setup chromium postgresql serve test lint clean
 
-setup: $(STAMP) chromium
+setup: $(STAMP) chromium postgresql
 
 # The playground's browser tests drive the system's Chromium through Playwright
 # (which never downloads a browser here). Installed once, as root on Debian/Ubuntu;
@@ -21,6 +21,17 @@ chromium:
 		echo "NOTE: Chromium is not installed; the playground's browser tests will fail until it is."; \
 		echo "      Debian/Ubuntu: sudo apt-get install -y chromium; elsewhere install Chromium and"; \
 		echo "      set FLEXSERV_TEST_CHROMIUM to its executable."; \
+	fi
+
+# flexserv-state-postgres's tests start a private PostgreSQL server (initdb and
+# postgres in a temporary directory) from the system's server binaries.
+postgresql:
+	@if command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql; \
+	else \
+		echo "NOTE: PostgreSQL's server is not installed; flexserv-state-postgres's tests will fail until it is."; \
+		echo "      Debian/Ubuntu: sudo apt-get install -y postgresql (initdb and postgres are all they use)."; \
 	fi
 
 $(STAMP): pyproject.toml $(addsuffix pyproject.toml,$(PLUGIN_DIRS)) requirements/torch-cpu.txt requirements/models.txt

@@ -57,7 +57,9 @@ from flexserv_core.errors import (
     PluginLoadError,
     PluginNotInstalled,
     PluginStartupError,
+    QuotaExceeded,
     ServiceUnavailable,
+    StateUnavailable,
     TooManyRequests,
     UnsupportedParameter,
     UsageError,
@@ -92,6 +94,12 @@ from flexserv_core.settings import (
     resolve_settings,
 )
 from flexserv_core.stash import Stash, StashKey
+from flexserv_core.state.backend import StateBackend
+from flexserv_core.state.limits import plan_eviction
+from flexserv_core.state.owner import request_owner
+from flexserv_core.state.records import CollectionLimits, Record, RecordPage
+from flexserv_core.state.store import Collection, StateStore
+from flexserv_core.state.url import redact_url, resolved_state_url
 from flexserv_core.tool_call_stream import CallSyntax, ToolCallFragment, ToolCallStream, ToolStreamEvent
 from flexserv_core.tool_parsers import (
     JsonToolParser,
@@ -110,6 +118,8 @@ __all__ = [
     "BatchRunner",
     "BlockedMasks",
     "CallSyntax",
+    "Collection",
+    "CollectionLimits",
     "Command",
     "CommandContext",
     "CompiledConstraint",
@@ -157,7 +167,10 @@ __all__ = [
     "PluginNotInstalled",
     "PluginStartupError",
     "ProgressCallback",
+    "QuotaExceeded",
     "RamInfo",
+    "Record",
+    "RecordPage",
     "RequestContext",
     "ResourceProbe",
     "SamplingParams",
@@ -166,6 +179,9 @@ __all__ = [
     "Settings",
     "Stash",
     "StashKey",
+    "StateBackend",
+    "StateStore",
+    "StateUnavailable",
     "SystemResourceSnapshot",
     "TextGenerationModel",
     "TextLimits",
@@ -202,11 +218,15 @@ __all__ = [
     "hookspec",
     "open_request_context",
     "parse_body",
+    "plan_eviction",
     "prefer_passive_openmp",
     "prepare_params",
+    "redact_url",
     "register_tool_parser",
+    "request_owner",
     "resolve_plugin_settings",
     "resolve_settings",
+    "resolved_state_url",
     "tool_parser_names",
     "until_disconnect",
     "use_all_intra_op_threads",

@@ -1,0 +1,1 @@
+"""FlexServ's state layer on PostgreSQL (``--state-url postgresql://...``)."""
