@@ -113,11 +113,13 @@ from flexserv_core.tool_parsers import (
 
 __all__ = [
     "PROJECT_NAME",
+    "READY",
     "RESERVED_TEMPLATE_KWARGS",
     "Backend",
     "BatchRunner",
     "BlockedMasks",
     "CallSyntax",
+    "ChatCompletionRequest",
     "Collection",
     "CollectionLimits",
     "Command",
@@ -137,11 +139,13 @@ __all__ = [
     "FlexServError",
     "FlexServPluginManager",
     "FlexServer",
+    "FunctionDefinition",
     "GatewayTimeout",
     "GpuInfo",
     "ImageInput",
     "IntraOpThreads",
     "InvalidRequest",
+    "JsonSchemaFormat",
     "JsonToolParser",
     "Lease",
     "LoadedModel",
@@ -155,6 +159,8 @@ __all__ = [
     "ModelRegistry",
     "ModelSpec",
     "ModelState",
+    "NamedFunction",
+    "NamedToolChoice",
     "NotFound",
     "ParsedToolCall",
     "ParsedToolOutput",
@@ -173,6 +179,8 @@ __all__ = [
     "RecordPage",
     "RequestContext",
     "ResourceProbe",
+    "ResponseFormat",
+    "SSEGenerator",
     "SamplingParams",
     "ServiceUnavailable",
     "SettingField",
@@ -185,13 +193,19 @@ __all__ = [
     "SystemResourceSnapshot",
     "TextGenerationModel",
     "TextLimits",
+    "TextSession",
     "TokenDelta",
     "TokenMatcher",
     "TooManyRequests",
+    "Tool",
+    "ToolCallDelta",
     "ToolCallFragment",
     "ToolCallStream",
+    "ToolChoice",
     "ToolParser",
+    "ToolPlan",
     "ToolStreamEvent",
+    "ToolStreamer",
     "TopLogprob",
     "Transcription",
     "TranscriptionModel",
@@ -202,6 +216,8 @@ __all__ = [
     "UnsupportedParameter",
     "UsageError",
     "__version__",
+    "check_chat_request",
+    "convert_param",
     "create_app",
     "create_plugin_manager",
     "default_cache_dir",
@@ -227,15 +243,30 @@ __all__ = [
     "resolve_plugin_settings",
     "resolve_settings",
     "resolved_state_url",
+    "sse_response",
     "tool_parser_names",
     "until_disconnect",
     "use_all_intra_op_threads",
 ]
 
 if typing.TYPE_CHECKING:
-    from flexserv_core.api.body import parse_body
+    from flexserv_core.api.body import convert_param, parse_body
     from flexserv_core.api.body import request_context as open_request_context
     from flexserv_core.api.disconnect import until_disconnect
+    from flexserv_core.api.streaming import READY, SSEGenerator, sse_response
+    from flexserv_core.api.text_schemas import (
+        ChatCompletionRequest,
+        FunctionDefinition,
+        JsonSchemaFormat,
+        NamedFunction,
+        NamedToolChoice,
+        ResponseFormat,
+        Tool,
+        ToolCallDelta,
+        ToolChoice,
+    )
+    from flexserv_core.api.text_session import TextSession, check_chat_request
+    from flexserv_core.api.tool_calls import ToolPlan, ToolStreamer
     from flexserv_core.app import create_app
 
 #: Route helpers for plugins that add JSON routes, and the app factory (for plugins
@@ -246,6 +277,30 @@ _LAZY = {
     "parse_body": ("flexserv_core.api.body", "parse_body"),
     "open_request_context": ("flexserv_core.api.body", "request_context"),
     "until_disconnect": ("flexserv_core.api.disconnect", "until_disconnect"),
+    "convert_param": ("flexserv_core.api.body", "convert_param"),
+    # A text route outside the core (the Responses API plugin): the chat request it
+    # builds, the checks and the session that serve it, its tool calls and its stream.
+    **{
+        name: ("flexserv_core.api.text_schemas", name)
+        for name in (
+            "ChatCompletionRequest",
+            "FunctionDefinition",
+            "JsonSchemaFormat",
+            "NamedFunction",
+            "NamedToolChoice",
+            "ResponseFormat",
+            "Tool",
+            "ToolCallDelta",
+            "ToolChoice",
+        )
+    },
+    "check_chat_request": ("flexserv_core.api.text_session", "check_chat_request"),
+    "TextSession": ("flexserv_core.api.text_session", "TextSession"),
+    "ToolPlan": ("flexserv_core.api.tool_calls", "ToolPlan"),
+    "ToolStreamer": ("flexserv_core.api.tool_calls", "ToolStreamer"),
+    "sse_response": ("flexserv_core.api.streaming", "sse_response"),
+    "READY": ("flexserv_core.api.streaming", "READY"),
+    "SSEGenerator": ("flexserv_core.api.streaming", "SSEGenerator"),
 }
 
 

@@ -41,6 +41,7 @@ FIRST_PARTY_DISTRIBUTIONS: frozenset[str] = frozenset(
         "flexserv-playground",
         "flexserv-ray",
         "flexserv-resources",
+        "flexserv-responses",
         "flexserv-sentence-transformers",
         "flexserv-template-kwargs",
         "flexserv-transformers",

@@ -15,4 +15,4 @@ def fake() -> FakeBackendPlugin:
 
 @pytest.fixture
 def flexserv_plugins(fake: FakeBackendPlugin) -> list[object | str]:
-    return [fake, "image-input"]
+    return [fake, "image-input", "responses"]

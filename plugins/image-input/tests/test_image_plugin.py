@@ -92,7 +92,7 @@ REQUESTS = [
 @pytest.mark.parametrize(("route", "body", "_param"), REQUESTS)
 async def test_the_plugin_loads_the_image_the_model_renders(route: str, body: Any, _param: str) -> None:
     vision = VisionPlugin()
-    async with app_client(make_app([vision, "image-input"])) as client:
+    async with app_client(make_app([vision, "image-input", "responses"])) as client:
         answer = await client.post(route, json=body())
         assert answer.status_code == 200, answer.text
     [image] = vision.loaded().images
@@ -104,7 +104,7 @@ async def test_the_plugin_loads_the_image_the_model_renders(route: str, body: An
 @pytest.mark.parametrize(("route", "body", "param"), REQUESTS)
 async def test_without_the_plugin_an_image_is_a_400_naming_it(route: str, body: Any, param: str, stream: bool) -> None:
     vision = VisionPlugin()
-    async with app_client(make_app([vision], block=["image-input"])) as client:
+    async with app_client(make_app([vision, "responses"], block=["image-input"])) as client:
         answer = await client.post(route, json={**body(), "stream": stream})
         assert answer.status_code == 400, answer.text
         error = answer.json()["error"]

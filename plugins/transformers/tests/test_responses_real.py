@@ -157,7 +157,9 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 async def test_thinking_template_gives_a_reasoning_item(tiny_dir: Path) -> None:
     """The template ends in ``<think>\\n`` with enable_thinking: what the model writes
     is reasoning until ``</think>``, which random weights do not produce."""
-    app = make_app(["template-kwargs", "transformers"], settings={"model": [f"tiny={tiny_dir}"], "dtype": "float32"})
+    app = make_app(
+        ["template-kwargs", "transformers", "responses"], settings={"model": [f"tiny={tiny_dir}"], "dtype": "float32"}
+    )
     common: dict[str, Any] = {"model": "tiny", "input": "hello", "max_output_tokens": 8, "temperature": 0}
     async with app_client(app) as client:
         sdk = openai_client(client)

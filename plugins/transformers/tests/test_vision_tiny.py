@@ -63,7 +63,7 @@ def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def serve(model_dirs: tuple[Path, Path], cache: Path, **settings: Any) -> tuple[ServedApp, Any]:
     vlm, text = model_dirs
     app = make_app(
-        ["transformers", "image-input"],
+        ["transformers", "image-input", "responses"],
         settings={"model": [f"vlm={vlm}", f"text={text}"], "dtype": "float32", "cache_dir": str(cache), **settings},
     )
     return ServedApp(app), app.state.flexserv
