@@ -162,6 +162,27 @@ async def render_prompt(
     return model.render_chat(messages, template_kwargs)
 
 
+async def chat_prompt(
+    model: TextGenerationModel,
+    spec: ModelSpec,
+    body: ChatCompletionRequest,
+    context: RequestContext,
+    images: Images | None = None,
+    *,
+    off_loop: bool = False,
+) -> tuple[list[int], ToolPlan | None]:
+    """The chat prompt as the model will see it: messages, tools and template
+    variables through the chat template (``/tokenize`` counts exactly this, and
+    renders ``off_loop``: its prompts are rendered for nothing else)."""
+    plan = plan_tools(body, model, spec)
+    kwargs = chat_template_kwargs(spec, context)
+    tools = template_tools(plan)
+    if tools is not None:
+        kwargs = {**kwargs, "tools": tools}
+    messages = chat_messages(body.messages, plan, images)
+    return await render_prompt(model, messages, kwargs, images=bool(images) or off_loop), plan
+
+
 async def chat_plan(
     model: TextGenerationModel,
     spec: ModelSpec,
@@ -172,7 +193,7 @@ async def chat_plan(
     """Render the prompt (with the request's loaded ``images``) and plan ``n`` choices:
     ``(prompt_ids, jobs, tool plan)``; the plan is ``None`` without tools."""
     check_chat(body)
-    plan = plan_tools(body, model, spec)
+    prompt_ids, plan = await chat_prompt(model, spec, body, context, images)
     constraint = request_constraint(body.response_format, body.structured_outputs)
     if plan is not None and plan.constraint is not None:
         if constraint is not None:
@@ -182,12 +203,6 @@ async def chat_plan(
             )
         constraint = plan.constraint
     logit_bias = check_logit_bias(body.logit_bias, model.limits.vocab_size)
-    kwargs = chat_template_kwargs(spec, context)
-    tools = template_tools(plan)
-    if tools is not None:
-        kwargs = {**kwargs, "tools": tools}
-    messages = chat_messages(body.messages, plan, images)
-    prompt_ids = await render_prompt(model, messages, kwargs, images=bool(images))
     requested: int | None = body.max_tokens
     max_tokens_param = "max_tokens"
     if body.max_completion_tokens is not None:

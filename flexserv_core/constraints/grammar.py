@@ -92,6 +92,18 @@ def constraint_grammar(constraint: Constraint) -> str:
     raise InvalidRequest(f"Unknown constraint kind '{kind}'.", param=constraint.param, code="invalid_grammar")
 
 
+def check_json_schema(schema: Any, param: str) -> None:
+    """Refuse a JSON schema the constraint service could not enforce (an unknown
+    ``type``, a malformed keyword), without a vocabulary: a 400 naming ``param``.
+    Tool parameter schemas are checked this way whatever ``tool_choice`` says."""
+    from llguidance import JsonCompiler
+
+    try:
+        JsonCompiler().compile(json.dumps(schema))
+    except Exception as exc:  # the library's schema errors
+        raise InvalidRequest(f"Invalid JSON schema: {str(exc).strip()}", param=param, code="invalid_schema") from None
+
+
 def describe(constraint: Constraint) -> str:
     return {
         "json_object": "JSON object format",

@@ -130,6 +130,30 @@ def test_embeddings_heat_map(page: Any) -> None:
     assert values[2][3] > values[2][4]
 
 
+def test_anomaly_tab_fits_scores_and_plots(page: Any, server: str) -> None:
+    page.click("#tab-anomaly")
+    page.wait_for_selector('#an-backend option[value="robust_zscore"]', state="attached")
+    assert page.is_hidden("#an-missing")
+    page.select_option("#an-backend", "robust_zscore")
+    page.click("#an-run")
+    page.wait_for_selector("#an-results tbody tr", timeout=MODEL_TIMEOUT_MS)
+    rows = page.eval_on_selector_all(
+        "#an-results tbody tr",
+        "rs => rs.map(r => ({index: Number(r.dataset.index), anomaly: r.dataset.anomaly === 'true'}))",
+    )
+    try:
+        # The sample CSV's outliers are its 8th (35.0, 2.90) and 13th (5.0, 0.10) data rows: the top two.
+        assert {rows[0]["index"], rows[1]["index"]} == {7, 12}
+        assert rows[0]["anomaly"] and rows[1]["anomaly"] and not rows[2]["anomaly"]
+        assert page.get_attribute("#an-plot", "data-points") == "14"
+        assert page.get_attribute("#an-plot", "data-anomalies") == "2"
+        assert "robust_zscore on 14 rows" in page.inner_text("#an-status")
+        stored = httpx.get(f"{server}/v1/anomaly/models/playground", timeout=30).json()
+        assert stored["features"] == ["temperature", "vibration"] and stored["samples"] == 14
+    finally:
+        httpx.delete(f"{server}/v1/anomaly/models/playground", timeout=30)  # the server's store is the user's cache
+
+
 def test_transcribe_an_uploaded_file(page: Any) -> None:
     page.click("#tab-transcription")
     page.set_input_files("#tr-file", str(SPEECH))
@@ -243,7 +267,7 @@ def test_keyboard_switches_tabs(page: Any) -> None:
     assert page.url.endswith("#transcription")
 
 
-@pytest.mark.parametrize("tab", ["chat", "embeddings", "transcription", "server"])
+@pytest.mark.parametrize("tab", ["chat", "embeddings", "transcription", "server", "anomaly"])
 def test_fits_a_phone_screen(browser: Any, server: str, tab: str) -> None:
     context = browser.new_context(viewport={"width": 390, "height": 800}, is_mobile=True)
     try:

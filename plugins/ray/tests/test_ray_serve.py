@@ -176,7 +176,8 @@ async def test_every_previous_response_id_is_found_whichever_replica_answers(
 
         firsts = await asyncio.gather(*(turn() for _ in range(20)))
         follows = await asyncio.gather(*(turn(previous_response_id=r.id) for _, r in firsts))
-    assert all(r.status == "completed" for _, r in follows)  # 20 of 20 found: a 404 would have raised
+    # 20 of 20 found: an unknown previous_response_id is a 404, which the SDK raises
+    assert len(follows) == 20 and all(f.status in ("completed", "incomplete") for _, f in follows)
     assert all(f.usage.input_tokens > r.usage.input_tokens for (_, r), (_, f) in zip(firsts, follows, strict=True))
     answered = {replica for replica, _ in firsts + follows}
     assert len(answered) == 2, answered  # both replicas served, so follow-ups crossed between them

@@ -2,6 +2,7 @@
 // model pickers every tab shares. Each tab lives in its own module.
 
 import { askForKey } from "./api.js";
+import { initAnomaly } from "./anomaly.js";
 import { initChat } from "./chat.js";
 import { initEmbeddings } from "./embeddings.js";
 import { refreshCatalog, serverInfo } from "./catalog.js";
@@ -9,7 +10,7 @@ import { initServer } from "./server.js";
 import { initTranscription } from "./transcription.js";
 import { showBanner, tabListeners } from "./ui.js";
 
-const TABS = ["chat", "embeddings", "transcription", "server"];
+const TABS = ["chat", "embeddings", "transcription", "server", "anomaly"];
 const THEMES = ["auto", "light", "dark"];
 const THEME_STORAGE = "flexserv.theme";
 
@@ -43,9 +44,9 @@ function initTabs() {
     event.preventDefault();
     selectTab(TABS[(current + moves[event.key] + TABS.length) % TABS.length], { focus: true });
   });
-  // Alt+1..4 from anywhere.
+  // Alt+1..5 from anywhere.
   document.addEventListener("keydown", (event) => {
-    if (event.altKey && !event.ctrlKey && !event.metaKey && /^[1-4]$/.test(event.key)) {
+    if (event.altKey && !event.ctrlKey && !event.metaKey && /^[1-5]$/.test(event.key)) {
       event.preventDefault();
       selectTab(TABS[Number(event.key) - 1], { focus: true });
     }
@@ -84,6 +85,7 @@ async function init() {
   initEmbeddings();
   initTranscription();
   initServer();
+  initAnomaly();
   selectTab(location.hash.slice(1) || "chat");
   await start();
 }

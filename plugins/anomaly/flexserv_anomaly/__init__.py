@@ -1,0 +1,1 @@
+"""FlexServ anomaly detection: the ``anomaly`` model kind and its ``/v1/anomaly/`` routes."""

@@ -1,0 +1,379 @@
+"""The detectors: a fixed table of names, their parameters and how to fit and score them.
+
+Every detector turns rows into *raw scores where higher means more anomalous*
+(scikit-learn's own convention is the opposite, so its scores are negated).
+A detector is rebuilt from its name and parameters only (nothing in a stored
+file selects a class), and fitting it twice on the same rows gives the same
+scores: that is what lets the persistence format store rows, not objects.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+#: The extra that brings PyOD's detectors (``pip install 'flexserv-anomaly[pyod]'``).
+PYOD_EXTRA = "flexserv-anomaly[pyod]"
+
+
+class DetectorError(ValueError):
+    """A request's detector or parameter is wrong; ``param`` names the field."""
+
+    def __init__(self, message: str, param: str, code: str = "invalid_parameter") -> None:
+        super().__init__(message)
+        self.param = param
+        self.code = code
+
+
+class Detector(Protocol):
+    def fit(self, x: np.ndarray) -> None: ...
+
+    def raw_scores(self, x: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class Param:
+    """One tunable parameter: its type, default and bounds (checked on every fit)."""
+
+    type: str  # "int", "float", "bool", "choice", "float_or_choice", "int_or_float_or_choice"
+    default: Any
+    description: str
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] = ()
+    low_open: bool = False
+
+    def check(self, name: str, value: Any) -> Any:
+        where = f"parameters.{name}"
+        if value is None:
+            return self.default
+        if self.choices and isinstance(value, str):
+            if value in self.choices:
+                return value
+            raise DetectorError(f"'{where}' must be one of {', '.join(self.choices)}; got {value!r}.", where)
+        if self.type == "choice":
+            raise DetectorError(f"'{where}' must be one of {', '.join(self.choices)}.", where)
+        if self.type == "bool":
+            if isinstance(value, bool):
+                return value
+            raise DetectorError(f"'{where}' must be true or false.", where)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise DetectorError(f"'{where}' must be a number.", where)
+        if self.type == "int" and not isinstance(value, int):
+            raise DetectorError(f"'{where}' must be an integer.", where)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise DetectorError(f"'{where}' must be finite.", where)
+        too_low = self.low is not None and (value <= self.low if self.low_open else value < self.low)
+        if too_low or (self.high is not None and value > self.high):
+            interval = f"{'(' if self.low_open else '['}{self.low:g}, {self.high:g}]"
+            raise DetectorError(f"'{where}' must be in {interval}; got {value!r}.", where)
+        return value
+
+
+@dataclass(frozen=True)
+class DetectorInfo:
+    """What ``GET /v1/anomaly/backends`` says about a detector, and how to build it."""
+
+    name: str
+    title: str
+    description: str
+    category: str
+    speed: str
+    memory: str
+    best_for: str
+    params: Mapping[str, Param]
+    build: Callable[[dict[str, Any], float], Detector]
+    requires: str | None = None  # a module that must be importable
+    aliases: tuple[str, ...] = field(default=())
+
+    def available(self) -> bool:
+        if self.requires is None:
+            return True
+        import importlib.util
+
+        return importlib.util.find_spec(self.requires) is not None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "backend": self.name,
+            "name": self.title,
+            "description": self.description,
+            "category": self.category,
+            "speed": self.speed,
+            "memory": self.memory,
+            "parameters": {
+                k: {"type": p.type, "default": p.default, "description": p.description}
+                | ({"choices": list(p.choices)} if p.choices else {})
+                for k, p in self.params.items()
+            },
+            "best_for": self.best_for,
+            "is_legacy": False,
+            "available": self.available(),
+            "requires": PYOD_EXTRA if self.requires else None,
+        }
+
+
+class _Negated:
+    """A scikit-learn novelty detector whose ``score_samples`` is higher for normal rows."""
+
+    def __init__(self, estimator: Any) -> None:
+        self.estimator = estimator
+
+    def fit(self, x: np.ndarray) -> None:
+        self.estimator.fit(x)
+
+    def raw_scores(self, x: np.ndarray) -> np.ndarray:
+        return -np.asarray(self.estimator.score_samples(x), dtype=np.float64)
+
+
+class RobustZScore:
+    """Per feature, ``|x - median| / (1.4826 * MAD)`` (a z-score that outliers in the
+    training rows do not inflate); a row's raw score is its largest one. A feature
+    whose MAD is 0 falls back to its standard deviation, then to 1."""
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        self.combine = params["combine"]
+        self.median = np.zeros(0)
+        self.scale = np.ones(0)
+
+    def fit(self, x: np.ndarray) -> None:
+        self.median = np.median(x, axis=0)
+        mad = 1.4826 * np.median(np.abs(x - self.median), axis=0)
+        std = x.std(axis=0)
+        self.scale = np.where(mad > 0, mad, np.where(std > 0, std, 1.0))
+
+    def raw_scores(self, x: np.ndarray) -> np.ndarray:
+        z = np.abs(x - self.median) / self.scale
+        out: np.ndarray = z.max(axis=1) if self.combine == "max" else np.sqrt((z * z).mean(axis=1))
+        return out
+
+
+class _PyOD:
+    """ECOD or COPOD from PyOD: ``decision_function`` is already higher for outliers."""
+
+    def __init__(self, name: str, contamination: float) -> None:
+        if name == "ecod":
+            from pyod.models.ecod import ECOD as Model
+        else:
+            from pyod.models.copod import COPOD as Model
+        self.model = Model(contamination=contamination)
+
+    def fit(self, x: np.ndarray) -> None:
+        self.model.fit(x)
+
+    def raw_scores(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(self.model.decision_function(x), dtype=np.float64)
+
+
+def _isolation_forest(params: dict[str, Any], contamination: float) -> Detector:
+    from sklearn.ensemble import IsolationForest
+
+    max_samples = params["max_samples"]
+    return _Negated(
+        IsolationForest(
+            n_estimators=params["n_estimators"],
+            max_samples=max_samples,
+            max_features=params["max_features"],
+            bootstrap=params["bootstrap"],
+            contamination=contamination,
+            random_state=params["random_state"],
+        )
+    )
+
+
+def _lof(params: dict[str, Any], contamination: float) -> Detector:
+    from sklearn.neighbors import LocalOutlierFactor
+
+    return _Negated(
+        LocalOutlierFactor(
+            n_neighbors=params["n_neighbors"],
+            metric=params["metric"],
+            leaf_size=params["leaf_size"],
+            novelty=True,
+            contamination=contamination,
+        )
+    )
+
+
+def _ocsvm(params: dict[str, Any], contamination: float) -> Detector:
+    from sklearn.svm import OneClassSVM
+
+    nu = params["nu"] if params["nu"] is not None else contamination
+    return _Negated(
+        OneClassSVM(
+            kernel=params["kernel"],
+            gamma=params["gamma"],
+            nu=nu,
+            degree=params["degree"],
+            coef0=params["coef0"],
+            tol=params["tol"],
+        )
+    )
+
+
+_SEED = Param(
+    "int", 42, "Seed of the random tree construction (fixed so that a refit reproduces the model).", 0, 2**31 - 1
+)
+
+DETECTORS: dict[str, DetectorInfo] = {
+    d.name: d
+    for d in [
+        DetectorInfo(
+            name="isolation_forest",
+            title="Isolation Forest",
+            description="Random trees isolate anomalies in fewer splits than normal points (scikit-learn).",
+            category="ensemble",
+            speed="fast",
+            memory="low",
+            best_for="General purpose, many rows, mixed scales",
+            params={
+                "n_estimators": Param("int", 100, "Number of trees.", 1, 2000),
+                "max_samples": Param(
+                    "int_or_float_or_choice",
+                    "auto",
+                    "Rows per tree: 'auto' (min(256, n)), a count, or a fraction in (0, 1].",
+                    0,
+                    1e9,
+                    ("auto",),
+                    low_open=True,
+                ),
+                "max_features": Param("float", 1.0, "Fraction of features each tree draws.", 0, 1, low_open=True),
+                "bootstrap": Param("bool", False, "Draw rows with replacement."),
+                "random_state": _SEED,
+            },
+            build=_isolation_forest,
+        ),
+        DetectorInfo(
+            name="local_outlier_factor",
+            title="Local Outlier Factor (novelty mode)",
+            description="Local density compared with the neighbours' (scikit-learn, novelty=True: scores new rows).",
+            category="proximity",
+            speed="medium",
+            memory="high (keeps the training rows)",
+            best_for="Clusters of different densities, up to tens of thousands of rows",
+            params={
+                "n_neighbors": Param("int", 20, "Neighbours compared.", 1, 10_000),
+                "metric": Param(
+                    "choice", "minkowski", "Distance.", choices=("minkowski", "euclidean", "manhattan", "chebyshev")
+                ),
+                "leaf_size": Param("int", 30, "Tree leaf size (speed only).", 1, 10_000),
+            },
+            build=_lof,
+            aliases=("lof",),
+        ),
+        DetectorInfo(
+            name="one_class_svm",
+            title="One-Class SVM",
+            description="A kernel boundary around the training rows (scikit-learn; libsvm).",
+            category="boundary",
+            speed="slow (quadratic in rows)",
+            memory="medium",
+            best_for="Few thousand rows, smooth boundaries",
+            params={
+                "kernel": Param("choice", "rbf", "Kernel.", choices=("rbf", "linear", "poly", "sigmoid")),
+                "gamma": Param(
+                    "float_or_choice",
+                    "scale",
+                    "Kernel width: 'scale', 'auto' or a number.",
+                    0,
+                    1e6,
+                    ("scale", "auto"),
+                    low_open=True,
+                ),
+                "nu": Param(
+                    "float",
+                    None,
+                    "Upper bound on the training outlier fraction (default: contamination).",
+                    0,
+                    1,
+                    low_open=True,
+                ),
+                "degree": Param("int", 3, "Degree of the poly kernel.", 1, 10),
+                "coef0": Param("float", 0.0, "Independent term of the poly and sigmoid kernels.", -1e6, 1e6),
+                "tol": Param("float", 1e-3, "Stopping tolerance.", 0, 1, low_open=True),
+            },
+            build=_ocsvm,
+            aliases=("ocsvm",),
+        ),
+        DetectorInfo(
+            name="robust_zscore",
+            title="Robust z-score (median / MAD)",
+            description="Per-feature distance from the median in MAD units; the largest feature's is the row's (numpy).",
+            category="statistical",
+            speed="very fast",
+            memory="tiny",
+            best_for="Univariate or independent features, spikes in series",
+            params={
+                "combine": Param("choice", "max", "How feature z-scores combine: max or rms.", choices=("max", "rms"))
+            },
+            build=lambda params, contamination: RobustZScore(params),
+            aliases=("mad", "zscore"),
+        ),
+        DetectorInfo(
+            name="ecod",
+            title="ECOD",
+            description="Empirical-CDF tail probabilities per feature (PyOD).",
+            category="probabilistic",
+            speed="fast",
+            memory="medium (keeps the training rows)",
+            best_for="Parameter-free baseline, many features",
+            params={},
+            build=lambda params, contamination: _PyOD("ecod", contamination),
+            requires="pyod",
+        ),
+        DetectorInfo(
+            name="copod",
+            title="COPOD",
+            description="Copula-based tail probabilities (PyOD).",
+            category="probabilistic",
+            speed="fast",
+            memory="medium (keeps the training rows)",
+            best_for="Parameter-free baseline, many features",
+            params={},
+            build=lambda params, contamination: _PyOD("copod", contamination),
+            requires="pyod",
+        ),
+    ]
+}
+
+_ALIASES = {alias: d.name for d in DETECTORS.values() for alias in d.aliases}
+
+
+def lookup(backend: str) -> DetectorInfo:
+    """The detector ``backend`` names (an alias such as ``lof`` included); a 400 naming
+    the extra when it needs one that is not installed."""
+    info = DETECTORS.get(_ALIASES.get(backend, backend))
+    if info is None:
+        raise DetectorError(
+            f"Unknown anomaly backend {backend!r}; this server has: {', '.join(DETECTORS)}.",
+            "backend",
+            "unknown_backend",
+        )
+    if not info.available():
+        raise DetectorError(
+            f"The anomaly backend {info.name!r} needs PyOD, which is not installed: pip install '{PYOD_EXTRA}'.",
+            "backend",
+            "backend_not_installed",
+        )
+    return info
+
+
+def check_params(info: DetectorInfo, given: Mapping[str, Any]) -> dict[str, Any]:
+    """Every parameter of ``info`` with its checked value; an unknown one is a 400 naming it."""
+    for name in given:
+        if name not in info.params:
+            known = ", ".join(info.params) or "none"
+            raise DetectorError(
+                f"'{name}' is not a parameter of {info.name} (its parameters: {known}).",
+                f"parameters.{name}",
+                "unsupported_parameter",
+            )
+    return {name: p.check(name, given.get(name)) for name, p in info.params.items()}
+
+
+def build(backend: str, params: dict[str, Any], contamination: float) -> Detector:
+    return DETECTORS[backend].build(params, contamination)

@@ -1,0 +1,145 @@
+"""Request data to float matrices: numeric rows, rows of named features, or texts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from flexserv_anomaly.settings import AnomalySettings
+from flexserv_core import InvalidRequest, PayloadTooLarge
+
+#: Encoder types of the source runtime's ``schema``; only ``numeric`` is implemented.
+SCHEMA_TYPES = ("numeric",)
+
+
+@dataclass
+class Rows:
+    """``matrix`` for numeric data; ``texts`` (matrix ``None``) for text data."""
+
+    matrix: np.ndarray | None
+    texts: list[str] | None
+    features: list[str] | None
+
+    def __len__(self) -> int:
+        return len(self.texts) if self.texts is not None else len(self.matrix)  # type: ignore[arg-type]
+
+
+def _bad(message: str, param: str = "data", code: str = "invalid_data") -> InvalidRequest:
+    return InvalidRequest(message, param=param, code=code)
+
+
+def check_schema(schema: dict[str, str] | None) -> list[str] | None:
+    if schema is None:
+        return None
+    if not schema:
+        raise _bad("'schema' must name at least one feature.", "schema")
+    for name, kind in schema.items():
+        if kind not in SCHEMA_TYPES:
+            raise InvalidRequest(
+                f"Feature encoding {kind!r} of 'schema.{name}' is not implemented here; "
+                f"supported: {', '.join(SCHEMA_TYPES)}.",
+                param=f"schema.{name}",
+                code="unsupported_parameter",
+            )
+    return list(schema)
+
+
+def parse(data: Any, limits: AnomalySettings, *, features: list[str] | None = None) -> Rows:
+    """Check and convert ``data``. ``features`` fixes the column order of rows given as
+    objects (from the schema or the fitted model); without it the first row's keys do."""
+    if not isinstance(data, list) or not data:
+        raise _bad("'data' must be a non-empty list of rows (lists of numbers or objects) or of texts.")
+    if len(data) > limits.anomaly_max_rows:
+        raise PayloadTooLarge(
+            f"'data' has {len(data)} rows; this server accepts at most {limits.anomaly_max_rows} (--anomaly-max-rows).",
+            param="data",
+            code="too_many_rows",
+        )
+    first = data[0]
+    if isinstance(first, str):
+        return Rows(None, _texts(data, limits), None)
+    if isinstance(first, dict):
+        names = features or [str(k) for k in first]
+        _check_width(len(names), limits)
+        matrix = _named(data, names)
+        return Rows(_finite(matrix), None, names)
+    if isinstance(first, int | float) and not isinstance(first, bool):
+        if features is not None and len(features) != 1:
+            raise _bad(f"'data' is a list of numbers (one feature); the model's features are {features}.")
+        return Rows(_finite(_numeric([[v] if isinstance(v, int | float) else v for v in data], limits)), None, None)
+    if features is not None and isinstance(first, list) and len(first) != len(features):
+        raise _bad(f"'data[0]' has {len(first)} values; the model's features are {features}.")
+    return Rows(_finite(_numeric(data, limits)), None, None)
+
+
+def _texts(data: list[Any], limits: AnomalySettings) -> list[str]:
+    for i, text in enumerate(data):
+        if not isinstance(text, str):
+            raise _bad(f"'data[{i}]' is not a text; a request holds only texts or only rows.")
+        if not text.strip():
+            raise _bad(f"'data[{i}]' is an empty text.")
+        if len(text) > limits.anomaly_max_text_chars:
+            raise _bad(
+                f"'data[{i}]' is {len(text)} characters long; this server accepts at most "
+                f"{limits.anomaly_max_text_chars} (--anomaly-max-text-chars).",
+                code="input_too_long",
+            )
+    return list(data)
+
+
+def _check_width(width: int, limits: AnomalySettings) -> None:
+    if width > limits.anomaly_max_features:
+        raise _bad(
+            f"Rows have {width} features; this server accepts at most {limits.anomaly_max_features} "
+            "(--anomaly-max-features).",
+            code="too_many_features",
+        )
+    if width == 0:
+        raise _bad("Rows must have at least one feature.")
+
+
+def _numeric(data: list[Any], limits: AnomalySettings) -> np.ndarray:
+    width = len(data[0]) if isinstance(data[0], list) else -1
+    if width >= 0:
+        _check_width(width, limits)
+    for i, row in enumerate(data):
+        if not isinstance(row, list) or len(row) != width:
+            raise _bad(f"'data[{i}]' is not a list of {width} numbers like 'data[0]'.")
+    try:
+        matrix = np.asarray(data, dtype=np.float64)
+    except (TypeError, ValueError):
+        for i, row in enumerate(data):
+            for j, value in enumerate(row):
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    raise _bad(f"'data[{i}][{j}]' is not a number.") from None
+        raise _bad("'data' is not a matrix of numbers.") from None
+    return matrix
+
+
+def _named(data: list[Any], names: list[str]) -> np.ndarray:
+    wanted = set(names)
+    out = np.empty((len(data), len(names)), dtype=np.float64)
+    for i, row in enumerate(data):
+        if not isinstance(row, dict):
+            raise _bad(f"'data[{i}]' is not an object like 'data[0]'.")
+        if len(row) != len(names) or row.keys() != wanted:
+            missing = [n for n in names if n not in row]
+            extra = [k for k in row if k not in wanted]
+            raise _bad(f"'data[{i}]' must have exactly the features {names}; missing {missing}, unexpected {extra}.")
+        for j, name in enumerate(names):
+            value = row[name]
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise _bad(f"'data[{i}].{name}' is not a number.")
+            out[i, j] = value
+    return out
+
+
+def _finite(matrix: np.ndarray) -> np.ndarray:
+    if matrix.ndim != 2:
+        raise _bad("'data' must be a list of rows.")
+    if not np.isfinite(matrix).all():
+        i = int(np.argwhere(~np.isfinite(matrix))[0][0])
+        raise _bad(f"'data[{i}]' holds a value that is not a finite number.")
+    return matrix

@@ -1,0 +1,424 @@
+"""``/v1/anomaly/``: fit, score, detect, load, models, backends (the source runtime's shapes)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Annotated, Any
+
+import msgspec
+import numpy as np
+from litestar import Request, delete, get, post
+
+from flexserv_anomaly import detectors, inputs, text
+from flexserv_anomaly.fitted import NORMALIZATIONS, FitSpec, Normalization, ScalerType
+from flexserv_anomaly.model import KIND, SOURCE_PREFIX, AnomalyModel
+from flexserv_anomaly.service import AnomalyService, service_for
+from flexserv_anomaly.store import BadName, check_name, parse_registry_name, registry_name
+from flexserv_anomaly.worker import FitFailed, FitTimedOut
+from flexserv_core import (
+    FlexServer,
+    GatewayTimeout,
+    InvalidRequest,
+    ModelNotFound,
+    ModelSpec,
+    ServiceUnavailable,
+    open_request_context,
+    parse_body,
+    request_owner,
+    until_disconnect,
+)
+
+log = logging.getLogger(__name__)
+PREFIX = "/v1/anomaly"
+
+
+class FitRequest(msgspec.Struct, kw_only=True):
+    model: str = "default"
+    backend: str = "isolation_forest"
+    data: list[Any]
+    schema: dict[str, str] | None = None
+    contamination: Annotated[float, msgspec.Meta(gt=0, le=0.5)] = 0.1
+    parameters: dict[str, Any] = msgspec.field(default_factory=dict)
+    normalization: Normalization = "standardization"
+    scaler_type: ScalerType = "robust"
+    overwrite: bool = True
+    embedding_model: str | None = None
+
+
+class ScoreRequest(msgspec.Struct, kw_only=True):
+    model: str = "default"
+    backend: str | None = None
+    data: list[Any]
+    schema: dict[str, str] | None = None
+    threshold: float | None = None
+    normalization: Normalization = "standardization"
+    explain: bool = False
+
+
+class LoadRequest(msgspec.Struct, kw_only=True):
+    model: str = "default"
+    backend: str | None = None
+
+
+#: Fields each route reads; anything else in a body is refused (the preprocess hook).
+FIELDS: dict[str, frozenset[str]] = {
+    f"{PREFIX}/fit": frozenset(FitRequest.__struct_fields__),
+    f"{PREFIX}/score": frozenset(ScoreRequest.__struct_fields__),
+    f"{PREFIX}/detect": frozenset(ScoreRequest.__struct_fields__),
+    f"{PREFIX}/load": frozenset(LoadRequest.__struct_fields__),
+}
+
+
+def server_of(request: Request[Any, Any, Any]) -> FlexServer:
+    server: FlexServer = request.app.state.flexserv
+    return server
+
+
+def path_param(request: Request[Any, Any, Any], key: str) -> str:
+    # read from the request: Litestar deprecates inferred path arguments, and FromPath is newer than our minimum
+    return str(request.path_params[key])
+
+
+def model_name(name: str, param: str = "model") -> str:
+    try:
+        return check_name(name)
+    except BadName as exc:
+        raise InvalidRequest(str(exc), param=param, code="invalid_model_name") from None
+
+
+def _detector_error(exc: detectors.DetectorError) -> InvalidRequest:
+    return InvalidRequest(str(exc), param=exc.param, code=exc.code)
+
+
+async def _rows(
+    request: Request[Any, Any, Any],
+    server: FlexServer,
+    data: list[Any],
+    *,
+    features: list[str] | None,
+    embedding_model: str | None,
+    text_expected: bool | None,
+) -> tuple[np.ndarray, inputs.Rows]:
+    service = service_for(server.settings)
+    rows = inputs.parse(data, service.limits, features=features)
+    if text_expected is not None and (rows.texts is not None) != text_expected:
+        wanted = "texts" if text_expected else "numeric rows"
+        raise InvalidRequest(f"This model was fitted on {wanted}; send {wanted}.", param="data", code="invalid_data")
+    if rows.texts is None:
+        assert rows.matrix is not None
+        return rows.matrix, rows
+    assert embedding_model is not None
+    return await until_disconnect(request, text.embed(server, embedding_model, rows.texts)), rows
+
+
+@post(f"{PREFIX}/fit", status_code=200, summary="Fit an anomaly detector and store it", opt={"body": FitRequest})
+async def fit(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    server = server_of(request)
+    service = service_for(server.settings)
+    body = await parse_body(request, FitRequest, open_request_context(request, f"{PREFIX}/fit"))
+    name = model_name(body.model)
+    try:
+        info = detectors.lookup(body.backend)
+        params = detectors.check_params(info, body.parameters)
+    except detectors.DetectorError as exc:
+        raise _detector_error(exc) from None
+    features = inputs.check_schema(body.schema)
+    owner = request_owner(request)
+    if not body.overwrite and await service.store.exists(name, owner=owner):
+        raise InvalidRequest(
+            f"The anomaly model '{name}' exists and 'overwrite' is false.", param="overwrite", code="model_exists"
+        )
+    is_text = bool(body.data) and isinstance(body.data[0], str)
+    embedding = text.embedding_model_name(server, body.embedding_model) if is_text else None
+    if body.embedding_model is not None and not is_text:
+        raise InvalidRequest("'embedding_model' applies to text data only.", param="embedding_model")
+    matrix, rows = await _rows(
+        request, server, body.data, features=features, embedding_model=embedding, text_expected=None
+    )
+    if len(matrix) < 2:
+        raise InvalidRequest("A fit needs at least 2 rows (10 or more are advised).", param="data", code="invalid_data")
+    spec = FitSpec(
+        backend=info.name,
+        params=params,
+        contamination=body.contamination,
+        scaler=body.scaler_type,
+        features=rows.features,
+        input_type="text" if rows.texts is not None else "numeric",
+        embedding_model=embedding,
+        schema=body.schema,
+    )
+    budget = service.limits.anomaly_fit_timeout
+    try:
+        outcome = await until_disconnect(request, service.pool.fit(spec, matrix, name, budget=budget))
+    except FitTimedOut as exc:
+        service.counts.fits["timeout"] += 1
+        raise GatewayTimeout(
+            f"Fitting '{name}' was stopped: {exc} (--anomaly-fit-timeout).", param="data", code="fit_timeout"
+        ) from None
+    except FitFailed as exc:
+        service.counts.fits["invalid" if exc.client_error else "failed"] += 1
+        if exc.client_error:
+            raise InvalidRequest(str(exc), param=exc.param, code=exc.code) from None
+        raise ServiceUnavailable(f"Fitting '{name}' failed: {exc}", code=exc.code) from None
+    except BaseException:
+        service.counts.fits["cancelled"] += 1
+        raise
+    await service.store.put(name, outcome.header, outcome.blob, owner=owner)
+    key = registry_name(name, owner)
+    service.remember(key, outcome.header["checksum"], outcome.model)
+    await server.registry.unload(key)  # the next request loads the new model; running ones finish on the old
+    service.counts.fits["ok"] += 1
+    service.counts.rows_fitted[name] += len(matrix)
+    model = outcome.model
+    log.info(
+        "fitted anomaly model '%s' (%s) on %d rows in %.0f ms", name, info.name, len(matrix), model.training_time_ms
+    )
+    threshold = model.stats.threshold(body.normalization)
+    return {
+        "object": "fit_result",
+        "id": name,
+        "model": name,
+        "backend": info.name,
+        "samples_fitted": len(matrix),
+        "training_time_ms": round(model.training_time_ms, 3),
+        "model_params": {
+            "backend": info.name,
+            "contamination": body.contamination,
+            "threshold": threshold,
+            "normalization": body.normalization,
+            "input_dim": model.n_features,
+            "parameters": params,
+            "scaler_type": body.scaler_type,
+        },
+        "encoder": {"schema": body.schema, "features": rows.features} if rows.features else None,
+        "input_type": spec.input_type,
+        "embedding_model": embedding,
+        "training_stats": model.training_stats(),
+        "checksum": outcome.header["checksum"],
+        "status": "fitted",
+    }
+
+
+async def _score(
+    request: Request[Any, Any, Any], endpoint: str
+) -> tuple[dict[str, Any], np.ndarray, np.ndarray, float]:
+    server = server_of(request)
+    service = service_for(server.settings)
+    body = await parse_body(request, ScoreRequest, open_request_context(request, endpoint))
+    name = model_name(body.model)
+    if body.explain:
+        raise InvalidRequest(
+            "'explain' is not implemented by this server.", param="explain", code="unsupported_parameter"
+        )
+    if body.threshold is not None and not math.isfinite(body.threshold):
+        raise InvalidRequest("'threshold' must be a finite number.", param="threshold")
+    owner = request_owner(request)
+    await _require_stored(service, name, owner)
+    async with server.registry.acquire(registry_name(name, owner), AnomalyModel) as lease:
+        model = lease.model.fitted
+        if body.backend is not None:
+            try:
+                wanted = detectors.lookup(body.backend).name
+            except detectors.DetectorError as exc:
+                raise _detector_error(exc) from None
+            if wanted != model.spec.backend:
+                raise InvalidRequest(
+                    f"The anomaly model '{name}' was fitted with {model.spec.backend}, not {wanted}.",
+                    param="backend",
+                    code="backend_mismatch",
+                )
+        if body.schema is not None and inputs.check_schema(body.schema) != model.spec.features:
+            raise InvalidRequest(
+                f"'schema' does not match the features the model was fitted on ({model.spec.features}).",
+                param="schema",
+            )
+        matrix, _ = await _rows(
+            request,
+            server,
+            body.data,
+            features=model.spec.features,
+            embedding_model=model.spec.embedding_model,
+            text_expected=model.spec.input_type == "text",
+        )
+        if matrix.shape[1] != model.n_features:
+            raise InvalidRequest(
+                f"Rows have {matrix.shape[1]} features; the model '{name}' was fitted on {model.n_features}.",
+                param="data",
+                code="invalid_data",
+            )
+        raw = await until_disconnect(request, lease.model.raw_scores(matrix))
+        backend = model.spec.backend
+        scores = model.stats.normalise(raw, body.normalization)
+        threshold = body.threshold if body.threshold is not None else model.stats.threshold(body.normalization)
+    service.counts.rows_scored[name] += len(matrix)
+    head = {"model": name, "backend": backend, "normalization": body.normalization}
+    return head, raw, scores, threshold
+
+
+def _as_list(values: np.ndarray) -> list[float]:
+    out: list[float] = values.tolist()
+    return out
+
+
+@post(f"{PREFIX}/score", status_code=200, summary="Score rows against a fitted model", opt={"body": ScoreRequest})
+async def score(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    head, raw, scores, threshold = await _score(request, f"{PREFIX}/score")
+    flags = scores >= threshold
+    data = [
+        {"index": i, "score": s, "is_anomaly": f, "raw_score": r}
+        for i, (s, f, r) in enumerate(zip(_as_list(scores), flags.tolist(), _as_list(raw), strict=True))
+    ]
+    count = int(flags.sum())
+    return {
+        "object": "list",
+        "data": data,
+        "total_count": len(data),
+        **head,
+        "summary": {
+            "total_points": len(data),
+            "anomaly_count": count,
+            "anomaly_rate": count / len(data),
+            "threshold": threshold,
+        },
+    }
+
+
+@post(f"{PREFIX}/detect", status_code=200, summary="The anomalous rows only", opt={"body": ScoreRequest})
+async def detect(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    head, raw, scores, threshold = await _score(request, f"{PREFIX}/detect")
+    hits = np.flatnonzero(scores >= threshold)
+    data = [{"index": int(i), "score": float(scores[i]), "raw_score": float(raw[i])} for i in hits]
+    return {
+        "object": "list",
+        "data": data,
+        "total_count": len(data),
+        **head,
+        "summary": {
+            "total_points": len(scores),
+            "anomalies_detected": len(data),
+            "anomaly_rate": len(data) / len(scores),
+            "threshold": threshold,
+        },
+    }
+
+
+async def _require_stored(service: AnomalyService, name: str, owner: str | None) -> None:
+    if not await service.store.exists(name, owner=owner):
+        raise ModelNotFound(f"No anomaly model '{name}' is stored; fit it first (POST {PREFIX}/fit).", param="model")
+
+
+def resolve(model_id: str) -> ModelSpec | None:
+    """The registry's spec of a model name (``name`` or ``name@owner``); the routes
+    check that it is stored before they ask the registry for it."""
+    if parse_registry_name(model_id) is None:
+        return None
+    return ModelSpec(
+        name=model_id, kind=KIND, source=f"{SOURCE_PREFIX}{model_id}", backend="anomaly-store", origin="fitted"
+    )
+
+
+@post(f"{PREFIX}/load", status_code=200, summary="Load a stored model now", opt={"body": LoadRequest})
+async def load(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    server = server_of(request)
+    service = service_for(server.settings)
+    body = await parse_body(request, LoadRequest, open_request_context(request, f"{PREFIX}/load"))
+    name = model_name(body.model)
+    owner = request_owner(request)
+    await _require_stored(service, name, owner)
+    async with server.registry.acquire(registry_name(name, owner), AnomalyModel) as lease:
+        model = lease.model.fitted
+    return {
+        "object": "load_result",
+        "model": name,
+        "backend": model.spec.backend,
+        "filename": name,
+        "is_fitted": True,
+        "threshold": model.stats.threshold("standardization"),
+        "encoder_loaded": model.spec.features is not None,
+        "encoder_schema": model.spec.schema,
+        "status": "loaded",
+    }
+
+
+def _summary(entry: dict[str, Any], server: FlexServer, owner: str | None) -> dict[str, Any]:
+    header = entry.get("header") or {}
+    thresholds = header.get("thresholds") or {}
+    return {
+        "id": entry["name"],
+        "object": "anomaly_model",
+        "model": entry["name"],
+        "filename": entry["name"],
+        "backend": header.get("backend"),
+        "size_bytes": entry["size_bytes"],
+        "modified": entry["modified"],
+        "samples": header.get("samples"),
+        "n_features": header.get("n_features"),
+        "features": header.get("features"),
+        "contamination": header.get("contamination"),
+        "threshold": thresholds.get("standardization"),
+        "input_type": header.get("input_type"),
+        "embedding_model": header.get("embedding_model"),
+        "format_version": header.get("format_version"),
+        "state": server.registry.state_of(registry_name(entry["name"], owner)).value,
+        "error": entry.get("error"),
+    }
+
+
+@get(f"{PREFIX}/models", summary="Stored anomaly models")
+async def list_models(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    server = server_of(request)
+    owner = request_owner(request)
+    entries = await service_for(server.settings).store.list(owner=owner)
+    data = [_summary(e, server, owner) for e in entries]
+    return {"object": "list", "data": data, "total": len(data)}
+
+
+@get(f"{PREFIX}/models/{{name:str}}", summary="One stored anomaly model")
+async def get_model(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    name = path_param(request, "name")
+    server = server_of(request)
+    model_name(name, "name")
+    owner = request_owner(request)
+    stored = await service_for(server.settings).store.record(name, owner=owner)
+    if stored is not None:
+        entry = {
+            "name": name,
+            "size_bytes": stored.blob_size or 0,
+            "modified": stored.created_at,
+            "header": stored.payload,
+        }
+        return _summary(entry, server, owner)
+    raise ModelNotFound(f"No anomaly model '{name}' is stored.", param="name")
+
+
+@delete(f"{PREFIX}/models/{{name:str}}", status_code=200, summary="Delete a stored anomaly model")
+async def delete_model(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    name = path_param(request, "name")
+    server = server_of(request)
+    service = service_for(server.settings)
+    model_name(name, "name")
+    owner = request_owner(request)
+    if not await service.store.delete(name, owner=owner):
+        raise ModelNotFound(f"No anomaly model '{name}' is stored.", param="name")
+    key = registry_name(name, owner)
+    service.forget(key)
+    await server.registry.unload(key)
+    return {"object": "delete_result", "filename": name, "model": name, "deleted": True}
+
+
+@get(f"{PREFIX}/backends", summary="Anomaly detectors and whether they are installed")
+async def backends() -> dict[str, Any]:
+    data = [info.describe() for info in detectors.DETECTORS.values()]
+    return {
+        "object": "list",
+        "data": data,
+        "total": len(data),
+        "categories": sorted({d["category"] for d in data}),
+        "normalizations": list(NORMALIZATIONS),
+        "timestamp": int(time.time()),
+    }
+
+
+ROUTES = [fit, score, detect, load, list_models, get_model, delete_model, backends]

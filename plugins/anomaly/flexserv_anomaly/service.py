@@ -1,0 +1,92 @@
+"""The plugin's per-server objects: the model store, the fit workers, the streams and the counters.
+
+Hooks that run before the server exists (backends, routes, metrics) and route
+handlers that run after it reach the same :class:`AnomalyService` through the
+server's ``Settings`` object, one service per app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+
+from flexserv_anomaly.fitted import FittedModel
+from flexserv_anomaly.settings import AnomalySettings
+from flexserv_anomaly.store import ModelStore
+from flexserv_anomaly.streaming import StreamRegistry
+from flexserv_anomaly.worker import FitPool
+from flexserv_core import FlexServer, ServiceUnavailable, Settings
+
+#: Fitted models kept for their first load (the rest are refitted from the store).
+FRESH_MODELS = 4
+
+
+@dataclass
+class Counts:
+    """What ``GET /metrics`` reports; updated on the event loop, read at scrape time."""
+
+    rows_fitted: Counter[str] = field(default_factory=Counter)
+    rows_scored: Counter[str] = field(default_factory=Counter)
+    fits: Counter[str] = field(default_factory=Counter)  # by outcome
+    stream_points: int = 0
+
+
+class AnomalyService:
+    def __init__(self, settings: Settings) -> None:
+        self.limits = settings.get(AnomalySettings)
+        self._store: ModelStore | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.pool = FitPool(self.limits.anomaly_fit_workers)
+        self.streams = StreamRegistry(self.limits)
+        self.counts = Counts()
+        #: Models fitted by this process, by name, with the checksum they were stored
+        #: under: a load that finds that same checksum in the store takes the fitted
+        #: object instead of refitting it from the stored rows.
+        #: Bounded: a model nobody scores must not stay in memory for it.
+        self._fresh: OrderedDict[str, tuple[str, FittedModel]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def attach(self, server: FlexServer) -> None:
+        """At start-up: the server's state store is open, and this is its event loop."""
+        self._store = ModelStore(server, self.limits)
+        self.loop = asyncio.get_running_loop()
+
+    @property
+    def store(self) -> ModelStore:
+        if self._store is None:
+            raise ServiceUnavailable("The anomaly plugin has not started.")
+        return self._store
+
+    def remember(self, name: str, checksum: str, model: FittedModel) -> None:
+        with self._lock:
+            self._fresh[name] = (checksum, model)
+            self._fresh.move_to_end(name)
+            while len(self._fresh) > FRESH_MODELS:
+                self._fresh.popitem(last=False)
+
+    def take_fresh(self, name: str, checksum: str) -> FittedModel | None:
+        with self._lock:
+            entry = self._fresh.get(name)
+            if entry is None or entry[0] != checksum:
+                return None
+            del self._fresh[name]
+            return entry[1]
+
+    def forget(self, name: str) -> None:
+        with self._lock:
+            self._fresh.pop(name, None)
+
+
+_SERVICES: weakref.WeakKeyDictionary[Settings, AnomalyService] = weakref.WeakKeyDictionary()
+_SERVICES_LOCK = threading.Lock()
+
+
+def service_for(settings: Settings) -> AnomalyService:
+    with _SERVICES_LOCK:
+        service = _SERVICES.get(settings)
+        if service is None:
+            service = _SERVICES[settings] = AnomalyService(settings)
+        return service
