@@ -105,10 +105,12 @@ from flexserv_core.tool_parsers import ParsedToolCall, ParsedToolOutput, ToolPar
 
 __all__ = [
     "PROJECT_NAME",
+    "READY",
     "RESERVED_TEMPLATE_KWARGS",
     "Backend",
     "BatchRunner",
     "BlockedMasks",
+    "ChatCompletionRequest",
     "Collection",
     "CollectionLimits",
     "Command",
@@ -129,10 +131,12 @@ __all__ = [
     "FlexServError",
     "FlexServPluginManager",
     "FlexServer",
+    "FunctionDefinition",
     "GatewayTimeout",
     "GpuInfo",
     "ImageInput",
     "InvalidRequest",
+    "JsonSchemaFormat",
     "Lease",
     "LoadedModel",
     "MicroBatcher",
@@ -145,6 +149,8 @@ __all__ = [
     "ModelRegistry",
     "ModelSpec",
     "ModelState",
+    "NamedFunction",
+    "NamedToolChoice",
     "NotFound",
     "ParsedToolCall",
     "ParsedToolOutput",
@@ -163,6 +169,8 @@ __all__ = [
     "RecordPage",
     "RequestContext",
     "ResourceProbe",
+    "ResponseFormat",
+    "SSEGenerator",
     "SamplingParams",
     "ServiceUnavailable",
     "SettingField",
@@ -175,14 +183,20 @@ __all__ = [
     "SystemResourceSnapshot",
     "TextGenerationModel",
     "TextLimits",
+    "TextSession",
     "TokenDelta",
     "TokenMatcher",
     "TooManyRequests",
+    "Tool",
+    "ToolCallDelta",
     "ToolCallFragment",
     "ToolCallStream",
+    "ToolChoice",
     "ToolParser",
     "ToolParsers",
+    "ToolPlan",
     "ToolStreamEvent",
+    "ToolStreamer",
     "TopLogprob",
     "Transcription",
     "TranscriptionModel",
@@ -193,6 +207,8 @@ __all__ = [
     "UnsupportedParameter",
     "UsageError",
     "__version__",
+    "check_chat_request",
+    "convert_param",
     "create_app",
     "create_plugin_manager",
     "default_cache_dir",
@@ -215,13 +231,28 @@ __all__ = [
     "resolve_settings",
     "resolved_state_url",
     "route_scope",
+    "sse_response",
     "until_disconnect",
 ]
 
 if typing.TYPE_CHECKING:
-    from flexserv_core.api.body import parse_body
+    from flexserv_core.api.body import convert_param, parse_body
     from flexserv_core.api.body import request_context as open_request_context
     from flexserv_core.api.disconnect import until_disconnect
+    from flexserv_core.api.streaming import READY, SSEGenerator, sse_response
+    from flexserv_core.api.text_schemas import (
+        ChatCompletionRequest,
+        FunctionDefinition,
+        JsonSchemaFormat,
+        NamedFunction,
+        NamedToolChoice,
+        ResponseFormat,
+        Tool,
+        ToolCallDelta,
+        ToolChoice,
+    )
+    from flexserv_core.api.text_session import TextSession, check_chat_request
+    from flexserv_core.api.tool_calls import ToolPlan, ToolStreamer
     from flexserv_core.app import create_app
     from flexserv_core.edge.auth import route_scope
 
@@ -234,6 +265,30 @@ _LAZY = {
     "open_request_context": ("flexserv_core.api.body", "request_context"),
     "until_disconnect": ("flexserv_core.api.disconnect", "until_disconnect"),
     "route_scope": ("flexserv_core.edge.auth", "route_scope"),
+    "convert_param": ("flexserv_core.api.body", "convert_param"),
+    # A text route outside the core (the Responses API plugin): the chat request it
+    # builds, the checks and the session that serve it, its tool calls and its stream.
+    **{
+        name: ("flexserv_core.api.text_schemas", name)
+        for name in (
+            "ChatCompletionRequest",
+            "FunctionDefinition",
+            "JsonSchemaFormat",
+            "NamedFunction",
+            "NamedToolChoice",
+            "ResponseFormat",
+            "Tool",
+            "ToolCallDelta",
+            "ToolChoice",
+        )
+    },
+    "check_chat_request": ("flexserv_core.api.text_session", "check_chat_request"),
+    "TextSession": ("flexserv_core.api.text_session", "TextSession"),
+    "ToolPlan": ("flexserv_core.api.tool_calls", "ToolPlan"),
+    "ToolStreamer": ("flexserv_core.api.tool_calls", "ToolStreamer"),
+    "sse_response": ("flexserv_core.api.streaming", "sse_response"),
+    "READY": ("flexserv_core.api.streaming", "READY"),
+    "SSEGenerator": ("flexserv_core.api.streaming", "SSEGenerator"),
 }
 
 

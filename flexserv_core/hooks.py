@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 import msgspec
 import pluggy
 
-from flexserv_core.backends.base import Backend
+from flexserv_core.backends.base import Backend, ImageInput
 from flexserv_core.commands import CORE_COMMANDS, Command
 from flexserv_core.errors import (
     FlexServError,
@@ -142,11 +142,13 @@ async def acall_hook(
     kwargs: Mapping[str, Any],
     *,
     reverse: bool = False,
+    firstresult: bool = False,
     keep_going: bool = False,
 ) -> list[HookResult]:
     """Call a hook that may be async, awaiting each implementation before the next.
 
-    ``reverse`` runs implementations in the reverse of pluggy's order (shutdown).
+    ``reverse`` runs implementations in the reverse of pluggy's order (shutdown);
+    ``firstresult`` stops at the first non-``None`` result.
     """
     if hook not in ASYNC_HOOKS:
         raise TypeError(f"{hook} is synchronous; call it with call_hook")
@@ -166,6 +168,8 @@ async def acall_hook(
             continue
         if value is not None:
             results.append(HookResult(impl.plugin_name, value))
+            if firstresult:
+                break
     return results
 
 
@@ -441,6 +445,19 @@ def load_audio(
     kwargs = {"data": data, "filename": filename, "content_type": content_type, "sampling_rate": sampling_rate}
     results = call_hook(pm, "flexserv_load_audio", kwargs, firstresult=True)
     return results[0].value if results else None
+
+
+def implemented(pm: pluggy.PluginManager, hook: str) -> bool:
+    """Whether a registered plugin implements ``hook``."""
+    return bool(getattr(pm.hook, hook).get_hookimpls())
+
+
+async def load_image(url: str, param: str, context: RequestContext) -> ImageInput | None:
+    """The first plugin's image for ``url``, checked to be an :class:`ImageInput`."""
+    hook = "flexserv_load_image"
+    pm = context.server.pm
+    results = await acall_hook(pm, hook, {"url": url, "param": param, "context": context}, firstresult=True)
+    return _items(pm, hook, results, ImageInput)[0] if results else None
 
 
 def health(server: FlexServer) -> dict[str, Any]:

@@ -27,12 +27,12 @@ Hook policy (one rule for every hook; :mod:`flexserv_core.hooks` enforces it):
 * **first result** hooks stop at the first implementation returning something
   other than ``None``; **collect all** hooks run every implementation and drop
   ``None`` results.
-* **Async.** Only ``flexserv_startup``, ``flexserv_shutdown`` and
-  ``flexserv_preprocess_request`` (:data:`ASYNC_HOOKS`) may return an awaitable;
-  the core awaits each before calling the next. An ``async def`` implementation
-  of any other hook is refused when the plugin registers (start-up stops naming
-  the plugin and its distribution); one that returns an awaitable anyway is a
-  plugin error when called.
+* **Async.** Only ``flexserv_startup``, ``flexserv_shutdown``,
+  ``flexserv_preprocess_request`` and ``flexserv_load_image`` (:data:`ASYNC_HOOKS`) may
+  return an awaitable; the core awaits each before calling the next. An ``async def``
+  implementation of any other hook is refused when the plugin registers (start-up
+  stops naming the plugin and its distribution); one that returns an awaitable
+  anyway is a plugin error when called.
 * **Failures.** An exception from an implementation becomes a
   :class:`~flexserv_core.PluginHookError` naming the plugin, its
   distribution and the hook. Exceptions a hook documents as its way to answer
@@ -42,7 +42,7 @@ Hook policy (one rule for every hook; :mod:`flexserv_core.hooks` enforces it):
   models, probes, metrics collectors, routes, startup) the error stops the server: ``flexserv run`` prints it
   (with ``-p no:NAME`` to start without the plugin) and exits non-zero (3 before
   serving, 1 when ``flexserv_startup`` fails). At request time (preprocess, template kwargs, resolve model,
-  load audio, health) it is logged with the plugin and distribution and the client
+  load audio, load image, health) it is logged with the plugin and distribution and the client
   gets an OpenAI-shaped 500 (``type: "server_error"``, ``code: "internal_error"``)
   that names no plugin.
   Observer hooks (``flexserv_shutdown``, ``flexserv_model_event``) log the error
@@ -71,7 +71,7 @@ if TYPE_CHECKING:
     from litestar.types import ControllerRouterHandler
     from prometheus_client.registry import Collector
 
-    from flexserv_core.backends.base import Backend
+    from flexserv_core.backends.base import Backend, ImageInput
     from flexserv_core.commands import Command
     from flexserv_core.events import ModelEvent
     from flexserv_core.models.spec import ModelSpec
@@ -88,7 +88,7 @@ hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 #: The hooks whose implementations may be ``async def`` (or return an awaitable).
-ASYNC_HOOKS = frozenset({"flexserv_startup", "flexserv_shutdown", "flexserv_preprocess_request"})
+ASYNC_HOOKS = frozenset({"flexserv_startup", "flexserv_shutdown", "flexserv_preprocess_request", "flexserv_load_image"})
 
 
 # --- configuration -----------------------------------------------------------------
@@ -372,6 +372,30 @@ def flexserv_load_audio(
     :param sampling_rate: the rate the model needs, in Hz.
 
     First result; synchronous; ``None`` means "not a format I decode".
+    """
+
+
+@hookspec(firstresult=True)
+def flexserv_load_image(url: str, param: str, context: RequestContext) -> ImageInput | None:
+    """Fetch or unpack, and decode, the image of a chat request's ``image_url`` part.
+
+    Called by the text session for each image part of a chat (or Responses)
+    request, in order, once the model is known to take images and the request
+    holds no more than the model's ``max_images``; before the prompt is rendered.
+    It runs on the event loop: do blocking work (decoding) in a worker thread and
+    bound any fetch in bytes and time. Raise :class:`flexserv_core.InvalidRequest`
+    with ``param`` (and a stable ``code``) for a URL or an image that is refused.
+    The first-party ``image-input`` plugin implements it (``data:`` URLs and
+    allow-listed http(s) hosts, decoded with Pillow) at ``trylast``, so a plugin
+    may take some URLs first. With no plugin implementing it, an image part is a
+    400 ``image_input_unavailable`` naming that plugin; with plugins that all
+    return ``None``, a 400 ``invalid_image_url``.
+
+    :param url: the part's ``image_url.url``, as the client sent it (untrusted).
+    :param param: the path to name in errors, e.g. ``messages[0].content[1].image_url.url``.
+    :param context: this request's context (``context.server.settings`` holds the settings).
+
+    First result; may be async; return an :class:`~flexserv_core.ImageInput` (the RGB picture, the sha256 of its bytes), ``None`` means "not a URL I load".
     """
 
 

@@ -28,6 +28,7 @@ from flexserv_core.request_context import RequestContext
 
 log = logging.getLogger(__name__)
 StructT = TypeVar("StructT", bound=msgspec.Struct)
+T = TypeVar("T")
 
 
 class UnsupportedMediaType(FlexServError):
@@ -129,6 +130,19 @@ def validate(
     except msgspec.ValidationError as exc:
         message, param = _explain(exc)
         raise InvalidRequest(message, param=param, code="invalid_value") from None
+
+
+def convert_param(value: Any, type_: type[T], param: str) -> T:
+    """``value`` (one parameter of a body, at ``param``) as a ``type_``; a mismatch is a
+    400 naming the offending path under ``param`` (``tools[0].name``)."""
+    try:
+        return msgspec.convert(value, type_, strict=True)
+    except msgspec.ValidationError as exc:
+        message, path = _explain(exc)
+        where = f"{param}.{path}" if path else param
+        if path:
+            message = message.replace(f"'{path}'", f"'{where}'")
+        raise InvalidRequest(message, param=where, code="invalid_value") from None
 
 
 def unknown_fields(value: Any, schema: Any) -> list[str]:

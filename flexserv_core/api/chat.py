@@ -11,9 +11,7 @@ from typing import Any
 from litestar import MediaType, Request, Response, post
 
 from flexserv_core.api.body import new_id, parse_body, request_context
-from flexserv_core.api.message_rules import check_messages
 from flexserv_core.api.streaming import DONE, READY, SSEGenerator, error_event, sse_event, sse_response
-from flexserv_core.api.text_bounds import check_chat_bounds
 from flexserv_core.api.text_generation import ChoiceJob, ChoiceResult
 from flexserv_core.api.text_logprobs import chat_logprobs
 from flexserv_core.api.text_schemas import (
@@ -28,8 +26,8 @@ from flexserv_core.api.text_schemas import (
     Usage,
     encode,
 )
-from flexserv_core.api.text_session import TextSession
-from flexserv_core.api.tool_calls import ToolPlan, ToolStreamer, check_tool_history, split_output
+from flexserv_core.api.text_session import TextSession, check_chat_request
+from flexserv_core.api.tool_calls import ToolPlan, ToolStreamer, split_output
 from flexserv_core.server import FlexServer
 
 log = logging.getLogger(__name__)
@@ -51,9 +49,7 @@ async def create_chat_completion(request: Request[Any, Any, Any]) -> Response[An
     context = request_context(request, ENDPOINT)
     body = await parse_body(request, ChatCompletionRequest, context)
     server: FlexServer = request.app.state.flexserv
-    check_chat_bounds(body, server.settings.core)
-    check_messages(body.messages)
-    check_tool_history(body.messages)
+    check_chat_request(body, server.settings.core)
     session = TextSession(server, body.model, context)
     if body.stream:
         return await sse_response(_stream(session, body), server, request)

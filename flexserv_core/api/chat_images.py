@@ -3,8 +3,11 @@
 Called by the text session once the request's model is known (its lease held)
 and before the prompt is rendered: :func:`load_images` checks the model's
 ``limits.max_images`` (a 400 naming the model when it takes no images), loads
-every image (:mod:`.image_input`) and returns them by position, an argument of
-the plan (:func:`~flexserv_core.api.text_request.chat_plan`).
+every image through the ``flexserv_load_image`` hook (the first-party
+``image-input`` plugin fetches and decodes) and returns them by position, an
+argument of the plan (:func:`~flexserv_core.api.text_request.chat_plan`). With no
+plugin implementing the hook (``-p no:image-input``), an image part is a 400
+naming the plugin.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from flexserv_core.api.image_input import ImageSettings, load_image
+from flexserv_core import hooks
 from flexserv_core.backends.base import ImageInput, TextGenerationModel
 from flexserv_core.errors import InvalidRequest
 from flexserv_core.models.spec import ModelSpec
@@ -56,7 +59,13 @@ async def load_images(
             param=f"messages[{i}].content[{j}]",
             code="too_many_images",
         )
-    settings = context.server.settings.get(ImageSettings)
+    if not hooks.implemented(context.server.pm, "flexserv_load_image"):
+        raise InvalidRequest(
+            "Image input is not available on this server: the 'image-input' plugin (flexserv-image-input) is not"
+            " loaded. Install it or stop blocking it (-p no:image-input), or send text parts only.",
+            param=f"messages[{i}].content[{j}]",
+            code="image_input_unavailable",
+        )
     images: dict[tuple[int, int], ImageInput] = {}
     for i, j, url in parts:
         param = f"messages[{i}].content[{j}].image_url"
@@ -64,5 +73,10 @@ async def load_images(
             raise InvalidRequest(
                 "An image_url part needs 'image_url': {'url': ...}.", param=param, code="missing_required_parameter"
             )
-        images[(i, j)] = await load_image(url, settings, f"{param}.url")
+        image = await hooks.load_image(url, f"{param}.url", context)
+        if image is None:
+            raise InvalidRequest(
+                "No plugin of this server loads this image URL.", param=f"{param}.url", code="invalid_image_url"
+            )
+        images[(i, j)] = image
     return images

@@ -7,16 +7,13 @@ from typing import Any
 import msgspec
 
 from flexserv_core.api import chat, completions, embeddings, models_routes, tokenize, transcriptions
-from flexserv_core.api.image_input import ImageSettings
-from flexserv_core.api.responses import routes as responses
-from flexserv_core.api.responses.store import ResponsesSettings
 from flexserv_core.hookspecs import hookimpl
 from flexserv_core.settings import Settings
 
 
 @hookimpl
 def flexserv_add_settings() -> list[type[msgspec.Struct]]:
-    return [embeddings.EmbeddingSettings, transcriptions.TranscriptionSettings, ResponsesSettings, ImageSettings]
+    return [embeddings.EmbeddingSettings, transcriptions.TranscriptionSettings]
 
 
 @hookimpl
@@ -24,7 +21,6 @@ def flexserv_register_routes(settings: Settings) -> list[Any]:
     return [
         *models_routes.ROUTES,
         *chat.ROUTES,
-        *responses.ROUTES,
         *completions.ROUTES,
         *embeddings.ROUTES,
         *tokenize.ROUTES,

@@ -6,6 +6,7 @@ doubles that are real plugins, helpers to run ``flexserv`` as a process, and
 sleeping.
 """
 
+from flexserv_core.state.memory import MemoryBackend
 from flexserv_core.testing.app import (
     BASE_URL,
     app_client,
@@ -49,6 +50,7 @@ __all__ = [
     "FakeTextBackend",
     "FakeTextModel",
     "ManualClock",
+    "MemoryBackend",
     "ServedApp",
     "StateBackendContract",
     "app_client",

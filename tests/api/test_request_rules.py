@@ -32,8 +32,8 @@ def sse(text: str) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def flexserv_plugins() -> list[object]:
-    return [FakeBackendPlugin(script=CALL, eos_after=len(CALL))]
+def flexserv_plugins() -> list[object | str]:
+    return [FakeBackendPlugin(script=CALL, eos_after=len(CALL)), "responses"]
 
 
 async def test_a_whole_call_is_tool_calls(flexserv_openai: openai.AsyncOpenAI) -> None:
@@ -101,7 +101,7 @@ async def test_stream_options_need_a_stream(flexserv_client: Any, path: str, ext
 
 async def test_best_of_counts_against_the_request_token_bound() -> None:
     fake = FakeBackendPlugin()
-    app = make_app([fake], settings={"max_request_tokens": 64})
+    app = make_app([fake, "responses"], settings={"max_request_tokens": 64})
     async with app_client(app) as client:
         body = {"model": "fake-model", "prompt": "hi", "max_tokens": 40, "best_of": 8, "n": 1}
         response = await client.post("/v1/completions", json=body)
@@ -114,7 +114,7 @@ async def test_best_of_counts_against_the_request_token_bound() -> None:
 
 async def test_tokenize_counts_what_chat_renders_with_tools_and_template_variables() -> None:
     fake = FakeBackendPlugin(eos_after=0)
-    app = make_app([fake, "template-kwargs"])
+    app = make_app([fake, "template-kwargs", "responses"])
     async with app_client(app) as client:
         extra = {"tools": [WEATHER], "chat_template_kwargs": {"persona": "terse"}}
         chat = await client.post("/v1/chat/completions", json={"model": "fake-model", "messages": USER, **extra})
@@ -129,7 +129,7 @@ async def test_tokenize_counts_what_chat_renders_with_tools_and_template_variabl
 @pytest.mark.parametrize("field", ["prompt", "messages"])
 async def test_tokenize_has_the_prompt_bounds_of_the_generating_routes(field: str) -> None:
     fake = FakeBackendPlugin()
-    app = make_app([fake], settings={"max_prompt_chars": 1000})
+    app = make_app([fake, "responses"], settings={"max_prompt_chars": 1000})
     async with app_client(app) as client:
         text = "x" * 5000
         value: Any = text if field == "prompt" else [{"role": "user", "content": text}]

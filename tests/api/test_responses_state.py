@@ -22,6 +22,11 @@ def fake() -> FakeBackendPlugin:
 
 
 @pytest.fixture
+def flexserv_plugins(fake: FakeBackendPlugin) -> list[object | str]:
+    return [fake, "responses"]
+
+
+@pytest.fixture
 def state_db(tmp_path: Path) -> Path:
     return tmp_path / "state.db"
 
@@ -67,7 +72,7 @@ async def test_a_locked_store_answers_503_and_chat_keeps_serving(
 
 async def test_two_servers_on_one_file_share_the_responses(state_db: Path, flexserv_client: Any) -> None:
     first = await flexserv_client.post("/v1/responses", json={"model": "fake-model", "input": "hi", "store": True})
-    other = make_app([FakeBackendPlugin(eos_after=10)], settings={"state_url": f"sqlite://{state_db}"})
+    other = make_app([FakeBackendPlugin(eos_after=10), "responses"], settings={"state_url": f"sqlite://{state_db}"})
     async with app_client(other) as client:
         follow = await client.post(
             "/v1/responses",

@@ -14,6 +14,17 @@ from flexserv_core.settings import describe_fields, setting_prefix
 
 #: Spellings the FlexServ spec documents, kept as aliases of prefixed settings.
 SPEC_ALIASES: dict[str, frozenset[str]] = {
+    # the names these settings had while image input was part of the core
+    "image-input": frozenset(
+        {
+            "image_url_hosts",
+            "image_url_allow_private",
+            "image_max_bytes",
+            "image_max_pixels",
+            "image_fetch_timeout",
+            "image_max_redirects",
+        }
+    ),
     "oom-monitor": frozenset({"oom_ram_threshold", "oom_vram_threshold", "oom_check_interval"}),
     "transformers": frozenset(
         {
@@ -48,7 +59,7 @@ def first_party_settings() -> dict[str, list[tuple[str, tuple[str, ...]]]]:
 
 
 def test_the_scan_sees_the_plugins_with_settings(first_party_settings: dict[str, object]) -> None:
-    expected = {"classification", "oom-monitor", "resources", "sentence-transformers", "template-kwargs"}
+    expected = {"classification", "image-input", "oom-monitor", "resources", "sentence-transformers", "template-kwargs"}
     assert expected | {"transformers", "whisper"} <= set(first_party_settings)
 
 

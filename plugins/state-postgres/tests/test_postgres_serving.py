@@ -40,7 +40,9 @@ def own_server() -> Iterator[PostgresServer]:
 
 
 async def test_an_outage_gives_503_only_where_the_store_is_needed(own_server: PostgresServer) -> None:
-    app = make_app([FakeBackendPlugin(eos_after=5), "state-postgres"], settings={"state_url": own_server.url()})
+    app = make_app(
+        [FakeBackendPlugin(eos_after=5), "state-postgres", "responses"], settings={"state_url": own_server.url()}
+    )
     async with app_client(app) as client:
         stored = await client.post("/v1/responses", json={"model": "fake-model", "input": "hi"})
         assert stored.status_code == 200, stored.text

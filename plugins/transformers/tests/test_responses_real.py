@@ -158,7 +158,7 @@ async def test_thinking_template_gives_a_reasoning_item(tiny_dir: Path) -> None:
     """The template ends in ``<think>\\n`` with enable_thinking: what the model writes
     is reasoning until ``</think>``, which random weights do not produce."""
     app = make_app(
-        ["template-kwargs", "transformers", "tool-parsers"],
+        ["template-kwargs", "transformers", "tool-parsers", "responses"],
         settings={"model": [f"tiny={tiny_dir}"], "dtype": "float32"},
     )
     common: dict[str, Any] = {"model": "tiny", "input": "hello", "max_output_tokens": 8, "temperature": 0}

@@ -57,7 +57,7 @@ TEXT_CHAT = [{"role": "user", "content": "Tell me a long story."}]
 def served(tmp_path_factory: pytest.TempPathFactory, flexserv_test_cache: Path) -> Iterator[tuple[str, Any]]:
     vlm = build_tiny_llava(tmp_path_factory.mktemp("tiny-llava"), max_position_embeddings=2048)
     app = make_app(
-        ["transformers"],
+        ["transformers", "image-input", "responses"],
         settings={
             "model": [f"vlm={vlm}"],
             "dtype": "float32",

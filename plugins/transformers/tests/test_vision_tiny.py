@@ -63,7 +63,7 @@ def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def serve(model_dirs: tuple[Path, Path], cache: Path, **settings: Any) -> tuple[ServedApp, Any]:
     vlm, text = model_dirs
     app = make_app(
-        ["transformers"],
+        ["transformers", "image-input", "responses"],
         settings={"model": [f"vlm={vlm}", f"text={text}"], "dtype": "float32", "cache_dir": str(cache), **settings},
     )
     return ServedApp(app), app.state.flexserv
@@ -217,9 +217,9 @@ async def test_an_allowed_image_url_is_fetched_and_keyed_on_its_content(
     app, server = serve(
         model_dirs,
         flexserv_test_cache,
-        image_url_hosts=["127.0.0.1"],
-        image_url_allow_private=True,
-        image_max_bytes=100_000,
+        image_input_url_hosts=["127.0.0.1"],
+        image_input_url_allow_private=True,
+        image_input_max_bytes=100_000,
     )
     try:
         with app as url:
@@ -233,7 +233,7 @@ async def test_an_allowed_image_url_is_fetched_and_keyed_on_its_content(
                 assert after["prefix_cache"]["hit_tokens"] > before["prefix_cache"]["hit_tokens"]
                 with pytest.raises(openai.BadRequestError) as info:
                     await chat(client, image_message(f"{base}/big.png"))
-                assert "--image-max-bytes" in info.value.body["message"]
+                assert "--image-input-max-bytes" in info.value.body["message"]
     finally:
         images.shutdown()
         images.server_close()

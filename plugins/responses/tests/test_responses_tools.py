@@ -12,7 +12,7 @@ from typing import Any
 import openai
 import pytest
 
-from flexserv_core.testing.fakes import FakeBackendPlugin
+from flexserv_core.testing import FakeBackendPlugin
 
 CALL_TEXT = 'Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 TWO_CALLS = (

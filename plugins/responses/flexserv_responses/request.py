@@ -16,16 +16,11 @@ from typing import Any
 
 import msgspec
 
-from flexserv_core.api.message_rules import check_messages
-from flexserv_core.api.responses.items import Conversation, add_input, unsupported
-from flexserv_core.api.responses.schemas import ResponsesRequest
-from flexserv_core.api.responses.store import StoredResponse
-from flexserv_core.api.responses.tools import function_tools, response_format, tool_choice
-from flexserv_core.api.text_bounds import check_chat_bounds
-from flexserv_core.api.text_schemas import ChatCompletionRequest
-from flexserv_core.api.tool_calls import check_tool_history
-from flexserv_core.errors import FlexServError, InvalidRequest
-from flexserv_core.settings import CoreSettings
+from flexserv_core import ChatCompletionRequest, CoreSettings, FlexServError, InvalidRequest, check_chat_request
+from flexserv_responses.items import Conversation, add_input, unsupported
+from flexserv_responses.schemas import ResponsesRequest
+from flexserv_responses.store import StoredResponse
+from flexserv_responses.tools import function_tools, response_format, tool_choice
 
 ENDPOINT = "/v1/responses"
 
@@ -128,9 +123,7 @@ def plan_response(body: ResponsesRequest, previous: StoredResponse | None, core:
         parallel_tool_calls=body.parallel_tool_calls,
     )
     try:  # the edge bounds and per-role rules chat requests have, before a model is loaded
-        check_chat_bounds(chat, core)
-        check_messages(chat.messages)
-        check_tool_history(chat.messages)
+        check_chat_request(chat, core)
     except FlexServError as exc:
         raise responses_param(exc) from None
     return ResponsePlan(body=body, chat=chat, current=current, history=history)

@@ -4,15 +4,15 @@ OpenAI's Responses API sends an image as ``{"type": "input_image", "image_url":
 "data:..." | "https://...", "detail": "auto"}`` inside a user message's content;
 the chat path takes it as ``{"type": "image_url", "image_url": {"url": ...}}``.
 Loading and the text-only-model check are the chat path's
-(:mod:`flexserv_core.api.chat_images`, called from the route's ``_jobs``).
+(the core's text session, through the ``flexserv_load_image`` hook).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from flexserv_core.api.responses.schemas import InputImage, InputText, OutputText
-from flexserv_core.errors import InvalidRequest
+from flexserv_core import InvalidRequest
+from flexserv_responses.schemas import InputImage, InputText, OutputText
 
 DETAILS = ("auto", "low", "high")
 

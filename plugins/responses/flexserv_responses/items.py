@@ -13,8 +13,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from flexserv_core.api.responses.images import chat_content, input_image
-from flexserv_core.api.responses.schemas import (
+from flexserv_core import InvalidRequest
+from flexserv_responses.images import chat_content, input_image
+from flexserv_responses.schemas import (
     FunctionCall,
     FunctionCallOutput,
     InputImage,
@@ -25,7 +26,6 @@ from flexserv_core.api.responses.schemas import (
     OutputMessage,
     OutputText,
 )
-from flexserv_core.errors import InvalidRequest
 
 ROLES = ("user", "assistant", "system", "developer")
 TEXT_PARTS = ("input_text", "output_text", "refusal")

@@ -16,11 +16,11 @@ from typing import Any
 import msgspec
 import openai
 import pytest
+from flexserv_image_input import load as image_input
+from flexserv_image_input.load import ImageSettings, decode_image, host_allowed, load_image
 from PIL import Image
 
-from flexserv_core.api import image_input
-from flexserv_core.api.image_input import ImageSettings, decode_image, host_allowed, load_image
-from flexserv_core.errors import InvalidRequest
+from flexserv_core import InvalidRequest
 
 PARAM = "messages[0].content[1].image_url.url"
 
@@ -77,11 +77,11 @@ async def test_bad_data_urls_are_400_naming_the_part(url: str, fragment: str, co
 
 async def test_byte_and_pixel_bounds() -> None:
     data = png((64, 64))
-    error = await refused(data_url(data), settings(image_max_bytes=len(data) - 1))
-    assert "--image-max-bytes" in error.message
-    assert (await load_image(data_url(data), settings(image_max_bytes=len(data)), PARAM)).width == 64
-    error = await refused(data_url(data), settings(image_max_pixels=64 * 64 - 1))
-    assert "64x64" in error.message and "--image-max-pixels" in error.message
+    error = await refused(data_url(data), settings(image_input_max_bytes=len(data) - 1))
+    assert "--image-input-max-bytes" in error.message
+    assert (await load_image(data_url(data), settings(image_input_max_bytes=len(data)), PARAM)).width == 64
+    error = await refused(data_url(data), settings(image_input_max_pixels=64 * 64 - 1))
+    assert "64x64" in error.message and "--image-input-max-pixels" in error.message
 
 
 def test_a_decompression_bomb_is_refused_from_its_header() -> None:
@@ -93,7 +93,7 @@ def test_a_decompression_bomb_is_refused_from_its_header() -> None:
     assert len(data) < 2 * 2**20
     started = time.perf_counter()
     with pytest.raises(InvalidRequest) as info:
-        decode_image(data, ImageSettings().image_max_pixels, PARAM)
+        decode_image(data, ImageSettings().image_input_max_pixels, PARAM)
     assert "pixels" in info.value.message and time.perf_counter() - started < 2
 
 
@@ -175,12 +175,12 @@ def image_server() -> Iterator[str]:
         server.server_close()
 
 
-LOCAL = {"image_url_hosts": ["127.0.0.1"], "image_url_allow_private": True}
+LOCAL = {"image_input_url_hosts": ["127.0.0.1"], "image_input_url_allow_private": True}
 
 
 async def test_urls_are_not_fetched_by_default(image_server: str) -> None:
     error = await refused(f"{image_server}/cat.png", ImageSettings(), code="image_url_not_allowed")
-    assert "data: URL" in error.message and "--image-url-hosts" in error.message
+    assert "data: URL" in error.message and "--image-input-url-hosts" in error.message
 
 
 async def test_an_allowed_local_url_is_fetched(image_server: str) -> None:
@@ -195,7 +195,7 @@ async def test_hosts_outside_the_allow_list_are_refused(image_server: str) -> No
 
 async def test_loopback_is_refused_unless_private_addresses_are_allowed(image_server: str) -> None:
     port = image_server.rsplit(":", 1)[1]
-    config = settings(image_url_hosts=["*"])
+    config = settings(image_input_url_hosts=["*"])
     error = await refused(f"{image_server}/cat.png", config, code="image_url_not_allowed")
     assert "private, loopback or link-local" in error.message
     # a name that resolves to loopback is refused as well
@@ -204,16 +204,16 @@ async def test_loopback_is_refused_unless_private_addresses_are_allowed(image_se
 
 @pytest.mark.parametrize("path", ["/big.png", "/big-chunked.png"])
 async def test_fetches_are_bounded_in_bytes(image_server: str, path: str) -> None:
-    error = await refused(f"{image_server}{path}", settings(**LOCAL, image_max_bytes=100_000))
-    assert "--image-max-bytes" in error.message
+    error = await refused(f"{image_server}{path}", settings(**LOCAL, image_input_max_bytes=100_000))
+    assert "--image-input-max-bytes" in error.message
 
 
 async def test_fetches_are_bounded_in_time(image_server: str) -> None:
     started = time.perf_counter()
     error = await refused(
-        f"{image_server}/slow.png", settings(**LOCAL, image_fetch_timeout=0.5), code="image_fetch_failed"
+        f"{image_server}/slow.png", settings(**LOCAL, image_input_fetch_timeout=0.5), code="image_fetch_failed"
     )
-    assert "--image-fetch-timeout" in error.message
+    assert "--image-input-fetch-timeout" in error.message
     assert time.perf_counter() - started < 2.5
 
 
@@ -236,7 +236,7 @@ async def test_each_redirect_is_checked_again(image_server: str, monkeypatch: py
 
     real_public = image_input._public
     monkeypatch.setattr(image_input, "_public", lambda address: address == "127.0.0.1" or real_public(address))
-    public_only = settings(image_url_hosts=["*"])
+    public_only = settings(image_input_url_hosts=["*"])
     assert (await load_image(ok, public_only, PARAM)).width == 48  # 127.0.0.1 now counts as public
     for private in (f"http://127.0.0.2:{port}/cat.png", "http://169.254.169.254/latest/meta-data", "http://10.0.0.1/"):
         error = await refused(f"{image_server}/redirect?to={private}", public_only, code="image_url_not_allowed")
@@ -321,7 +321,7 @@ async def test_a_rebinding_name_cannot_move_the_connection_to_a_private_address(
     asked = fake_dns(monkeypatch, {"rebind.test": ["127.0.0.2", "127.0.0.1"]})
     served = len(_Handler.seen)
     error = await refused(
-        f"http://rebind.test:{port}/cat.png", settings(image_url_hosts=["rebind.test"]), code="image_fetch_failed"
+        f"http://rebind.test:{port}/cat.png", settings(image_input_url_hosts=["rebind.test"]), code="image_fetch_failed"
     )
     assert "ConnectError" in error.message, error.message
     assert asked == ["rebind.test"]  # resolved once, by the check that connects
@@ -334,7 +334,9 @@ async def test_the_checked_address_is_used_with_the_name_in_the_host_header(
     port = image_server.rsplit(":", 1)[1]
     treat_as_public(monkeypatch, "127.0.0.1")
     asked = fake_dns(monkeypatch, {"images.test": ["127.0.0.1"]})
-    image = await load_image(f"http://images.test:{port}/cat.png", settings(image_url_hosts=["images.test"]), PARAM)
+    image = await load_image(
+        f"http://images.test:{port}/cat.png", settings(image_input_url_hosts=["images.test"]), PARAM
+    )
     assert image.digest == hashlib.sha256(IMAGE).hexdigest()
     assert asked == ["images.test"]
     assert _Handler.seen[-1] == ("/cat.png", f"images.test:{port}")
@@ -342,7 +344,7 @@ async def test_the_checked_address_is_used_with_the_name_in_the_host_header(
     served = len(_Handler.seen)
     fake_dns(monkeypatch, {"inside.test": ["127.0.0.3"]})
     error = await refused(
-        f"http://inside.test:{port}/cat.png", settings(image_url_hosts=["*"]), code="image_url_not_allowed"
+        f"http://inside.test:{port}/cat.png", settings(image_input_url_hosts=["*"]), code="image_url_not_allowed"
     )
     assert "'inside.test'" in error.message and len(_Handler.seen) == served
 

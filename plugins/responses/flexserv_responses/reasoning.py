@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from flexserv_core.backends.base import TextGenerationModel
+from flexserv_core import TextGenerationModel
 
 OPEN, CLOSE = "<think>", "</think>"
 Kind = Literal["reasoning", "text"]

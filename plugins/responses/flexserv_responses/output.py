@@ -5,11 +5,12 @@ from __future__ import annotations
 import time
 from typing import Literal
 
-from flexserv_core.api.responses.events import EventWriter, OutputStreamer
-from flexserv_core.api.responses.items import item_id
-from flexserv_core.api.responses.reasoning import split_reasoning
-from flexserv_core.api.responses.request import ResponsePlan
-from flexserv_core.api.responses.schemas import (
+from flexserv_core import TextGenerationModel, ToolPlan
+from flexserv_responses.events import EventWriter, OutputStreamer
+from flexserv_responses.items import item_id
+from flexserv_responses.reasoning import split_reasoning
+from flexserv_responses.request import ResponsePlan
+from flexserv_responses.schemas import (
     IncompleteDetails,
     InputTokensDetails,
     OutputItem,
@@ -24,8 +25,6 @@ from flexserv_core.api.responses.schemas import (
     ResponseUsage,
     TextConfig,
 )
-from flexserv_core.api.tool_calls import ToolPlan
-from flexserv_core.backends.base import TextGenerationModel
 
 
 def status_of(finish_reason: str) -> Literal["completed", "incomplete"]:

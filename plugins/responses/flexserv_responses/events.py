@@ -6,7 +6,7 @@ their ``...done``, ``response.content_part.done``, ``response.output_item.done``
 A function call (tools) is an item of its own, after the message: its
 ``response.output_item.added`` (``arguments`` empty), the
 ``response.function_call_arguments.delta`` fragments as the chat path's
-:class:`~flexserv_core.api.tool_calls.ToolStreamer` emits them,
+:class:`~flexserv_core.ToolStreamer` emits them,
 ``response.function_call_arguments.done``, ``response.output_item.done``.
 Around them: ``response.created`` and ``response.in_progress`` first,
 ``response.completed`` (or ``response.incomplete``) last; a failure sends
@@ -19,9 +19,10 @@ from typing import Any
 
 import msgspec
 
-from flexserv_core.api.responses.items import item_id
-from flexserv_core.api.responses.reasoning import Kind, ReasoningSplitter
-from flexserv_core.api.responses.schemas import (
+from flexserv_core import ToolCallDelta, ToolPlan, ToolStreamer
+from flexserv_responses.items import item_id
+from flexserv_responses.reasoning import Kind, ReasoningSplitter
+from flexserv_responses.schemas import (
     FunctionCall,
     OutputItem,
     OutputMessage,
@@ -31,8 +32,6 @@ from flexserv_core.api.responses.schemas import (
     Response,
     ResponseStatus,
 )
-from flexserv_core.api.text_schemas import ToolCallDelta
-from flexserv_core.api.tool_calls import ToolPlan, ToolStreamer
 
 
 class EventWriter:

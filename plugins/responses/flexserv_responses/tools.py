@@ -10,37 +10,23 @@ chat nests both under ``function``. Errors name the Responses parameter.
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
-import msgspec
-
-from flexserv_core.api.body import _explain
-from flexserv_core.api.responses.items import unsupported
-from flexserv_core.api.text_schemas import (
+from flexserv_core import (
     FunctionDefinition,
+    InvalidRequest,
     JsonSchemaFormat,
     NamedFunction,
     NamedToolChoice,
     ResponseFormat,
     Tool,
     ToolChoice,
+    convert_param,
 )
-from flexserv_core.errors import InvalidRequest
+from flexserv_responses.items import unsupported
 
-T = TypeVar("T")
 FORMATS = ("text", "json_object", "json_schema")
 CHOICES: dict[str, ToolChoice] = {"none": "none", "auto": "auto", "required": "required"}
-
-
-def _convert(value: Any, type_: type[T], param: str) -> T:
-    try:
-        return msgspec.convert(value, type_, strict=True)
-    except msgspec.ValidationError as exc:
-        message, path = _explain(exc)
-        where = f"{param}.{path}" if path else param
-        if path:
-            message = message.replace(f"'{path}'", f"'{where}'")
-        raise InvalidRequest(message, param=where, code="invalid_value") from None
 
 
 def response_format(fmt: dict[str, Any] | None) -> ResponseFormat | None:
@@ -65,7 +51,7 @@ def response_format(fmt: dict[str, Any] | None) -> ResponseFormat | None:
     if not isinstance(fmt["schema"], dict):
         raise InvalidRequest("'text.format.schema' must be a JSON schema object.", param="text.format.schema")
     fields = {key: value for key, value in fmt.items() if key != "type"}
-    return ResponseFormat(type="json_schema", json_schema=_convert(fields, JsonSchemaFormat, "text.format"))
+    return ResponseFormat(type="json_schema", json_schema=convert_param(fields, JsonSchemaFormat, "text.format"))
 
 
 def function_tools(tools: list[dict[str, Any]] | None) -> list[Tool] | None:
@@ -90,7 +76,7 @@ def function_tools(tools: list[dict[str, Any]] | None) -> list[Tool] | None:
                 code="missing_required_parameter",
             )
         fields = {key: value for key, value in tool.items() if key != "type"}
-        out.append(Tool(type="function", function=_convert(fields, FunctionDefinition, param)))
+        out.append(Tool(type="function", function=convert_param(fields, FunctionDefinition, param)))
     return out
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import openai
 import pytest
 
-from flexserv_core.testing.fakes import FAKE_SCRIPT, FakeBackendPlugin
+from flexserv_core.testing import FAKE_SCRIPT, FakeBackendPlugin
 
 #: The fake ends its output with an end-of-sequence token after this many tokens.
 EOS_AFTER = 10

@@ -8,49 +8,45 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any
 
+import msgspec
 from litestar import MediaType, Request, Response, delete, get, post
 
-from flexserv_core import hooks
-from flexserv_core.api.body import read_json_object, request_context, validate
-from flexserv_core.api.responses.events import EventWriter, OutputStreamer
-from flexserv_core.api.responses.items import Conversation, add_output, item_id
-from flexserv_core.api.responses.output import build_response, output_items, status_of, usage
-from flexserv_core.api.responses.reasoning import prompt_opens_reasoning
-from flexserv_core.api.responses.request import (
+from flexserv_core import (
+    READY,
+    FlexServer,
+    FlexServError,
+    InvalidRequest,
+    NotFound,
+    SSEGenerator,
+    TextSession,
+    open_request_context,
+    parse_body,
+    request_owner,
+    sse_response,
+)
+from flexserv_responses.events import EventWriter, OutputStreamer
+from flexserv_responses.items import Conversation, add_output, item_id
+from flexserv_responses.output import build_response, output_items, status_of, usage
+from flexserv_responses.reasoning import prompt_opens_reasoning
+from flexserv_responses.request import (
     ENDPOINT,
     ResponsePlan,
-    check_parameters,
     plan_response,
     responses_param,
 )
-from flexserv_core.api.responses.schemas import (
+from flexserv_responses.schemas import (
     DeletedResponse,
     InputItemList,
     ResponseError,
     ResponsesRequest,
     StreamEvent,
 )
-from flexserv_core.api.responses.schemas import Response as ResponseObject
-from flexserv_core.api.responses.store import ResponseStore, StoredResponse, server_store
-from flexserv_core.api.streaming import READY, SSEGenerator, sse_response
-from flexserv_core.api.text_schemas import encode
-from flexserv_core.api.text_session import TextSession
-from flexserv_core.errors import FlexServError, InvalidRequest, NotFound
-from flexserv_core.request_context import RequestContext
-from flexserv_core.server import FlexServer
-from flexserv_core.state.owner import request_owner
+from flexserv_responses.schemas import Response as ResponseObject
+from flexserv_responses.store import ResponseStore, StoredResponse, server_store
 
 log = logging.getLogger(__name__)
 #: Most input items one page lists, as OpenAI.
 MAX_LIST = 100
-
-
-async def _parse(request: Request[Any, Any, Any], context: RequestContext) -> ResponsesRequest:
-    body = await read_json_object(request)
-    await hooks.preprocess_request(ENDPOINT, body, context)
-    check_parameters(body)
-    block = context.server.settings.core.block_on_unexpected_fields
-    return validate(body, ResponsesRequest, block_unknown=block, endpoint=ENDPOINT)
 
 
 async def _store(store: ResponseStore, plan: ResponsePlan, response: ResponseObject) -> None:
@@ -70,8 +66,9 @@ async def _store(store: ResponseStore, plan: ResponsePlan, response: ResponseObj
     opt={"body": ResponsesRequest, "response": ResponseObject, "stream": StreamEvent, "scope": "inference"},
 )
 async def create_response(request: Request[Any, Any, Any]) -> Response[Any]:
-    context = request_context(request, ENDPOINT)
-    body = await _parse(request, context)
+    context = open_request_context(request, ENDPOINT)
+    # the plugin's own preprocess hook refuses what is not served (check_parameters)
+    body = await parse_body(request, ResponsesRequest, context)
     server: FlexServer = request.app.state.flexserv
     store = server_store(server, request_owner(request))
     plan = plan_response(body, await store.previous(body.previous_response_id), server.settings.core)
@@ -98,7 +95,7 @@ async def create_response(request: Request[Any, Any, Any]) -> Response[Any]:
         )
     await _store(store, plan, response)
     log.info("response %s: model %s, status %s", response.id, response.model, status)
-    return Response(content=encode(response), media_type=MediaType.JSON)
+    return Response(content=msgspec.json.encode(response), media_type=MediaType.JSON)
 
 
 async def _stream(session: TextSession, plan: ResponsePlan, store: ResponseStore) -> SSEGenerator:
@@ -174,7 +171,7 @@ async def _stored(request: Request[Any, Any, Any]) -> StoredResponse:
     opt={"response": ResponseObject, "scope": "inference"},
 )
 async def retrieve_response(request: Request[Any, Any, Any]) -> Response[Any]:
-    return Response(content=encode((await _stored(request)).response), media_type=MediaType.JSON)
+    return Response(content=msgspec.json.encode((await _stored(request)).response), media_type=MediaType.JSON)
 
 
 @delete(
@@ -187,7 +184,7 @@ async def delete_response(request: Request[Any, Any, Any]) -> Response[Any]:
     response_id = _response_id(request)
     if not await server_store(request.app.state.flexserv, request_owner(request)).delete(response_id):
         raise NotFound(f"No response with id '{response_id}' is stored.", param="response_id")
-    return Response(content=encode(DeletedResponse(id=response_id)), media_type=MediaType.JSON)
+    return Response(content=msgspec.json.encode(DeletedResponse(id=response_id)), media_type=MediaType.JSON)
 
 
 @get(
@@ -218,7 +215,7 @@ async def list_input_items(request: Request[Any, Any, Any]) -> Response[Any]:
         last_id=page[-1].id if page else None,
         has_more=len(items) > limit,
     )
-    return Response(content=encode(listing), media_type=MediaType.JSON)
+    return Response(content=msgspec.json.encode(listing), media_type=MediaType.JSON)
 
 
 ROUTES = [create_response, retrieve_response, delete_response, list_input_items]

@@ -11,19 +11,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 
-from flexserv_core.api.responses.schemas import InputItem, Response
-from flexserv_core.errors import NotFound
-from flexserv_core.state.records import CollectionLimits
-from flexserv_core.state.store import Collection
+from flexserv_core import Collection, CollectionLimits, NotFound
+from flexserv_responses.schemas import InputItem, Response
 
 if TYPE_CHECKING:
-    from flexserv_core.server import FlexServer
+    from flexserv_core import FlexServer
 
 COLLECTION = "responses"
 
 
 class ResponsesSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """Limits of the Responses API's store (declared by the built-in ``openai`` plugin)."""
+    """Limits of the Responses API's store (the ``responses`` plugin)."""
 
     responses_store_max_items: Annotated[
         int,

@@ -90,7 +90,7 @@ def image_request(route: str, stream: bool) -> dict[str, Any]:
 )
 async def test_other_requests_are_served_while_an_image_prompt_renders(route: str, stream: bool) -> None:
     plugin = GatedPlugin()
-    with ServedApp(make_app([plugin])) as base_url:
+    with ServedApp(make_app([plugin, "image-input", "responses"])) as base_url:
         async with httpx.AsyncClient(base_url=base_url, timeout=30) as client:
             # load the model first (a text request renders on the loop, no gate)
             warm = await client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "a"}]})

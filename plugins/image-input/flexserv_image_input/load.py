@@ -1,17 +1,17 @@
 """An ``image_url`` -> a decoded :class:`ImageInput`, within the operator's limits.
 
 * ``data:`` URLs (``data:image/png;base64,...``) are always accepted, up to
-  ``--image-max-bytes`` decoded bytes.
-* ``http(s)`` URLs are fetched only from the hosts ``--image-url-hosts`` lists
-  (none by default, so fetching is off), within ``--image-max-bytes`` and
-  ``--image-fetch-timeout`` (the whole fetch, redirects included). Every address
+  ``--image-input-max-bytes`` decoded bytes.
+* ``http(s)`` URLs are fetched only from the hosts ``--image-input-url-hosts`` lists
+  (none by default, so fetching is off), within ``--image-input-max-bytes`` and
+  ``--image-input-fetch-timeout`` (the whole fetch, redirects included). Every address
   a host resolves to must be public (not loopback, private, link-local, reserved
-  or multicast) unless ``--image-url-allow-private``, and the connection goes to
+  or multicast) unless ``--image-input-url-allow-private``, and the connection goes to
   one of the addresses checked (the name is resolved once: no DNS rebinding,
   :mod:`.pinned_transport`); redirects are followed by
-  hand, at most ``--image-max-redirects``, each hop checked like the first.
+  hand, at most ``--image-input-max-redirects``, each hop checked like the first.
 * The bytes are decoded with Pillow (PNG, JPEG, WebP, GIF, BMP): the header's
-  size is checked against ``--image-max-pixels`` before any pixel is decoded, so
+  size is checked against ``--image-input-max-pixels`` before any pixel is decoded, so
   a small file that inflates to gigabytes (a decompression bomb) is refused.
 
 Every failure is an :class:`InvalidRequest` (400) naming the content part.
@@ -31,44 +31,67 @@ from urllib.parse import unquote_to_bytes, urljoin, urlsplit
 
 import msgspec
 
-from flexserv_core.backends.base import ImageInput
-from flexserv_core.errors import InvalidRequest
+from flexserv_core import ImageInput, InvalidRequest
 
 if TYPE_CHECKING:
-    from flexserv_core.api.pinned_transport import AddressCheck
+    from flexserv_image_input.pinned_transport import AddressCheck
 
 #: Formats Pillow may decode (a short list: less parser surface).
 FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP")
 
 
 class ImageSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """Where images may come from and how large they may be (built-in ``openai`` plugin)."""
+    """Where images may come from and how large they may be (the ``image-input`` plugin).
 
-    image_url_hosts: Annotated[
+    Each setting keeps its earlier unprefixed name as an alias (``--image-url-hosts``...).
+    """
+
+    image_input_url_hosts: Annotated[
         list[str],
         msgspec.Meta(
             description="Fetch http(s) image URLs from these hosts ('*.example.com' for subdomains, '*' for any);"
             " repeatable. Empty (the default): only data: URLs are accepted.",
-            extra={"metavar": "HOST"},
+            extra={"metavar": "HOST", "aliases": ["image_url_hosts"]},
         ),
     ] = msgspec.field(default_factory=list)
-    image_url_allow_private: Annotated[
+    image_input_url_allow_private: Annotated[
         bool,
         msgspec.Meta(
-            description="Let image URLs (and their redirects) reach loopback, private and link-local addresses."
+            description="Let image URLs (and their redirects) reach loopback, private and link-local addresses.",
+            extra={"aliases": ["image_url_allow_private"]},
         ),
     ] = False
-    image_max_bytes: Annotated[
-        int, msgspec.Meta(ge=1, description="Largest image, in encoded bytes (data: URL or fetched).")
+    image_input_max_bytes: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1,
+            description="Largest image, in encoded bytes (data: URL or fetched).",
+            extra={"aliases": ["image_max_bytes"]},
+        ),
     ] = 10 * 2**20
-    image_max_pixels: Annotated[
-        int, msgspec.Meta(ge=1, description="Largest image, in pixels (width x height), checked before decoding.")
+    image_input_max_pixels: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1,
+            description="Largest image, in pixels (width x height), checked before decoding.",
+            extra={"aliases": ["image_max_pixels"]},
+        ),
     ] = 32 * 2**20
-    image_fetch_timeout: Annotated[
-        float, msgspec.Meta(gt=0, description="Seconds one image URL may take to fetch, redirects included.")
+    image_input_fetch_timeout: Annotated[
+        float,
+        msgspec.Meta(
+            gt=0,
+            description="Seconds one image URL may take to fetch, redirects included.",
+            extra={"aliases": ["image_fetch_timeout"]},
+        ),
     ] = 10.0
-    image_max_redirects: Annotated[
-        int, msgspec.Meta(ge=0, description="Most redirects an image URL may take (each one checked again).")
+    image_input_max_redirects: Annotated[
+        int,
+        msgspec.Meta(
+            ge=0,
+            description="Most redirects an image URL may take (each one checked again).",
+            extra={"aliases": ["image_max_redirects"]},
+        ),
     ] = 3
 
 
@@ -80,19 +103,19 @@ async def load_image(url: str, settings: ImageSettings, param: str) -> ImageInpu
     """Fetch (or unpack) and decode the image ``url`` names; ``param`` names it in errors."""
     scheme = url.split(":", 1)[0].lower() if ":" in url else ""
     if scheme == "data":
-        data = data_url_bytes(url, settings.image_max_bytes, param)
+        data = data_url_bytes(url, settings.image_input_max_bytes, param)
     elif scheme in ("http", "https"):
-        if not settings.image_url_hosts:
+        if not settings.image_input_url_hosts:
             raise _bad(
                 "Image URLs are not fetched by this server; send the image inline as a data: URL"
-                " (data:image/png;base64,...). The operator can allow hosts with --image-url-hosts.",
+                " (data:image/png;base64,...). The operator can allow hosts with --image-input-url-hosts.",
                 param,
                 "image_url_not_allowed",
             )
         data = await fetch_image(url, settings, param)
     else:
         raise _bad("An image URL must be a data: URL or an http(s) URL.", param, "invalid_image_url")
-    return await asyncio.to_thread(decode_image, data, settings.image_max_pixels, param)
+    return await asyncio.to_thread(decode_image, data, settings.image_input_max_pixels, param)
 
 
 # --- data: URLs -------------------------------------------------------------------------
@@ -124,7 +147,7 @@ def data_url_bytes(url: str, max_bytes: int, param: str) -> bytes:
 
 
 def _too_large(max_bytes: int, param: str) -> InvalidRequest:
-    return _bad(f"The image is larger than this server's limit of {max_bytes} bytes (--image-max-bytes).", param)
+    return _bad(f"The image is larger than this server's limit of {max_bytes} bytes (--image-input-max-bytes).", param)
 
 
 # --- http(s) URLs -----------------------------------------------------------------------
@@ -153,25 +176,25 @@ def _check_target(url: str, settings: ImageSettings, param: str) -> None:
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
         raise _bad("An image URL must be an http(s) URL with a host.", param, "invalid_image_url")
     host = parts.hostname
-    if not host_allowed(host, settings.image_url_hosts):
+    if not host_allowed(host, settings.image_input_url_hosts):
         raise _bad(
-            f"Images are not fetched from the host {host[:100]!r} (not in --image-url-hosts).",
+            f"Images are not fetched from the host {host[:100]!r} (not in --image-input-url-hosts).",
             param,
             "image_url_not_allowed",
         )
 
 
 def _address_check(settings: ImageSettings, param: str) -> AddressCheck:
-    """Public addresses only (unless ``--image-url-allow-private``), checked on the
+    """Public addresses only (unless ``--image-input-url-allow-private``), checked on the
     addresses the connection will use (see :mod:`.pinned_transport`)."""
 
     async def check(host: str, addresses: list[str]) -> None:
-        if settings.image_url_allow_private:
+        if settings.image_input_url_allow_private:
             return
         if not addresses or not all(_public(address) for address in addresses):
             raise _bad(
                 f"The image URL's host {host[:100]!r} resolves to a private, loopback or link-local address; such"
-                " URLs are refused (--image-url-allow-private allows them).",
+                " URLs are refused (--image-input-url-allow-private allows them).",
                 param,
                 "image_url_not_allowed",
             )
@@ -182,11 +205,11 @@ def _address_check(settings: ImageSettings, param: str) -> AddressCheck:
 async def fetch_image(url: str, settings: ImageSettings, param: str) -> bytes:
     """GET ``url`` within the limits of ``settings`` (see the module docstring)."""
     try:
-        async with asyncio.timeout(settings.image_fetch_timeout):
+        async with asyncio.timeout(settings.image_input_fetch_timeout):
             return await _fetch(url, settings, param)
     except TimeoutError:
         raise _bad(
-            f"Fetching the image took longer than {settings.image_fetch_timeout:g} s (--image-fetch-timeout).",
+            f"Fetching the image took longer than {settings.image_input_fetch_timeout:g} s (--image-input-fetch-timeout).",
             param,
             "image_fetch_failed",
         ) from None
@@ -197,14 +220,14 @@ async def _fetch(url: str, settings: ImageSettings, param: str) -> bytes:
     # servers never fetch an image.
     import httpx
 
-    from flexserv_core.api.pinned_transport import PinnedTransport
+    from flexserv_image_input.pinned_transport import PinnedTransport
 
-    limit = settings.image_max_bytes
+    limit = settings.image_input_max_bytes
     # trust_env=False: no proxy from the environment, which would bypass the address checks;
     # the transport connects only to addresses it resolved and checked (no DNS rebinding)
     transport = PinnedTransport(_address_check(settings, param))
     async with httpx.AsyncClient(transport=transport, follow_redirects=False, trust_env=False) as client:
-        for _hop in range(settings.image_max_redirects + 1):
+        for _hop in range(settings.image_input_max_redirects + 1):
             _check_target(url, settings, param)
             try:
                 async with client.stream("GET", url, headers={"Accept": "image/*"}) as response:
@@ -232,7 +255,7 @@ async def _fetch(url: str, settings: ImageSettings, param: str) -> bytes:
                     f"Fetching the image failed: {type(exc).__name__}: {exc}", param, "image_fetch_failed"
                 ) from None
     raise _bad(
-        f"The image URL redirected more than {settings.image_max_redirects} times (--image-max-redirects).",
+        f"The image URL redirected more than {settings.image_input_max_redirects} times (--image-input-max-redirects).",
         param,
         "image_fetch_failed",
     )
@@ -253,14 +276,14 @@ def decode_image(data: bytes, max_pixels: int, param: str) -> ImageInput:
             if image.width * image.height > max_pixels:
                 raise _bad(
                     f"The image is {image.width}x{image.height} pixels; this server accepts at most {max_pixels}"
-                    " pixels (--image-max-pixels).",
+                    " pixels (--image-input-max-pixels).",
                     param,
                 )
             rgb = image.convert("RGB")  # decodes (the first frame of an animation)
     except InvalidRequest:
         raise
     except Image.DecompressionBombError:
-        raise _bad(f"The image has more than {max_pixels} pixels (--image-max-pixels).", param) from None
+        raise _bad(f"The image has more than {max_pixels} pixels (--image-input-max-pixels).", param) from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
         raise _bad(
             f"The image could not be decoded ({', '.join(FORMATS)} are accepted): {type(exc).__name__}.", param

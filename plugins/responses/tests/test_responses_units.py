@@ -7,11 +7,10 @@ import itertools
 import json
 
 import pytest
-
-from flexserv_core.api.responses.events import EventWriter, OutputStreamer
-from flexserv_core.api.responses.output import output_items
-from flexserv_core.api.responses.reasoning import ReasoningSplitter, prompt_opens_reasoning, split_reasoning
-from flexserv_core.api.responses.schemas import (
+from flexserv_responses.events import EventWriter, OutputStreamer
+from flexserv_responses.output import output_items
+from flexserv_responses.reasoning import ReasoningSplitter, prompt_opens_reasoning, split_reasoning
+from flexserv_responses.schemas import (
     FunctionCall,
     InputMessage,
     InputText,
@@ -21,16 +20,10 @@ from flexserv_core.api.responses.schemas import (
     Response,
     TextConfig,
 )
-from flexserv_core.api.responses.store import ResponseStore, StoredResponse
-from flexserv_core.api.tool_calls import ToolPlan
-from flexserv_core.errors import NotFound
-from flexserv_core.models.spec import ModelSpec
-from flexserv_core.state.memory import MemoryBackend
-from flexserv_core.state.records import CollectionLimits
-from flexserv_core.state.store import StateStore
-from flexserv_core.testing import make_app
-from flexserv_core.testing.fakes import FakeTextModel
-from flexserv_core.testing.state_contract import ManualClock
+from flexserv_responses.store import ResponseStore, StoredResponse
+
+from flexserv_core import CollectionLimits, ModelSpec, NotFound, StateStore, ToolPlan
+from flexserv_core.testing import FakeTextModel, ManualClock, MemoryBackend, make_app
 
 
 def pieces_of(text: str, size: int, *, inside: bool = False) -> tuple[str, str]:

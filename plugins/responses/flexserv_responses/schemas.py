@@ -8,11 +8,16 @@ form), which a tagged union cannot express, and so every error can name its
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from msgspec import Struct
+from msgspec import Meta, Struct
 
-from flexserv_core.api.text_schemas import PositiveInt, Temperature, TopK, TopP
+# The bounds of the chat request's fields these become (checked again there).
+PositiveInt = Annotated[int, Meta(ge=1)]
+Temperature = Annotated[float, Meta(ge=0.0, le=2.0)]
+TopP = Annotated[float, Meta(ge=0.0, le=1.0)]
+TopK = Annotated[int, Meta(ge=-1, description="Sample from the k most likely tokens (0 or -1: no limit). Extension.")]
+
 
 ResponseStatus = Literal["completed", "incomplete", "failed", "in_progress"]
 

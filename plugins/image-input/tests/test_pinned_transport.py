@@ -14,8 +14,7 @@ from typing import Any
 import httpx
 import pytest
 import trustme
-
-from flexserv_core.api.pinned_transport import PinnedTransport
+from flexserv_image_input.pinned_transport import PinnedTransport
 
 
 class _Handler(BaseHTTPRequestHandler):

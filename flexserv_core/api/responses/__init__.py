@@ -1,1 +1,0 @@
-"""OpenAI's Responses API (``/v1/responses``) on top of the chat request path."""
