@@ -57,6 +57,7 @@ from flexserv_core.errors import (
 from flexserv_core.events import EvictionReason, ModelEvent, ModelEventType
 from flexserv_core.hooks import resolve_plugin_settings
 from flexserv_core.hookspecs import PROJECT_NAME, hookimpl, hookspec
+from flexserv_core.media import PDF_MEDIA_TYPE, sniff_media_type
 from flexserv_core.models.registry import Lease, ModelInfo, ModelRegistry, ModelState, UnloadResult
 from flexserv_core.models.spec import ModelKind, ModelSpec
 from flexserv_core.openmp import IntraOpThreads, full_intra_op_threads, prefer_passive_openmp, use_all_intra_op_threads
@@ -96,6 +97,7 @@ from flexserv_core.tool_parsers import (
 )
 
 __all__ = [
+    "PDF_MEDIA_TYPE",
     "PROJECT_NAME",
     "RESERVED_TEMPLATE_KWARGS",
     "Backend",
@@ -193,6 +195,7 @@ __all__ = [
     "register_tool_parser",
     "resolve_plugin_settings",
     "resolve_settings",
+    "sniff_media_type",
     "tool_parser_names",
     "until_disconnect",
     "use_all_intra_op_threads",
