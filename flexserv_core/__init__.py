@@ -49,7 +49,9 @@ from flexserv_core.errors import (
     PluginLoadError,
     PluginNotInstalled,
     PluginStartupError,
+    QuotaExceeded,
     ServiceUnavailable,
+    StateUnavailable,
     TooManyRequests,
     UnsupportedParameter,
     UsageError,
@@ -85,6 +87,12 @@ from flexserv_core.settings import (
     resolve_settings,
 )
 from flexserv_core.stash import Stash, StashKey
+from flexserv_core.state.backend import StateBackend
+from flexserv_core.state.limits import plan_eviction
+from flexserv_core.state.owner import request_owner
+from flexserv_core.state.records import CollectionLimits, Record, RecordPage
+from flexserv_core.state.store import Collection, StateStore
+from flexserv_core.state.url import redact_url
 from flexserv_core.tool_call_stream import CallSyntax, ToolCallFragment, ToolCallStream, ToolStreamEvent
 from flexserv_core.tool_parsers import (
     JsonToolParser,
@@ -103,6 +111,8 @@ __all__ = [
     "Backend",
     "BatchRunner",
     "CallSyntax",
+    "Collection",
+    "CollectionLimits",
     "Command",
     "CommandContext",
     "Constraint",
@@ -148,7 +158,10 @@ __all__ = [
     "PluginNotInstalled",
     "PluginStartupError",
     "ProgressCallback",
+    "QuotaExceeded",
     "RamInfo",
+    "Record",
+    "RecordPage",
     "RequestContext",
     "ResourceProbe",
     "SamplingParams",
@@ -157,6 +170,9 @@ __all__ = [
     "Settings",
     "Stash",
     "StashKey",
+    "StateBackend",
+    "StateStore",
+    "StateUnavailable",
     "SystemResourceSnapshot",
     "TextGenerationModel",
     "TextLimits",
@@ -191,8 +207,11 @@ __all__ = [
     "hookspec",
     "open_request_context",
     "parse_body",
+    "plan_eviction",
     "prefer_passive_openmp",
+    "redact_url",
     "register_tool_parser",
+    "request_owner",
     "resolve_plugin_settings",
     "resolve_settings",
     "sniff_media_type",

@@ -20,7 +20,7 @@ from flexserv_core.api.errors import EXCEPTION_HANDLERS
 from flexserv_core.edge.auth import KeyRing
 from flexserv_core.edge.cors import cors_config
 from flexserv_core.edge.request_id import with_request_id
-from flexserv_core.errors import PluginStartupError
+from flexserv_core.errors import PluginStartupError, StateUnavailable
 from flexserv_core.events import ModelEvent
 from flexserv_core.metrics.collector import RegistryCollector
 from flexserv_core.metrics.core import ServerMetrics
@@ -32,6 +32,8 @@ from flexserv_core.readiness import Preloader, preload_specs
 from flexserv_core.server import FlexServer
 from flexserv_core.settings import Settings
 from flexserv_core.startup_log import log_served_models
+from flexserv_core.state.store import StateStore
+from flexserv_core.state.url import state_url
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +102,7 @@ def build_server(settings: Settings, pm: FlexServPluginManager) -> FlexServer:
         routes_by_plugin=hooks.routes_by_plugin(pm, settings),
         metrics=metrics,
         preloader=Preloader(registry, preload_specs(catalog, settings.core.preload)),
+        store=StateStore(hooks.state_backend(pm, settings, state_url(settings))),
     )
     return server
 
@@ -112,6 +115,12 @@ def create_app(settings: Settings, plugin_manager: FlexServPluginManager) -> Lit
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        try:
+            await server.store.open()
+        except StateUnavailable as exc:
+            log.error("%s", exc.message)  # the URL without its password; uvicorn then reports the failed start-up
+            raise
+        log.info("state store: %s", server.store.url)
         server.registry.start()
         try:
             await hooks.startup(server)
@@ -119,6 +128,7 @@ def create_app(settings: Settings, plugin_manager: FlexServPluginManager) -> Lit
             log.error("%s", exc)  # said once, plainly; uvicorn then reports the failed start-up
             await hooks.shutdown(server)
             await server.registry.shutdown(0)
+            await server.store.close()
             raise
         log.info("FlexServ %s ready: plugins %s", __version__, ", ".join(plugin_manager.loaded_names()))
         log_served_models(server)
@@ -130,6 +140,7 @@ def create_app(settings: Settings, plugin_manager: FlexServPluginManager) -> Lit
             await server.preloader.stop()
             await hooks.shutdown(server)
             await server.registry.shutdown(settings.core.shutdown_timeout)
+            await server.store.close()
 
     keys = KeyRing.from_settings(settings.core)
     return FlexServApp(

@@ -104,6 +104,22 @@ class ServiceUnavailable(FlexServError):
     default_code = "service_unavailable"
 
 
+class StateUnavailable(ServiceUnavailable):
+    """The state store (``--state-url``) cannot be reached: routes that need it answer
+    503 while everything else keeps serving."""
+
+    default_code = "state_unavailable"
+
+
+class QuotaExceeded(FlexServError):
+    """A collection of the state store is full and refuses new records (its bound on
+    count or bytes); the client must delete something first."""
+
+    status_code = 429
+    error_type = "insufficient_quota"
+    default_code = "storage_quota_exceeded"
+
+
 class GatewayTimeout(FlexServError):
     """A request ran past one of its time limits (first token, total)."""
 

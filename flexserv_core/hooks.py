@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from flexserv_core.request_context import RequestContext
     from flexserv_core.server import FlexServer
     from flexserv_core.settings import Settings
+    from flexserv_core.state.backend import StateBackend
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -338,6 +339,21 @@ def default_models(pm: FlexServPluginManager, settings: Settings) -> list[ModelO
         ModelOffer(spec, plugin, is_first_party(*_origin(pm, plugin)))
         for plugin, spec in _attributed(pm, hook, call_hook(pm, hook, {"settings": settings}), ModelSpec)
     ]
+
+
+def state_backend(pm: FlexServPluginManager, settings: Settings, url: str) -> StateBackend:
+    """The backend of the plugin serving ``url``'s scheme; a :class:`UsageError` when none does."""
+    from flexserv_core.state.backend import StateBackend
+    from flexserv_core.state.url import redact_url, scheme_of
+
+    hook = "flexserv_state_backend"
+    found = _items(pm, hook, call_hook(pm, hook, {"url": url, "settings": settings}, firstresult=True), StateBackend)
+    if not found:
+        raise UsageError(
+            f"--state-url {redact_url(url)}: no installed plugin serves '{scheme_of(url)}://' state URLs"
+            " (built in: memory://, sqlite:///PATH; postgresql:// needs the flexserv-state-postgres plugin)"
+        )
+    return found[0]
 
 
 def resource_probes(pm: FlexServPluginManager, settings: Settings) -> list[ResourceProbe]:

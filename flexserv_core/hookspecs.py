@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     from flexserv_core.resources import ResourceProbe
     from flexserv_core.server import FlexServer
     from flexserv_core.settings import Settings
+    from flexserv_core.state.backend import StateBackend
 
 PROJECT_NAME = "flexserv"
 
@@ -197,6 +198,27 @@ def flexserv_register_routes(settings: Settings) -> list[ControllerRouterHandler
     :param settings: all resolved settings (e.g. to size a body limit).
 
     Collect all; synchronous; return a list of handlers or ``None``.
+    """
+
+
+@hookspec(firstresult=True)
+def flexserv_state_backend(url: str, settings: Settings) -> StateBackend | None:
+    """Provide the state store for ``--state-url`` when its scheme is the plugin's.
+
+    Called once while the app is built, before the server exists, with the
+    configured URL (or the default, a SQLite file under the cache directory). Only
+    make the object here: the core awaits its ``open()`` at start-up (where it
+    connects and migrates) and its ``close()`` at shutdown. The built-in plugin
+    serves ``memory://`` and ``sqlite://``; ``flexserv-state-postgres`` serves
+    ``postgresql://``. See "Writing a state backend" in ``docs/state.md``.
+
+    :param url: the state URL, password included: never log it (``backend.url``
+        is the URL without its password).
+    :param settings: all resolved settings.
+
+    A URL no plugin serves stops start-up with an error naming the scheme.
+
+    First result; synchronous; return a :class:`~flexserv_core.StateBackend`, or ``None`` for a scheme not the plugin's.
     """
 
 

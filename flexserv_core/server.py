@@ -18,10 +18,11 @@ if TYPE_CHECKING:
     from flexserv_core.readiness import Preloader
     from flexserv_core.resources import ResourceProbe
     from flexserv_core.settings import Settings
+    from flexserv_core.state.store import StateStore
 
 
 class FlexServer:
-    """Settings, plugin manager, backends, model catalog, registry, probes and metrics of one server.
+    """Settings, plugin manager, backends, model catalog, registry, probes, metrics and state store of one server.
 
     A passive holder: :func:`flexserv_core.app.create_app` calls the hooks and
     hands their results here; constructing it calls no hook. Plugins receive it in
@@ -42,6 +43,7 @@ class FlexServer:
         routes_by_plugin: dict[str, list[ControllerRouterHandler]],
         metrics: ServerMetrics,
         preloader: Preloader,
+        store: StateStore,
     ) -> None:
         self.settings = settings
         self.pm = pm
@@ -56,3 +58,6 @@ class FlexServer:
         self.metrics = metrics
         #: The ``--preload`` loads and their states (readiness in health).
         self.preloader = preloader
+        #: Where features keep what clients create (``--state-url``): take a
+        #: :class:`~flexserv_core.Collection` with ``store.collection(name, limits)``.
+        self.store = store

@@ -9,10 +9,13 @@ import msgspec
 
 from flexserv_core.api import docs_page, openapi
 from flexserv_core.builtin import flexserv_routes
+from flexserv_core.errors import UsageError
 from flexserv_core.hookspecs import hookimpl
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.server import FlexServer
 from flexserv_core.settings import CoreSettings, Settings
+from flexserv_core.state.backend import StateBackend
+from flexserv_core.state.url import scheme_of
 
 # owner/name, each part of letters, digits, '-', '_', '.', never '..' or a leading '.'
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w\-]*(?:\.[\w\-]+)*/[A-Za-z0-9][\w\-]*(?:\.[\w\-]+)*$")
@@ -40,3 +43,21 @@ def flexserv_resolve_model(model_id: str, kind: str, server: FlexServer) -> Mode
     if not server.settings.core.allow_hub_models or not is_hub_id(model_id):
         return None
     return ModelSpec(name=model_id, kind=kind, source=model_id, origin="hub")
+
+
+@hookimpl(trylast=True)
+def flexserv_state_backend(url: str, settings: Settings) -> StateBackend | None:
+    scheme = scheme_of(url)
+    if scheme == "memory":
+        from flexserv_core.state.memory import MemoryBackend
+
+        return MemoryBackend(url)
+    if scheme == "sqlite":
+        from flexserv_core.state.sqlite import SqliteBackend, sqlite_path
+
+        try:
+            sqlite_path(url)
+        except ValueError as exc:
+            raise UsageError(f"--state-url: {exc}") from None
+        return SqliteBackend(url)
+    return None

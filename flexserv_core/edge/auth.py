@@ -23,6 +23,7 @@ from litestar.handlers.base import BaseRouteHandler
 
 from flexserv_core.errors import UsageError
 from flexserv_core.settings import CoreSettings
+from flexserv_core.state.owner import OWNER_STATE_KEY, key_identity
 
 
 class Scope(StrEnum):
@@ -46,6 +47,11 @@ _INFERENCE_PREFIXES: Final = (
 class ApiKey:
     secret: bytes
     scopes: frozenset[Scope]
+
+    @property
+    def identity(self) -> str:
+        """Who owns what requests with this key store (see :func:`request_owner`)."""
+        return key_identity(self.secret)
 
 
 def parse_scopes(text: str, where: str) -> frozenset[Scope]:
@@ -123,6 +129,7 @@ class KeyRing:
             )
         if scope not in key.scopes:
             raise PermissionDeniedException(f"This API key does not have the '{scope}' scope this route needs.")
+        connection.scope.setdefault("state", {})[OWNER_STATE_KEY] = key.identity
 
 
 def default_scope(path: str) -> Scope:

@@ -34,6 +34,7 @@ from flexserv_core.testing.process import (
     wait_healthy,
     write_distribution,
 )
+from flexserv_core.testing.state_contract import ManualClock, StateBackendContract
 from flexserv_core.testing.waiting import wait_until, wait_until_async
 
 __all__ = [
@@ -46,7 +47,9 @@ __all__ = [
     "FakeRequest",
     "FakeTextBackend",
     "FakeTextModel",
+    "ManualClock",
     "ServedApp",
+    "StateBackendContract",
     "app_client",
     "flexserv_cmd",
     "free_port",

@@ -49,9 +49,11 @@ def make_app(
 ) -> Litestar:
     """An app with the built-ins (minus ``block``) and exactly ``plugins``: no
     installed plugin is loaded unless named, so tests load real models only when
-    they ask for a backend (``make_app(["transformers"])``)."""
+    they ask for a backend (``make_app(["transformers"])``). The state store is
+    ``memory://`` unless ``settings`` names one."""
     pm = make_plugin_manager(plugins, block=block)
-    return create_app(make_settings(pm, settings), pm)
+    # in memory unless a test names a store: tests never share the default SQLite file
+    return create_app(make_settings(pm, {"state_url": "memory://", **(settings or {})}), pm)
 
 
 def _asgi_transport(app: Litestar) -> httpx.ASGITransport:

@@ -11,11 +11,25 @@ import pytest
 from flexserv_core.api.responses.events import EventWriter, OutputStreamer
 from flexserv_core.api.responses.output import output_items
 from flexserv_core.api.responses.reasoning import ReasoningSplitter, prompt_opens_reasoning, split_reasoning
-from flexserv_core.api.responses.schemas import FunctionCall, OutputItem, OutputMessage, Response, TextConfig
+from flexserv_core.api.responses.schemas import (
+    FunctionCall,
+    InputMessage,
+    InputText,
+    OutputItem,
+    OutputMessage,
+    OutputText,
+    Response,
+    TextConfig,
+)
 from flexserv_core.api.responses.store import ResponseStore, StoredResponse
 from flexserv_core.api.tool_calls import ToolPlan
+from flexserv_core.errors import NotFound
 from flexserv_core.models.spec import ModelSpec
+from flexserv_core.state.memory import MemoryBackend
+from flexserv_core.state.records import CollectionLimits
+from flexserv_core.state.store import StateStore
 from flexserv_core.testing.fakes import FakeTextModel
+from flexserv_core.testing.state_contract import ManualClock
 from flexserv_core.tool_parsers import get_tool_parser
 
 
@@ -63,54 +77,80 @@ def test_prompt_opens_reasoning_reads_the_prompt_tail() -> None:
     assert not prompt_opens_reasoning(model, model.encode("<think>" + "x" * 100))
 
 
-def entry(store: ResponseStore, ident: str) -> StoredResponse:
-    response = Response(id=ident, created_at=0, status="completed", model="m", text=TextConfig())
-    return StoredResponse(response=response, history=(), input_items=(), stored_at=store.now())
+def entry(ident: str, text: str = "hi") -> StoredResponse:
+    message = OutputMessage(id="msg_" + ident, status="completed", role="assistant", content=[OutputText(text=text)])
+    response = Response(id=ident, created_at=0, status="completed", model="m", text=TextConfig(), output=[message])
+    history = ({"role": "user", "content": "q"}, {"role": "assistant", "content": text})
+    items = (InputMessage(id="in_" + ident, role="user", content=[InputText(text="q")]),)
+    return StoredResponse(response=response, history=history, input_items=items)
 
 
-def test_store_evicts_least_recently_used_beyond_its_size() -> None:
-    store = ResponseStore(max_items=3, max_age=1e9)
-    for ident in "abc":
-        store.put(entry(store, ident))
-    assert store.get("a") is not None  # touching "a" makes "b" the least recently used
-    store.put(entry(store, "d"))
-    assert len(store) == 3
-    assert store.get("b") is None
-    assert [x for x in "acd" if store.get(x) is not None] == ["a", "c", "d"]
+def responses_store(owner: str | None = None, **limits: float) -> tuple[ResponseStore, ManualClock]:
+    clock = ManualClock()
+    state = StateStore(MemoryBackend(), clock=clock)
+    collection = state.collection("responses", CollectionLimits(**limits))  # type: ignore[arg-type]
+    return ResponseStore(collection, owner, enabled=limits.get("max_items") != 0), clock
 
 
-def test_store_expires_by_age() -> None:
-    now = [100.0]
-    store = ResponseStore(max_items=10, max_age=60, clock=lambda: now[0])
-    store.put(entry(store, "old"))
-    now[0] += 30
-    store.put(entry(store, "new"))
-    assert store.get("old") is not None  # a read does not extend a response's life
-    now[0] += 31
-    assert store.get("old") is None and store.get("new") is not None
-    now[0] += 30
-    assert store.get("new") is None and len(store) == 0
+async def test_a_stored_response_comes_back_whole() -> None:
+    store, _ = responses_store(max_items=3)
+    await store.put(entry("a", "the answer"))
+    got = await store.get("a")
+    assert got == entry("a", "the answer")
 
 
-def test_store_of_size_zero_keeps_nothing_and_delete() -> None:
-    store = ResponseStore(max_items=0, max_age=60)
-    store.put(entry(store, "a"))
-    assert store.get("a") is None
-    store = ResponseStore(max_items=2, max_age=60)
-    store.put(entry(store, "a"))
-    assert store.delete("a") and not store.delete("a") and store.get("a") is None
+async def test_store_evicts_the_oldest_beyond_its_size() -> None:
+    store, clock = responses_store(max_items=3)
+    for ident in "abcd":
+        await store.put(entry(ident))
+        clock.advance(1)
+    assert await store.get("a") is None
+    assert [x for x in "bcd" if await store.get(x) is not None] == ["b", "c", "d"]
+
+
+async def test_store_expires_by_age() -> None:
+    store, clock = responses_store(max_items=10, max_age=60)
+    await store.put(entry("old"))
+    clock.advance(30)
+    await store.put(entry("new"))
+    assert await store.get("old") is not None  # a read does not extend a response's life
+    clock.advance(31)
+    assert await store.get("old") is None and await store.get("new") is not None
+    clock.advance(30)
+    assert await store.get("new") is None
+
+
+async def test_store_of_size_zero_keeps_nothing_and_delete() -> None:
+    store, _ = responses_store(max_items=0)
+    await store.put(entry("a"))
+    assert await store.get("a") is None
+    store, _ = responses_store(max_items=2)
+    await store.put(entry("a"))
+    assert await store.delete("a") and not await store.delete("a") and await store.get("a") is None
+    with pytest.raises(NotFound) as caught:
+        await store.previous("a")
+    assert caught.value.code == "previous_response_not_found"
+    assert await store.previous(None) is None
+
+
+async def test_each_owner_sees_only_its_responses() -> None:
+    alice, _ = responses_store(owner="key-alice", max_items=5)
+    await alice.put(entry("a"))
+    bob = ResponseStore(alice.collection, "key-bob")
+    assert await bob.get("a") is None and not await bob.delete("a")
+    assert await alice.get("a") is not None
 
 
 async def test_store_under_concurrent_writers() -> None:
-    store = ResponseStore(max_items=50, max_age=60)
+    store, _ = responses_store(max_items=50)
 
-    def writer(prefix: str) -> None:
-        for i in range(500):
-            store.put(entry(store, f"{prefix}{i}"))
-            store.get(f"{prefix}{i // 2}")
+    async def writer(prefix: str) -> None:
+        for i in range(200):
+            await store.put(entry(f"{prefix}{i}"))
+            await store.get(f"{prefix}{i // 2}")
 
-    await asyncio.gather(*(asyncio.to_thread(writer, p) for p in "abcd"))
-    assert len(store) == 50
+    await asyncio.gather(*(writer(p) for p in "abcd"))
+    assert len((await store.collection.list(owner=None, limit=100)).records) == 50
 
 
 CALL = '<tool_call>\n{"name": "f", "arguments": {"x": "a long enough value to need fragments"}}\n</tool_call>'

@@ -19,12 +19,12 @@ import msgspec
 from flexserv_core.api.message_rules import check_messages
 from flexserv_core.api.responses.items import Conversation, add_input, unsupported
 from flexserv_core.api.responses.schemas import ResponsesRequest
-from flexserv_core.api.responses.store import ResponseStore
+from flexserv_core.api.responses.store import StoredResponse
 from flexserv_core.api.responses.tools import function_tools, response_format, tool_choice
 from flexserv_core.api.text_bounds import check_chat_bounds
 from flexserv_core.api.text_schemas import ChatCompletionRequest
 from flexserv_core.api.tool_calls import check_tool_history
-from flexserv_core.errors import FlexServError, InvalidRequest, NotFound
+from flexserv_core.errors import FlexServError, InvalidRequest
 from flexserv_core.settings import CoreSettings
 
 ENDPOINT = "/v1/responses"
@@ -96,18 +96,11 @@ class ResponsePlan:
     history: list[dict[str, Any]]
 
 
-def plan_response(body: ResponsesRequest, store: ResponseStore, core: CoreSettings) -> ResponsePlan:
+def plan_response(body: ResponsesRequest, previous: StoredResponse | None, core: CoreSettings) -> ResponsePlan:
+    """``previous``: the stored response ``previous_response_id`` names (``ResponseStore.previous``)."""
     check_request(body)
     history: list[dict[str, Any]] = []
-    if body.previous_response_id is not None:
-        previous = store.get(body.previous_response_id)
-        if previous is None:
-            raise NotFound(
-                f"Previous response with id '{body.previous_response_id}' not found (never stored, deleted, or "
-                "evicted from the store).",
-                param="previous_response_id",
-                code="previous_response_not_found",
-            )
+    if previous is not None:
         history = copy.deepcopy(list(previous.history))
     current = Conversation(call_ids={c["id"] for m in history for c in m.get("tool_calls", ())})
     add_input(current, body.input)

@@ -46,6 +46,7 @@ from flexserv_core.metrics.text import TextRequestMetrics
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.request_context import RequestContext
 from flexserv_core.server import FlexServer
+from flexserv_core.state.owner import request_owner
 
 log = logging.getLogger(__name__)
 #: Most input items one page lists, as OpenAI.
@@ -76,18 +77,13 @@ async def _jobs(
     return prompt_ids, jobs, tools
 
 
-def _store(store: ResponseStore, plan: ResponsePlan, response: ResponseObject) -> None:
+async def _store(store: ResponseStore, plan: ResponsePlan, response: ResponseObject) -> None:
     if plan.body.store is False:
         return
     history = Conversation(messages=list(plan.history))
     add_output(history, response.output)
-    store.put(
-        StoredResponse(
-            response=response,
-            history=tuple(history.messages),
-            input_items=tuple(plan.current.items),
-            stored_at=store.now(),
-        )
+    await store.put(
+        StoredResponse(response=response, history=tuple(history.messages), input_items=tuple(plan.current.items))
     )
 
 
@@ -101,8 +97,8 @@ async def create_response(request: Request[Any, Any, Any]) -> Response[Any]:
     context = request_context(request, ENDPOINT)
     body = await _parse(request, context)
     server: FlexServer = request.app.state.flexserv
-    store = server_store(server)
-    plan = plan_response(body, store, server.settings.core)
+    store = server_store(server, request_owner(request))
+    plan = plan_response(body, await store.previous(body.previous_response_id), server.settings.core)
     if body.stream:
         return await sse_response(_stream(server, plan, store, context), server, request)
     async with (
@@ -127,7 +123,7 @@ async def create_response(request: Request[Any, Any, Any]) -> Response[Any]:
             output=items,
             usage=usage(model, len(prompt_ids), result.completion_tokens, items),
         )
-    _store(store, plan, response)
+    await _store(store, plan, response)
     log.info("response %s: model %s, status %s", response.id, response.model, status)
     return Response(content=encode(response), media_type=MediaType.JSON)
 
@@ -189,7 +185,7 @@ async def _events(
     final = snapshot(
         status, output=streamer.items, usage=usage(model, len(prompt_ids), completion_tokens, streamer.items)
     )
-    _store(store, plan, final)
+    await _store(store, plan, final)
     yield write.lifecycle("response.completed" if status == "completed" else "response.incomplete", final)
 
 
@@ -206,9 +202,9 @@ def _response_id(request: Request[Any, Any, Any]) -> str:
     return str(request.path_params["response_id"])
 
 
-def _stored(request: Request[Any, Any, Any]) -> StoredResponse:
+async def _stored(request: Request[Any, Any, Any]) -> StoredResponse:
     response_id = _response_id(request)
-    entry = server_store(request.app.state.flexserv).get(response_id)
+    entry = await server_store(request.app.state.flexserv, request_owner(request)).get(response_id)
     if entry is None:
         raise NotFound(f"No response with id '{response_id}' is stored.", param="response_id")
     return entry
@@ -220,7 +216,7 @@ def _stored(request: Request[Any, Any, Any]) -> StoredResponse:
     opt={"response": ResponseObject, "scope": "inference"},
 )
 async def retrieve_response(request: Request[Any, Any, Any]) -> Response[Any]:
-    return Response(content=encode(_stored(request).response), media_type=MediaType.JSON)
+    return Response(content=encode((await _stored(request)).response), media_type=MediaType.JSON)
 
 
 @delete(
@@ -231,7 +227,7 @@ async def retrieve_response(request: Request[Any, Any, Any]) -> Response[Any]:
 )
 async def delete_response(request: Request[Any, Any, Any]) -> Response[Any]:
     response_id = _response_id(request)
-    if not server_store(request.app.state.flexserv).delete(response_id):
+    if not await server_store(request.app.state.flexserv, request_owner(request)).delete(response_id):
         raise NotFound(f"No response with id '{response_id}' is stored.", param="response_id")
     return Response(content=encode(DeletedResponse(id=response_id)), media_type=MediaType.JSON)
 
@@ -251,7 +247,7 @@ async def list_input_items(request: Request[Any, Any, Any]) -> Response[Any]:
     if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_LIST:
         raise InvalidRequest(f"'limit' must be an integer from 1 to {MAX_LIST}.", param="limit", code="invalid_value")
     limit, after = int(raw_limit), query.get("after")
-    items = list(_stored(request).input_items)
+    items = list((await _stored(request)).input_items)
     if order == "desc":
         items.reverse()
     if after is not None:

@@ -1,24 +1,25 @@
-"""The in-memory store behind ``store``, ``previous_response_id`` and
-``GET``/``DELETE /v1/responses/{id}``: bounded by count (least recently used
-goes first) and by age. Entries are immutable; one lock guards the map, so
-concurrent requests see a consistent store."""
+"""Stored responses (``store``, ``previous_response_id``, ``GET``/``DELETE
+/v1/responses/{id}``, input items) in the server's state layer: the collection
+``responses``, bounded by count, bytes and age (the oldest goes first), each
+response visible only to the API key that created it. With the default SQLite
+store they survive a restart and are shared by every process on the machine."""
 
 from __future__ import annotations
 
-import threading
-import time
-from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 
 from flexserv_core.api.responses.schemas import InputItem, Response
-from flexserv_core.stash import StashKey
+from flexserv_core.errors import NotFound
+from flexserv_core.state.records import CollectionLimits
+from flexserv_core.state.store import Collection
 
 if TYPE_CHECKING:
     from flexserv_core.server import FlexServer
+
+COLLECTION = "responses"
 
 
 class ResponsesSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -28,10 +29,14 @@ class ResponsesSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
         int,
         msgspec.Meta(
             ge=0,
-            description="Most responses kept for previous_response_id and GET /v1/responses/{id}; the least "
-            "recently used goes first (0: store nothing).",
+            description="Most responses kept for previous_response_id and GET /v1/responses/{id}, all API keys"
+            " together; the oldest goes first (0: store nothing).",
         ),
     ] = 1000
+    responses_store_max_bytes: Annotated[
+        int,
+        msgspec.Meta(ge=1024, description="Most bytes the stored responses take, all together; the oldest go first."),
+    ] = 512 * 2**20
     responses_store_max_age: Annotated[
         float, msgspec.Meta(gt=0, description="Seconds a stored response is kept after it was created.")
     ] = 3600.0
@@ -44,64 +49,64 @@ class StoredResponse:
     #: messages, without ``instructions`` (which a continuation does not inherit).
     history: tuple[dict[str, Any], ...]
     input_items: tuple[InputItem, ...]
-    stored_at: float
 
 
 class ResponseStore:
-    def __init__(self, max_items: int, max_age: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.max_items = max_items
-        self.max_age = max_age
-        self.clock = clock
-        self._entries: OrderedDict[str, StoredResponse] = OrderedDict()
-        self._lock = threading.Lock()
+    """One owner's stored responses (the owner of the request at hand)."""
 
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._entries)
+    def __init__(self, collection: Collection, owner: str | None, *, enabled: bool = True) -> None:
+        self.collection = collection
+        self.owner = owner
+        self.enabled = enabled
 
-    def now(self) -> float:
-        return self.clock()
-
-    def put(self, entry: StoredResponse) -> None:
-        if self.max_items == 0:
+    async def put(self, entry: StoredResponse) -> None:
+        if not self.enabled:
             return
-        with self._lock:
-            self._expire()
-            self._entries[entry.response.id] = entry
-            self._entries.move_to_end(entry.response.id)
-            while len(self._entries) > self.max_items:
-                self._entries.popitem(last=False)
+        payload = {
+            "response": msgspec.to_builtins(entry.response),
+            "history": list(entry.history),
+            "input_items": msgspec.to_builtins(entry.input_items),
+        }
+        await self.collection.put(payload, owner=self.owner, record_id=entry.response.id)
 
-    def get(self, response_id: str) -> StoredResponse | None:
-        with self._lock:
-            self._expire()
-            entry = self._entries.get(response_id)
-            if entry is not None:
-                self._entries.move_to_end(response_id)
-            return entry
+    async def get(self, response_id: str) -> StoredResponse | None:
+        record = await self.collection.get(response_id, owner=self.owner)
+        if record is None:
+            return None
+        payload = record.payload
+        return StoredResponse(
+            response=msgspec.convert(payload["response"], Response),
+            history=tuple(payload["history"]),
+            input_items=tuple(msgspec.convert(payload["input_items"], list[InputItem])),
+        )
 
-    def delete(self, response_id: str) -> bool:
-        with self._lock:
-            return self._entries.pop(response_id, None) is not None
+    async def previous(self, response_id: str | None) -> StoredResponse | None:
+        """The response a request continues (``previous_response_id``); 404 when it is not stored."""
+        if response_id is None:
+            return None
+        found = await self.get(response_id)
+        if found is None:
+            raise NotFound(
+                f"Previous response with id '{response_id}' not found (never stored, deleted, or "
+                "evicted from the store).",
+                param="previous_response_id",
+                code="previous_response_not_found",
+            )
+        return found
 
-    def _expire(self) -> None:
-        cutoff = self.clock() - self.max_age
-        for key in [k for k, e in self._entries.items() if e.stored_at <= cutoff]:
-            del self._entries[key]
+    async def delete(self, response_id: str) -> bool:
+        return await self.collection.delete(response_id, owner=self.owner)
 
 
-STORE_KEY = StashKey[ResponseStore]("responses-store")
-_create_lock = threading.Lock()
-
-
-def server_store(server: FlexServer) -> ResponseStore:
-    """The server's store, made on first use from its settings."""
-    store = server.state.get(STORE_KEY)
-    if store is None:
-        with _create_lock:
-            store = server.state.get(STORE_KEY)
-            if store is None:
-                limits = server.settings.get(ResponsesSettings)
-                store = ResponseStore(limits.responses_store_max_items, limits.responses_store_max_age)
-                server.state[STORE_KEY] = store
-    return store
+def server_store(server: FlexServer, owner: str | None) -> ResponseStore:
+    """The stored responses ``owner`` sees on this server."""
+    limits = server.settings.get(ResponsesSettings)
+    collection = server.store.collection(
+        COLLECTION,
+        CollectionLimits(
+            max_items=limits.responses_store_max_items,
+            max_bytes=limits.responses_store_max_bytes,
+            max_age=limits.responses_store_max_age,
+        ),
+    )
+    return ResponseStore(collection, owner, enabled=limits.responses_store_max_items > 0)

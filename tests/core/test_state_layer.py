@@ -1,0 +1,96 @@
+"""The state layer's wiring: ``--state-url`` picks a backend through the hook, the
+server holds the store, requests get their owner from the API key, URLs lose their
+password before they are shown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from litestar import Request, get
+
+from flexserv_core import (
+    CollectionLimits,
+    FlexServer,
+    StateStore,
+    UsageError,
+    hookimpl,
+    plan_eviction,
+    redact_url,
+    request_owner,
+)
+from flexserv_core.errors import QuotaExceeded
+from flexserv_core.state.memory import MemoryBackend
+from flexserv_core.state.owner import key_identity
+from flexserv_core.testing import app_client, make_app
+
+
+class OwnerPlugin:
+    """A route that stores a note for its caller and lists the caller's notes."""
+
+    @hookimpl
+    def flexserv_register_routes(self, settings: Any) -> list[Any]:
+        @get("/v1/notes", opt={"scope": "inference"})
+        async def notes(request: Request[Any, Any, Any]) -> dict[str, Any]:
+            server: FlexServer = request.app.state.flexserv
+            notes = server.store.collection("notes")
+            owner = request_owner(request)
+            await notes.put({"by": owner}, owner=owner)
+            page = await notes.list(owner=owner)
+            return {"owner": owner, "count": len(page.records)}
+
+        return [notes]
+
+
+def test_redact_url_hides_only_the_password() -> None:
+    assert redact_url("postgresql://app:s3cret@db.example:5433/flex?sslmode=require") == (
+        "postgresql://app:***@db.example:5433/flex?sslmode=require"
+    )
+    assert redact_url("postgresql://app@db/flex") == "postgresql://app@db/flex"
+    assert redact_url("sqlite:///var/lib/flexserv/state.db") == "sqlite:///var/lib/flexserv/state.db"
+    assert "pw" not in redact_url("postgresql://u:pw@[::1]:5432/x")
+
+
+def test_plan_eviction_takes_the_oldest_until_the_new_record_fits() -> None:
+    limits = CollectionLimits(max_items=3, max_bytes=100)
+    assert plan_eviction(limits, "c", 10, 2, 20, iter([])) == []
+    assert plan_eviction(limits, "c", 10, 3, 30, iter([("a", 10), ("b", 10), ("c", 10)])) == ["a"]
+    assert plan_eviction(limits, "c", 60, 3, 90, iter([("a", 40), ("b", 40), ("c", 10)])) == ["a", "b"]
+    with pytest.raises(QuotaExceeded):
+        plan_eviction(CollectionLimits(max_items=1, when_full="refuse"), "c", 1, 1, 1, iter([("a", 1)]))
+
+
+async def test_the_server_holds_the_store_chosen_by_the_url() -> None:
+    app = make_app(settings={"state_url": "memory://"})
+    server: FlexServer = app.state.flexserv
+    assert isinstance(server.store, StateStore)
+    assert isinstance(server.store.backend, MemoryBackend)
+    assert server.store.collection("x") is server.store.collection("x", CollectionLimits(max_items=1))
+    with pytest.raises(ValueError, match="collection name"):
+        server.store.collection("Bad Name")
+
+
+def test_an_unknown_scheme_stops_start_up_naming_it_without_the_password() -> None:
+    with pytest.raises(UsageError, match=r"'redis://'") as caught:
+        make_app(settings={"state_url": "redis://user:hunter2@cache:6379/0"})
+    assert "hunter2" not in str(caught.value)
+
+
+async def test_each_api_key_owns_its_records() -> None:
+    app = make_app([OwnerPlugin()], settings={"api_key": ["alpha", "beta"], "state_url": "memory://"})
+    async with app_client(app) as client:
+        a1 = (await client.get("/v1/notes", headers={"Authorization": "Bearer alpha"})).json()
+        a2 = (await client.get("/v1/notes", headers={"Authorization": "Bearer alpha"})).json()
+        b1 = (await client.get("/v1/notes", headers={"Authorization": "Bearer beta"})).json()
+    assert a1["owner"] == a2["owner"] == key_identity(b"alpha") and a2["count"] == 2
+    assert b1["owner"] == key_identity(b"beta") and b1["count"] == 1
+    assert "alpha" not in a1["owner"]
+
+
+async def test_without_api_keys_the_owner_is_none() -> None:
+    app = make_app([OwnerPlugin()], settings={"state_url": "memory://"})
+    async with app_client(app) as client:
+        body = (await client.get("/v1/notes")).json()
+    assert body == {"owner": None, "count": 1}
+    assert isinstance(client, httpx.AsyncClient)

@@ -1,0 +1,207 @@
+"""``sqlite:///PATH``, the default store: the contract, restarts, migrations,
+concurrent writers in two processes, SIGKILL mid-write, and an unusable file."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from flexserv_core import CollectionLimits, StateBackend, StateStore, StateUnavailable
+from flexserv_core.state import sqlite as sqlite_module
+from flexserv_core.state.sqlite import SqliteBackend
+from flexserv_core.testing import StateBackendContract
+from flexserv_core.testing.state_contract import chunks_of, read_all
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def url_of(path: Path) -> str:
+    return f"sqlite://{path}"
+
+
+class TestSqliteBackend(StateBackendContract):
+    @pytest.fixture
+    async def state_backend(self, tmp_path: Path) -> AsyncIterator[StateBackend]:
+        yield SqliteBackend(url_of(tmp_path / "state.db"))
+
+    async def test_no_blob_file_outlives_its_record(self, store: StateStore, tmp_path: Path) -> None:
+        files = store.collection("files", CollectionLimits(max_items=2, max_bytes=10**6))
+        for n in range(4):
+            await files.put({"n": n}, owner=None, blob=chunks_of(b"%d" % n * 100))
+        blob_dir = tmp_path / "state.db.blobs"
+        assert len(list(blob_dir.iterdir())) == 2  # the two evicted records took their files
+        for record in (await files.list(owner=None)).records:
+            await files.delete(record.id, owner=None)
+        assert list(blob_dir.iterdir()) == []
+
+
+async def test_records_survive_a_restart(tmp_path: Path) -> None:
+    url = url_of(tmp_path / "state.db")
+    store = StateStore(SqliteBackend(url))
+    await store.open()
+    files = store.collection("files", CollectionLimits(max_bytes=10**6))
+    record = await files.put({"name": "a"}, owner="key-a", blob=chunks_of(b"payload" * 100))
+    await store.close()
+
+    again = StateStore(SqliteBackend(url))
+    await again.open()
+    try:
+        assert await again.collection("files").get(record.id, owner="key-a") == record
+        assert await read_all(again, "files", record.id, "key-a") == b"payload" * 100
+    finally:
+        await again.close()
+
+
+async def test_the_schema_version_is_recorded_and_a_newer_one_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    backend = SqliteBackend(url_of(path))
+    await backend.open()
+    await backend.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        conn.execute("INSERT INTO schema_version VALUES (2, 0)")
+    with pytest.raises(StateUnavailable, match="schema version 2, newer than this FlexServ knows"):
+        await SqliteBackend(url_of(path)).open()
+    with sqlite3.connect(path) as conn:  # nothing was changed
+        assert conn.execute("SELECT max(version) FROM schema_version").fetchone() == (2,)
+
+
+async def test_a_file_that_cannot_be_opened_is_unavailable(tmp_path: Path) -> None:
+    (tmp_path / "plain-file").write_text("not a directory")
+    with pytest.raises(StateUnavailable, match=r"Cannot open the state store sqlite://.*plain-file/state.db"):
+        await SqliteBackend(url_of(tmp_path / "plain-file" / "state.db")).open()
+    (tmp_path / "junk.db").write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StateUnavailable, match=r"junk\.db"):
+        await SqliteBackend(url_of(tmp_path / "junk.db")).open()
+
+
+async def test_a_writer_locked_out_past_the_timeout_gets_unavailable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_module, "BUSY_TIMEOUT", 0.2)
+    path = tmp_path / "state.db"
+    store = StateStore(SqliteBackend(url_of(path)))
+    await store.open()
+    notes = store.collection("notes")
+    kept = await notes.put({"n": 1}, owner=None)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    try:
+        with pytest.raises(StateUnavailable, match="database is locked"):
+            await notes.put({"n": 2}, owner=None)
+        assert await notes.get(kept.id, owner=None) is not None  # readers go on in WAL mode
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    await notes.put({"n": 3}, owner=None)
+    await store.close()
+
+
+WRITER = textwrap.dedent(
+    """
+    import asyncio, hashlib, sys
+    from flexserv_core import CollectionLimits, StateStore
+    from flexserv_core.state.sqlite import SqliteBackend
+
+    async def chunks(data):
+        for i in range(0, len(data), 4096):
+            await asyncio.sleep(0)
+            yield data[i:i + 4096]
+
+    async def stalled():
+        yield b"half of it"
+        print("stalled", flush=True)
+        await asyncio.Event().wait()
+
+    async def main(url, name, count):
+        store = StateStore(SqliteBackend(url))
+        await store.open()
+        files = store.collection("files", CollectionLimits(max_bytes=10**9))
+        if count == 0:
+            await files.put({"writer": name}, owner=None, blob=stalled(), record_id="stalled")
+        for n in range(count):
+            data = hashlib.sha256(b"%s-%d" % (name.encode(), n)).digest() * (50 + n % 50)
+            digest = hashlib.sha256(data).hexdigest()
+            await files.put({"writer": name, "n": n, "sha256": digest}, owner=None, blob=chunks(data))
+            print(n, flush=True)
+        await store.close()
+
+    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+    """
+)
+
+
+def start_writer(url: str, name: str, count: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", WRITER, url, name, str(count)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+async def check_every_record(url: str) -> list[dict[str, object]]:
+    """Every stored record's blob is whole (its digest matches); no staged file is left."""
+    import hashlib
+
+    store = StateStore(SqliteBackend(url, orphan_grace=0))
+    await store.open()
+    try:
+        files = store.collection("files")
+        payloads = []
+        after = None
+        while True:
+            page = await files.list(owner=None, limit=100, after=after, order="asc")
+            for record in page.records:
+                data = await read_all(store, "files", record.id, None)
+                assert len(data) == record.blob_size
+                assert hashlib.sha256(data).hexdigest() == record.payload["sha256"], record.payload
+                payloads.append(record.payload)
+            if not page.has_more:
+                break
+            after = page.records[-1].id
+    finally:
+        await store.close()
+    blob_dir = Path(url.removeprefix("sqlite://") + ".blobs")
+    assert len(list(blob_dir.iterdir())) == len(payloads)
+    return payloads
+
+
+@pytest.mark.slow
+async def test_two_processes_write_at_once(tmp_path: Path) -> None:
+    url = url_of(tmp_path / "state.db")
+    writers = [start_writer(url, name, 60) for name in ("a", "b")]
+    for writer in writers:
+        out, _ = await asyncio.to_thread(writer.communicate, timeout=120)
+        assert writer.returncode == 0, out
+    payloads = await check_every_record(url)
+    assert sorted((p["writer"], p["n"]) for p in payloads) == [(w, n) for w in "ab" for n in range(60)]
+
+
+@pytest.mark.slow
+async def test_sigkill_mid_write_leaves_whole_records_or_nothing(tmp_path: Path) -> None:
+    url = url_of(tmp_path / "state.db")
+    stalled = start_writer(url, "stalled", 0)
+    busy = start_writer(url, "busy", 100_000)
+    try:
+        assert stalled.stdout is not None and busy.stdout is not None
+        assert await asyncio.to_thread(stalled.stdout.readline) == "stalled\n"
+        for _ in range(40):  # let it commit some records, then kill it wherever it is
+            await asyncio.to_thread(busy.stdout.readline)
+    finally:
+        for process in (stalled, busy):
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+    payloads = await check_every_record(url)
+    assert len(payloads) >= 40
+    assert all(p["writer"] == "busy" for p in payloads)  # the stalled upload left nothing
