@@ -11,7 +11,7 @@ from typing import Any
 
 from litestar import Request
 
-from flexserv_core import InvalidRequest, NotFound
+from flexserv_core import FlexServer, InvalidRequest, NotFound, request_owner
 from flexserv_ocr.errors import InputTooLarge
 
 #: The files plugin's state collection and its ids (file- and 32 hex digits).
@@ -25,9 +25,7 @@ async def file_bytes(request: Request[Any, Any, Any], file_id: str, *, limit: in
         raise InvalidRequest(
             f"'{file_id[:80]}' is not a file id (file- and 32 hex digits).", param=param, code="invalid_file_id"
         )
-    from flexserv_core import request_owner  # type: ignore[attr-defined]  # TODO(state layer): top-level
-
-    server = request.app.state.flexserv
+    server: FlexServer = request.app.state.flexserv
     files = server.store.collection(FILES_COLLECTION)
     record = await files.get(file_id, owner=request_owner(request))
     if record is None or not record.has_blob:
