@@ -45,6 +45,7 @@ async def test_upload_list_retrieve_content_delete(sdk: openai.AsyncOpenAI) -> N
         await sdk.files.delete(created.id)
 
 
+@pytest.mark.slow
 async def test_ocr_by_file_id(sdk: openai.AsyncOpenAI, client: Any) -> None:
     scan = image_pdf([render_lines(INVOICE_LINES, size=32)])
     scan_file = await sdk.files.create(file=("scan.pdf", scan), purpose="user_data")

@@ -8,7 +8,7 @@ import msgspec
 from litestar.types import ControllerRouterHandler
 
 from flexserv_core import Backend, FlexServer, ModelSpec, Settings, hookimpl
-from flexserv_ocr import routes
+from flexserv_ocr import extract, routes
 from flexserv_ocr.backends import RapidOcrBackend, TesseractBackend, offered_models
 from flexserv_ocr.kinds import OCR
 from flexserv_ocr.metrics import counts_for
@@ -28,7 +28,7 @@ def flexserv_register_backends(settings: Settings) -> list[Backend]:
 
 @hookimpl
 def flexserv_register_routes(settings: Settings) -> list[ControllerRouterHandler]:
-    return list(routes.ROUTES)
+    return [*routes.ROUTES, extract.extract]
 
 
 @hookimpl

@@ -161,3 +161,39 @@ def cer(expected: str, got: str) -> float:
         return " ".join(text.split())
 
     return float(jiwer.cer(norm(expected), norm(got)))
+
+
+CUSTOMERS = ("Acme Widgets Ltd", "Blue Harbour Trading", "Northwind Supplies", "Contoso Foods", "Globex Parts")
+INVOICE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "invoice_number": {"type": "string"},
+        "date": {"type": "string"},
+        "customer": {"type": "string"},
+        "total": {"type": "string"},
+    },
+    "required": ["invoice_number", "date", "customer", "total"],
+    "additionalProperties": False,
+}
+
+
+def invoice(seed: int) -> tuple[list[str], dict[str, str]]:
+    """A generated invoice: its lines and the true value of each :data:`INVOICE_SCHEMA` field."""
+    import random
+
+    rng = random.Random(seed)
+    fields = {
+        "invoice_number": f"INV-{rng.randrange(1000, 9999)}",
+        "date": f"2026-{rng.randrange(1, 13):02d}-{rng.randrange(1, 29):02d}",
+        "customer": CUSTOMERS[seed % len(CUSTOMERS)],
+        "total": f"{rng.randrange(10, 5000)}.{rng.randrange(100):02d}",
+    }
+    quantity = rng.randrange(1, 9)
+    lines = [
+        f"Invoice number: {fields['invoice_number']}",
+        f"Date: {fields['date']}",
+        f"Bill to: {fields['customer']}",
+        f"Item: widgets, quantity {quantity}",
+        f"Total due: {fields['total']} EUR",
+    ]
+    return lines, fields

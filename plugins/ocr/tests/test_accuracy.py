@@ -27,6 +27,7 @@ from flexserv_ocr.testing import (
     text_pdf,
 )
 
+pytestmark = pytest.mark.slow
 ENGINES = ["rapidocr", "tesseract"]
 CLEAN_BOUND = 0.05
 HARD_BOUND = 0.10

@@ -11,6 +11,8 @@ from flexserv_ocr.testing import b64, png_bytes, render_lines
 
 from flexserv_core.testing import ServedApp, make_app, wait_until, wait_until_async
 
+pytestmark = pytest.mark.slow
+
 PAGE = b64(png_bytes(render_lines(["Invoice 2026 total 42.50"], size=32)))
 
 
