@@ -3,13 +3,14 @@
 
 import { askForKey } from "./api.js";
 import { initChat } from "./chat.js";
+import { initDocuments } from "./documents.js";
 import { initEmbeddings } from "./embeddings.js";
 import { refreshCatalog, serverInfo } from "./catalog.js";
 import { initServer } from "./server.js";
 import { initTranscription } from "./transcription.js";
 import { showBanner, tabListeners } from "./ui.js";
 
-const TABS = ["chat", "embeddings", "transcription", "server"];
+const TABS = ["chat", "embeddings", "transcription", "documents", "server"];
 const THEMES = ["auto", "light", "dark"];
 const THEME_STORAGE = "flexserv.theme";
 
@@ -43,9 +44,9 @@ function initTabs() {
     event.preventDefault();
     selectTab(TABS[(current + moves[event.key] + TABS.length) % TABS.length], { focus: true });
   });
-  // Alt+1..4 from anywhere.
+  // Alt+1..5 from anywhere.
   document.addEventListener("keydown", (event) => {
-    if (event.altKey && !event.ctrlKey && !event.metaKey && /^[1-4]$/.test(event.key)) {
+    if (event.altKey && !event.ctrlKey && !event.metaKey && /^[1-5]$/.test(event.key)) {
       event.preventDefault();
       selectTab(TABS[Number(event.key) - 1], { focus: true });
     }
@@ -83,6 +84,7 @@ async function init() {
   initChat();
   initEmbeddings();
   initTranscription();
+  initDocuments();
   initServer();
   selectTab(location.hash.slice(1) || "chat");
   await start();
