@@ -30,7 +30,7 @@ from flexserv_ocr.documents import marked_text, read_reference
 from flexserv_ocr.reader import ReadDocument, ReadOptions
 
 EXTRACT_ENDPOINT = "/v1/documents/extract"
-DEFAULT_MAX_TOKENS = 512
+DEFAULT_MAX_TOKENS = 1024
 SYSTEM_PROMPT = (
     "You extract facts from documents. Answer with one JSON object that follows the schema. "
     "Copy each value exactly as it is written in the document. Use null when the document does not say."
@@ -64,7 +64,38 @@ def check_schema(schema: dict[str, Any]) -> str:
         raise InvalidRequest(f"'schema' is not a valid JSON schema: {exc.message}", param="schema") from None
     if schema.get("type") != "object":
         raise InvalidRequest('\'schema\' must describe a JSON object ("type": "object").', param="schema")
-    return msgspec.json.encode(schema).decode()
+    return msgspec.json.encode(bounded(schema)).decode()
+
+
+#: Longest string and array the model may write where the schema sets no bound: a
+#: small model under a schema with unbounded strings can keep writing one string
+#: until max_tokens runs out, and an answer cut off is no answer.
+MAX_STRING = 100
+MAX_ITEMS = 50
+_SUBSCHEMAS = ("anyOf", "oneOf", "allOf")
+
+
+def bounded(schema: Any) -> Any:
+    """``schema`` with ``maxLength``/``maxItems`` added where it sets none: every answer
+    that matches it matches ``schema`` too, and it always ends."""
+    if isinstance(schema, list):
+        return [bounded(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: bounded(value) if key in _SUBSCHEMAS or key == "items" else value for key, value in schema.items()}
+    for key in ("properties", "$defs", "definitions"):
+        if isinstance(schema.get(key), dict):
+            out[key] = {name: bounded(sub) for name, sub in schema[key].items()}
+    if isinstance(schema.get("additionalProperties"), dict):
+        out["additionalProperties"] = bounded(schema["additionalProperties"])
+    types = schema.get("type")
+    types = types if isinstance(types, list) else [types]
+    unconstrained = not any(key in schema for key in ("enum", "const", "pattern", "format"))
+    if "string" in types and unconstrained and "maxLength" not in schema:
+        out["maxLength"] = MAX_STRING
+    if "array" in types and "maxItems" not in schema:
+        out["maxItems"] = MAX_ITEMS
+    return out
 
 
 def prompt_messages(doc: ReadDocument, schema_text: str, instructions: str | None) -> list[dict[str, Any]]:
