@@ -35,6 +35,8 @@ from flexserv_ocr.rapid import lines_from_output, make_engine, rapidocr_params
 from flexserv_ocr.testing import FONTS, cer, installed_fonts, png_bytes, render_lines
 from PIL import Image
 
+from flexserv_core.testing import wait_healthy
+
 WORDS = [
     "invoice",
     "total",
@@ -107,20 +109,6 @@ def start_server(port: int) -> subprocess.Popen[str]:
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, text=True)
 
 
-def wait_ready(url: str, proc: subprocess.Popen[str], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"the server exited with {proc.returncode}")
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise SystemExit("the server did not become ready")
-
-
 def first_request(url: str, page: bytes) -> tuple[float, float]:
     body = {"images": [base64.b64encode(page).decode()]}
     t0 = time.perf_counter()
@@ -163,7 +151,7 @@ def main() -> None:
     url = f"http://127.0.0.1:{args.port}"
     proc = start_server(args.port)
     try:
-        wait_ready(url, proc)
+        wait_healthy(url, proc)
         first, warm = first_request(url, pages[0][0])
         print(f"first request (lazy load included): {first:.2f} s; the same page warm: {warm:.2f} s")
         engine = make_engine(rapidocr_params(960))
