@@ -75,6 +75,14 @@ async def test_engine_not_installed_names_the_installed_ones(client: Any, name: 
     assert "rapidocr" in error["message"] and error["param"] == "model"
 
 
+async def test_the_source_runtimes_path_is_an_alias(client: Any) -> None:
+    image = b64(png_bytes(render_lines(["x"])))
+    error_of(
+        await client.post("/v1/vision/ocr", json={"model": "surya", "images": [image]}), 400, "ocr_engine_not_installed"
+    )
+    error_of(await client.post("/v1/vision/ocr", json={"file": b64(many_pages_pdf(10_000))}), 400, "too_many_pages")
+
+
 async def test_exactly_one_input(client: Any) -> None:
     error_of(await client.post("/v1/ocr", json={}), 400, "invalid_input")
     image = b64(png_bytes(render_lines(["x"])))
