@@ -60,12 +60,12 @@ def page_text(seed: int, lines: int = 30) -> list[str]:
     ]
 
 
-def make_pages(count: int) -> list[tuple[bytes, str]]:
+def make_pages(count: int, lines_per_page: int = 30) -> list[tuple[bytes, str]]:
     """``count`` A4 pages at 150 dpi (1240 x 1754), PNG bytes and their text."""
     fonts = installed_fonts() or list(FONTS[:1])
     pages = []
     for i in range(count):
-        lines = page_text(i)
+        lines = page_text(i, lines_per_page)
         drawn = render_lines(lines, font=fonts[i % len(fonts)], size=22, spacing=2.0, margin=90)
         page = Image.new("RGB", (1240, 1754), "white")
         page.paste(drawn, (0, 0))
@@ -105,7 +105,10 @@ async def through_server(url: str, pages: list[tuple[bytes, str]], clients: int,
 
 def start_server(port: int) -> subprocess.Popen[str]:
     env = {**os.environ, "FLEXSERV_DISABLE_PLUGIN_AUTOLOAD": "1", "HF_HUB_OFFLINE": "1"}
+    # a request's time limit counts its pages' time in the queue: at 8 clients on a busy
+    # 2-core machine the default 120 s is not enough, and a 422 is not a page read
     command = [sys.executable, "-m", "flexserv_core", "run", "-p", "ocr", "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--ocr-timeout", "1800"]
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, text=True)
 
 
@@ -141,10 +144,11 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=1, help="each round sends every page this many times")
+    parser.add_argument("--lines", type=int, default=30, help="text lines per page")
     parser.add_argument("--port", type=int, default=8731)
     parser.add_argument("--tuning", action="store_true", help="RapidOCR's defaults against FlexServ's tuning")
     args = parser.parse_args()
-    pages = make_pages(args.pages)
+    pages = make_pages(args.pages, args.lines)
     if args.tuning:
         tuning(pages)
         return
