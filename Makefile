@@ -6,9 +6,9 @@ BIN := $(VENV)/bin
 PLUGIN_DIRS := $(sort $(dir $(wildcard plugins/*/pyproject.toml contrib/*/pyproject.toml)))
 STAMP := $(VENV)/.flexserv-installed
 
-.PHONY: setup chromium postgresql serve test lint clean
+.PHONY: setup chromium postgresql tesseract serve test lint clean
 
-setup: $(STAMP) chromium postgresql
+setup: $(STAMP) chromium postgresql tesseract
 
 # The playground's browser tests drive the system's Chromium through Playwright
 # (which never downloads a browser here). Installed once, as root on Debian/Ubuntu;
@@ -32,6 +32,17 @@ postgresql:
 	else \
 		echo "NOTE: PostgreSQL's server is not installed; flexserv-state-postgres's tests will fail until it is."; \
 		echo "      Debian/Ubuntu: sudo apt-get install -y postgresql (initdb and postgres are all they use)."; \
+	fi
+
+# The OCR plugin's second engine (plugins/ocr): Tesseract with its English data,
+# from Debian like Chromium. Without it the plugin serves RapidOCR alone.
+tesseract:
+	@if command -v tesseract >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y tesseract-ocr tesseract-ocr-eng; \
+	else \
+		echo "NOTE: Tesseract is not installed; the OCR plugin will offer RapidOCR only and its tesseract tests fail."; \
+		echo "      Debian/Ubuntu: sudo apt-get install -y tesseract-ocr tesseract-ocr-eng"; \
 	fi
 
 $(STAMP): pyproject.toml $(addsuffix pyproject.toml,$(PLUGIN_DIRS)) requirements/torch-cpu.txt requirements/models.txt

@@ -68,6 +68,7 @@ from flexserv_core.errors import (
 from flexserv_core.events import EvictionReason, ModelEvent, ModelEventType
 from flexserv_core.hooks import resolve_plugin_settings
 from flexserv_core.hookspecs import PROJECT_NAME, hookimpl, hookspec
+from flexserv_core.media import PDF_MEDIA_TYPE, sniff_media_type
 from flexserv_core.models.registry import Lease, ModelInfo, ModelRegistry, ModelState, UnloadResult
 from flexserv_core.models.spec import ModelKind, ModelSpec
 from flexserv_core.plugin_manager import FlexServPluginManager, create_plugin_manager
@@ -104,6 +105,7 @@ from flexserv_core.tool_call_stream import ToolCallFragment, ToolCallStream, Too
 from flexserv_core.tool_parsers import ParsedToolCall, ParsedToolOutput, ToolParser, ToolParsers
 
 __all__ = [
+    "PDF_MEDIA_TYPE",
     "PROJECT_NAME",
     "READY",
     "RESERVED_TEMPLATE_KWARGS",
@@ -231,6 +233,7 @@ __all__ = [
     "resolve_settings",
     "resolved_state_url",
     "route_scope",
+    "sniff_media_type",
     "sse_response",
     "until_disconnect",
 ]

@@ -267,7 +267,7 @@ def test_keyboard_switches_tabs(page: Any) -> None:
     assert page.url.endswith("#transcription")
 
 
-@pytest.mark.parametrize("tab", ["chat", "embeddings", "transcription", "server", "anomaly"])
+@pytest.mark.parametrize("tab", ["chat", "embeddings", "transcription", "documents", "server", "anomaly"])
 def test_fits_a_phone_screen(browser: Any, server: str, tab: str) -> None:
     context = browser.new_context(viewport={"width": 390, "height": 800}, is_mobile=True)
     try:

@@ -4,13 +4,14 @@
 import { askForKey } from "./api.js";
 import { initAnomaly } from "./anomaly.js";
 import { initChat } from "./chat.js";
+import { initDocuments } from "./documents.js";
 import { initEmbeddings } from "./embeddings.js";
 import { refreshCatalog, serverInfo } from "./catalog.js";
 import { initServer } from "./server.js";
 import { initTranscription } from "./transcription.js";
 import { showBanner, tabListeners } from "./ui.js";
 
-const TABS = ["chat", "embeddings", "transcription", "server", "anomaly"];
+const TABS = ["chat", "embeddings", "transcription", "documents", "server", "anomaly"];
 const THEMES = ["auto", "light", "dark"];
 const THEME_STORAGE = "flexserv.theme";
 
@@ -84,6 +85,7 @@ async function init() {
   initChat();
   initEmbeddings();
   initTranscription();
+  initDocuments();
   initServer();
   initAnomaly();
   selectTab(location.hash.slice(1) || "chat");

@@ -1,0 +1,135 @@
+"""Hostile uploads: too big, wrong bytes, path-like names and ids, a cut-off body. Each a 4xx, nothing kept."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from flexserv_ocr.testing import png_bytes, render_lines, text_pdf
+
+from flexserv_core.testing import ServedApp, make_app, wait_until
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+LIMIT = 50_000
+
+
+@pytest.fixture(scope="module")
+def files_settings() -> dict[str, Any]:
+    return {"files_max_bytes": LIMIT, "files_max_count": 3, "files_max_total_bytes": 120_000}
+
+
+async def upload(client: Any, name: str, data: bytes, purpose: str = "user_data") -> httpx.Response:
+    response: httpx.Response = await client.post(
+        "/v1/files", files={"file": (name, data, "application/octet-stream")}, data={"purpose": purpose}
+    )
+    return response
+
+
+def error_of(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    error: dict[str, Any] = response.json()["error"]
+    assert error["code"] == code, error
+    return error
+
+
+async def listed(client: Any) -> list[str]:
+    return [f["id"] for f in (await client.get("/v1/files")).json()["data"]]
+
+
+async def test_too_large_names_the_limit_and_keeps_nothing(client: Any, stored_files: Callable[[], list[Path]]) -> None:
+    before = stored_files()
+    error = error_of(await upload(client, "big.txt", b"a" * (LIMIT + 1)), 413, "file_too_large")
+    assert str(LIMIT) in error["message"] and "--files-max-bytes" in error["message"]
+    assert await listed(client) == [] and stored_files() == before
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "purpose"),
+    [
+        ("invoice.pdf", b"\x7fELF\x02\x01\x01" + bytes(200), "user_data"),  # a binary named like a PDF
+        ("notes.txt", "caf\u00e9".encode("latin-1") + b"\x00\x01", "user_data"),  # not UTF-8 text
+        ("photo.png", b"just some text, not an image", "vision"),  # vision takes images only
+        ("data.jsonl", png_bytes(render_lines(["x"])), "batch"),  # batch takes text only
+    ],
+)
+async def test_content_is_checked_by_its_bytes(
+    client: Any, stored_files: Callable[[], list[Path]], name: str, data: bytes, purpose: str
+) -> None:
+    error_of(await upload(client, name, data, purpose), 400, "unsupported_file_type")
+    assert await listed(client) == [] and stored_files() == []
+
+
+@pytest.mark.parametrize("name", ["../../etc/passwd", "/etc/passwd", "..", "a\\b.pdf", "C:\\Windows\\evil.pdf"])
+async def test_path_like_filenames_are_refused(client: Any, stored_files: Callable[[], list[Path]], name: str) -> None:
+    error_of(await upload(client, name, text_pdf([["x"]])), 400, "invalid_filename")
+    assert await listed(client) == [] and stored_files() == []
+
+
+@pytest.mark.parametrize("file_id", ["..%2F..%2Fetc%2Fpasswd", "%2Fetc%2Fpasswd", "file-..", "file-" + "0" * 31 + "g"])
+async def test_path_like_ids_are_refused_everywhere(client: Any, file_id: str) -> None:
+    # an id with a slash in it matches no route at all (404 from the router); any other is checked
+    expected = (404, "not_found") if "%2F" in file_id else (400, "invalid_file_id")
+    error_of(await client.get(f"/v1/files/{file_id}"), *expected)
+    error_of(await client.get(f"/v1/files/{file_id}/content"), *expected)
+    error_of(await client.delete(f"/v1/files/{file_id}"), *expected)
+    decoded = file_id.replace("%2F", "/")
+    error_of(await client.post("/v1/ocr", json={"file_id": decoded}), 400, "invalid_file_id")
+    error_of(await client.get("/v1/files", params={"after": decoded}), 400, "invalid_file_id")
+
+
+async def test_unknown_purpose_and_missing_parts(client: Any) -> None:
+    response = await upload(client, "a.txt", b"hello", purpose="secrets")
+    assert response.status_code == 400 and response.json()["error"]["param"] == "purpose"
+    response = await client.post("/v1/files", files={"file": ("a.txt", b"hello")})
+    error_of(response, 400, "missing_purpose")
+    response = await client.post("/v1/files", data={"purpose": "user_data"}, files={"other": ("a.txt", b"x")})
+    assert response.status_code == 400
+    response = await client.post("/v1/files", json={"purpose": "user_data"})
+    error_of(response, 400, "invalid_multipart")
+
+
+async def test_count_and_total_bytes_are_bounded(client: Any) -> None:
+    ids = []
+    for i in range(3):
+        response = await upload(client, f"part{i}.txt", b"x" * 30_000)
+        assert response.status_code == 200, response.text
+        ids.append(response.json()["id"])
+    full = await upload(client, "one-more.txt", b"y" * 10)
+    assert full.status_code == 429 and full.json()["error"]["code"] == "storage_quota_exceeded"
+    for file_id in ids:
+        assert (await client.delete(f"/v1/files/{file_id}")).status_code == 200
+    assert (await upload(client, "fits.txt", b"y" * 10)).status_code == 200
+
+
+def test_an_upload_cut_mid_way_leaves_nothing(tmp_path: Path) -> None:
+    app = make_app(["files"], settings={"state_url": f"sqlite:///{tmp_path / 'state.db'}"})
+    boundary = "cutcutcut"
+    head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nuser_data\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.txt"\r\n'
+        "Content-Type: text/plain\r\n\r\n"
+    ).encode()
+    with ServedApp(app) as base_url:
+        url = httpx.URL(base_url)
+        with socket.create_connection((url.host, url.port)) as sock:
+            sock.sendall(
+                b"POST /v1/files HTTP/1.1\r\nHost: x\r\n"
+                + f"Content-Type: multipart/form-data; boundary={boundary}\r\n".encode()
+                + f"Content-Length: {len(head) + 1_000_000}\r\n\r\n".encode()
+                + head
+                + b"z" * 300_000
+            )
+        # the client is gone with 700 kB unsent: the partial blob must go with it
+
+        def leftovers() -> list[Path]:
+            return [p for p in tmp_path.rglob("*") if p.is_file() and not p.name.startswith("state.db")]
+
+        wait_until(lambda: not leftovers(), 10, message=f"left on disk: {leftovers()}")
+        with httpx.Client(base_url=base_url) as http:
+            assert http.get("/v1/files").json()["data"] == []
+            ok = http.post("/v1/files", files={"file": ("a.txt", b"fine")}, data={"purpose": "user_data"})
+            assert ok.status_code == 200  # the server is fine, and stores a whole upload

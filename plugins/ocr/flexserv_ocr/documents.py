@@ -1,0 +1,89 @@
+"""A document's text for a language model: pages read (text layer or OCR), marked, bounded.
+
+:func:`document_text` is what chat and Responses ``file`` content parts need
+(``{"file_id": ...}`` or ``{"file_data": "data:...;base64,...", "filename": ...}``);
+:func:`read_reference` also serves ``/v1/documents/extract``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from litestar import Request
+
+from flexserv_core import ContextLengthExceeded, FlexServer, InvalidRequest
+from flexserv_ocr.errors import EngineNotInstalled
+from flexserv_ocr.files import file_bytes
+from flexserv_ocr.kinds import OCR, OcrModel
+from flexserv_ocr.reader import DocumentReader, ReadDocument, ReadOptions, decode_base64
+from flexserv_ocr.settings import OcrSettings
+
+
+def page_marker(number: int, count: int) -> str:
+    return f"--- page {number} of {count} ---"
+
+
+def marked_text(doc: ReadDocument, total_pages: int | None = None) -> str:
+    """Each page's text after a ``--- page N of M ---`` line."""
+    count = total_pages or len(doc.pages)
+    return "\n".join(
+        f"{page_marker(number, count)}\n{page.text}" for page, number in zip(doc.pages, doc.numbers, strict=True)
+    )
+
+
+async def reference_bytes(request: Request[Any, Any, Any], reference: Mapping[str, Any], param: str) -> bytes:
+    """The bytes a ``file`` reference names: ``file_id`` (the caller's upload) or ``file_data`` (base64 / ``data:``)."""
+    limits = request.app.state.flexserv.settings.get(OcrSettings)
+    file_id, file_data = reference.get("file_id"), reference.get("file_data")
+    if (file_id is None) == (file_data is None):
+        raise InvalidRequest(f"'{param}' needs exactly one of 'file_id' or 'file_data'.", param=param)
+    if file_id is not None:
+        if not isinstance(file_id, str):
+            raise InvalidRequest(f"'{param}.file_id' must be a string.", param=f"{param}.file_id")
+        return await file_bytes(request, file_id, limit=limits.ocr_max_input_bytes, param=f"{param}.file_id")
+    if not isinstance(file_data, str):
+        raise InvalidRequest(f"'{param}.file_data' must be a string.", param=f"{param}.file_data")
+    return decode_base64(file_data, limits, f"{param}.file_data")
+
+
+async def read_reference(
+    request: Request[Any, Any, Any],
+    reference: Mapping[str, Any],
+    *,
+    options: ReadOptions | None = None,
+    ocr_model: str | None = None,
+    param: str = "file",
+) -> tuple[ReadDocument, str | None]:
+    """Read the document a reference names: text layers where a PDF has them, the OCR
+    model (default of kind ``ocr``) elsewhere. Returns the pages and the OCR model's name."""
+    from flexserv_core import until_disconnect
+
+    server: FlexServer = request.app.state.flexserv
+    limits = server.settings.get(OcrSettings)
+    data = await reference_bytes(request, reference, param)
+    spec = server.catalog.get(ocr_model) if ocr_model else server.catalog.default(OCR)
+    if spec is None or spec.kind != OCR:
+        raise EngineNotInstalled(f"OCR engine '{ocr_model}' is not installed on this server.", param="ocr_model")
+    async with server.registry.acquire(spec.name, OcrModel) as lease:
+        reader = DocumentReader(lease.model, limits, options or ReadOptions())
+        docs = await until_disconnect(request, reader.read_all([(data, param)]))
+    return docs[0], spec.name
+
+
+async def document_text(request: Request[Any, Any, Any], reference: Mapping[str, Any], *, max_chars: int) -> str:
+    """The text of the document ``reference`` names (an OpenAI ``file`` content part's
+    ``file`` object: ``file_id`` or ``file_data``), pages after ``--- page N of M ---``
+    markers; a 400 ``context_length_exceeded`` naming ``max_chars`` when it is longer.
+
+    PDF pages with a text layer are read from it, other pages and images by the
+    default OCR model. The file must belong to the request's API key."""
+    doc, _ = await read_reference(request, reference)
+    text = marked_text(doc)
+    if len(text) > max_chars:
+        raise ContextLengthExceeded(
+            f"The document's text is {len(text)} characters ({len(doc.pages)} pages); this model takes at most "
+            f"{max_chars} characters of documents. Send fewer pages.",
+            param="file",
+        )
+    return text

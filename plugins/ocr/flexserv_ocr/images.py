@@ -1,0 +1,59 @@
+"""Decoding images for OCR, with the pixel count checked from the header before any decoding."""
+
+from __future__ import annotations
+
+import io
+import re
+import warnings
+from typing import Any
+
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from flexserv_ocr.errors import InvalidDocument, TooManyPixels
+
+
+def check_pixels(width: int, height: int, limit: int, what: str) -> None:
+    if width * height > limit:
+        raise TooManyPixels(
+            f"{what} is {width}x{height} = {width * height} pixels; this server reads at most {limit} "
+            "(--ocr-max-pixels).",
+            param="images",
+        )
+
+
+def decode_image(data: bytes, max_pixels: int, what: str = "The image") -> Any:
+    """An RGB :class:`PIL.Image.Image`; 413 ``too_many_pixels`` when the header
+    announces more than ``max_pixels`` (nothing is decompressed), 400 when corrupt."""
+    try:
+        with warnings.catch_warnings():
+            # Pillow's own bomb guard is process-wide; ours is the setting, checked next
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            image: Any = Image.open(io.BytesIO(data))
+    except Image.DecompressionBombError as exc:
+        # Pillow's own guard (twice its process-wide limit) fired first; its message has the count
+        found = re.search(r"\((\d+) pixels\)", str(exc))
+        count = f"{int(found.group(1))} pixels" if found else "more pixels than Pillow opens"
+        raise TooManyPixels(
+            f"{what} announces {count}; this server reads at most {max_pixels} (--ocr-max-pixels).", param="images"
+        ) from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
+        raise InvalidDocument(f"{what} could not be read as an image: {exc}", param="images") from None
+    check_pixels(image.width, image.height, max_pixels, what)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            image.load()
+            image = ImageOps.exif_transpose(image) or image
+    except (OSError, ValueError, SyntaxError, EOFError) as exc:
+        raise InvalidDocument(f"{what} is truncated or corrupt: {exc}", param="images") from None
+    return to_rgb(image)
+
+
+def to_rgb(image: Any) -> Any:
+    """RGB, with any transparency laid over white (as a page would show it)."""
+    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
+        rgba = image.convert("RGBA")
+        background = Image.new("RGB", rgba.size, "white")
+        background.paste(rgba, mask=rgba.getchannel("A"))
+        return background
+    return image.convert("RGB")

@@ -1,0 +1,173 @@
+"""From a request's inputs to read pages: decode, select PDF pages, text layer or OCR.
+
+Pages are prepared (decoded, rendered) in worker threads and read by the model's
+micro-batcher, a few pages of one request in flight at once, so rendering the
+next page overlaps reading this one. Everything runs under the request's time
+limit; cancelling the caller (a client that went away) cancels every page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import time
+from dataclasses import dataclass, field
+
+from flexserv_core import PDF_MEDIA_TYPE as PDF
+from flexserv_core import InvalidRequest
+from flexserv_core import sniff_media_type as sniff
+from flexserv_ocr.errors import InputTooLarge, InvalidDocument, TooManyPages
+from flexserv_ocr.images import decode_image
+from flexserv_ocr.kinds import OcrModel, OcrPage, OcrTimeLimit, PageJob
+from flexserv_ocr.pdf import PdfDocument, select_pages
+from flexserv_ocr.settings import OcrSettings
+
+#: Pages of one request prepared or being read at once.
+PAGES_IN_FLIGHT = 2
+
+
+@dataclass
+class ReadOptions:
+    pages: list[int] | str | None = None
+    dpi: int | None = None
+    languages: list[str] | None = None
+    force_ocr: bool = False
+
+
+@dataclass
+class ReadDocument:
+    """One input's pages, in order; ``numbers`` are their 1-based page numbers."""
+
+    media_type: str
+    pages: list[OcrPage] = field(default_factory=list)
+    numbers: list[int] = field(default_factory=list)
+
+
+def decode_base64(value: str, limits: OcrSettings, param: str) -> bytes:
+    """Bytes of a base64 string or a ``data:`` URL, size-checked before decoding."""
+    text = value
+    if text.startswith("data:"):
+        header, comma, text = text.partition(",")
+        if not comma or ";base64" not in header:
+            raise InvalidRequest(f"'{param}' is a data: URL without ';base64,'.", param=param, code="invalid_base64")
+    if len(text) * 3 // 4 > limits.ocr_max_input_bytes + 3:
+        raise InputTooLarge(
+            f"'{param}' decodes to more than {limits.ocr_max_input_bytes} bytes (--ocr-max-input-bytes).", param=param
+        )
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidRequest(f"'{param}' is not valid base64.", param=param, code="invalid_base64") from None
+
+
+def check_size(data: bytes, limits: OcrSettings, param: str) -> None:
+    if len(data) > limits.ocr_max_input_bytes:
+        raise InputTooLarge(
+            f"'{param}' is {len(data)} bytes; this server reads at most {limits.ocr_max_input_bytes} "
+            "(--ocr-max-input-bytes).",
+            param=param,
+        )
+    if not data:
+        raise InvalidDocument(f"'{param}' is empty.", param=param)
+
+
+def check_dpi(dpi: int | None, limits: OcrSettings) -> int:
+    if dpi is None:
+        return min(limits.ocr_default_dpi, limits.ocr_max_dpi)
+    if not 36 <= dpi <= limits.ocr_max_dpi:
+        raise InvalidRequest(
+            f"'dpi' must be between 36 and {limits.ocr_max_dpi} (--ocr-max-dpi); got {dpi}.",
+            param="dpi",
+            code="dpi_out_of_range",
+        )
+    return dpi
+
+
+class DocumentReader:
+    """Reads the inputs of one request with one OCR model (or none: text layers only)."""
+
+    def __init__(self, model: OcrModel | None, limits: OcrSettings, options: ReadOptions) -> None:
+        self.model = model
+        self.limits = limits
+        self.options = options
+        self.dpi = check_dpi(options.dpi, limits)
+        self.deadline = time.monotonic() + limits.ocr_timeout
+        self.pages_budget = limits.ocr_max_pages
+        if model is not None:
+            model.check_languages(options.languages)
+
+    async def read_all(self, inputs: list[tuple[bytes, str]]) -> list[ReadDocument]:
+        """Each ``(bytes, param)`` input read into a :class:`ReadDocument`, within the time limit."""
+        try:
+            async with asyncio.timeout(max(0.0, self.deadline - time.monotonic())):
+                return [await self.read_one(data, param) for data, param in inputs]
+        except TimeoutError:
+            raise OcrTimeLimit(
+                f"Reading the document took longer than this server allows ({self.limits.ocr_timeout:g} s, "
+                "--ocr-timeout); select fewer pages or a lower 'dpi'."
+            ) from None
+
+    async def read_one(self, data: bytes, param: str) -> ReadDocument:
+        check_size(data, self.limits, param)
+        media_type = sniff(data)
+        if media_type is None:
+            raise InvalidDocument(
+                f"'{param}' is neither a PDF nor an image this server reads (PNG, JPEG, GIF, BMP, TIFF, WebP); "
+                "its type is told by its bytes, not its name.",
+                param=param,
+            )
+        if media_type == PDF:
+            return await self._read_pdf(data, param)
+        if self.options.pages is not None:
+            raise InvalidRequest("'pages' selects pages of a PDF; this input is an image.", param="pages")
+        self._spend_pages(1)
+        image = await asyncio.to_thread(decode_image, data, self.limits.ocr_max_pixels, f"'{param}'")
+        page = await self._ocr(image)
+        return ReadDocument(media_type=media_type, pages=[page], numbers=[1])
+
+    def _spend_pages(self, count: int) -> None:
+        self.pages_budget -= count
+        if self.pages_budget < 0:
+            raise TooManyPages(
+                f"The request has more than {self.limits.ocr_max_pages} pages in all (--ocr-max-pages).",
+                param="pages",
+            )
+
+    async def _ocr(self, image: object) -> OcrPage:
+        if self.model is None:
+            raise InvalidRequest("This page has no text layer and no OCR model reads it.", code="ocr_unavailable")
+        job = PageJob(image=image, languages=self.options.languages, deadline=self.deadline)
+        return await self.model.read(job)
+
+    async def _read_pdf(self, data: bytes, param: str) -> ReadDocument:
+        doc = await asyncio.to_thread(PdfDocument, data, max_document_pages=self.limits.ocr_max_document_pages)
+        try:
+            indexes = select_pages(self.options.pages, doc.page_count, self.limits.ocr_max_pages)
+            self._spend_pages(len(indexes))
+            slots = asyncio.Semaphore(PAGES_IN_FLIGHT)
+
+            async def one(index: int) -> OcrPage:
+                async with slots:
+                    if not self.options.force_ocr:
+                        layer = await asyncio.to_thread(doc.text_layer, index, self.dpi)
+                        if layer is not None:
+                            return layer
+                    image = await asyncio.to_thread(doc.render, index, self.dpi, self.limits.ocr_max_pixels)
+                    return await self._ocr(image)
+
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(one(index)) for index in indexes]
+        except BaseExceptionGroup as group_error:
+            raise first_error(group_error) from None
+        finally:
+            await asyncio.to_thread(doc.close)
+        return ReadDocument(media_type=PDF, pages=[t.result() for t in tasks], numbers=[i + 1 for i in indexes])
+
+
+def first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The first leaf of a task group's failure (the error the client should see)."""
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
