@@ -34,6 +34,14 @@ from flexserv_core.backends.base import (
 )
 from flexserv_core.batching import BatchRunner, MicroBatcher
 from flexserv_core.commands import Command, CommandContext
+from flexserv_core.constraints import (
+    BlockedMasks,
+    CompiledConstraint,
+    ConstraintVocabulary,
+    TokenMatcher,
+    fill_blocked_masks,
+    prepare_params,
+)
 from flexserv_core.errors import (
     ContextLengthExceeded,
     FlexServError,
@@ -91,7 +99,7 @@ from flexserv_core.state.limits import plan_eviction
 from flexserv_core.state.owner import request_owner
 from flexserv_core.state.records import CollectionLimits, Record, RecordPage
 from flexserv_core.state.store import Collection, StateStore
-from flexserv_core.state.url import redact_url
+from flexserv_core.state.url import redact_url, resolved_state_url
 from flexserv_core.tool_call_stream import CallSyntax, ToolCallFragment, ToolCallStream, ToolStreamEvent
 from flexserv_core.tool_parsers import (
     JsonToolParser,
@@ -108,13 +116,16 @@ __all__ = [
     "RESERVED_TEMPLATE_KWARGS",
     "Backend",
     "BatchRunner",
+    "BlockedMasks",
     "CallSyntax",
     "Collection",
     "CollectionLimits",
     "Command",
     "CommandContext",
+    "CompiledConstraint",
     "Constraint",
     "ConstraintKind",
+    "ConstraintVocabulary",
     "ContextLengthExceeded",
     "CoreSettings",
     "CpuCoreInfo",
@@ -175,6 +186,7 @@ __all__ = [
     "TextGenerationModel",
     "TextLimits",
     "TokenDelta",
+    "TokenMatcher",
     "TooManyRequests",
     "ToolCallFragment",
     "ToolCallStream",
@@ -194,6 +206,7 @@ __all__ = [
     "create_plugin_manager",
     "default_cache_dir",
     "describe_fields",
+    "fill_blocked_masks",
     "full_intra_op_threads",
     "get_cpu_info",
     "get_gpu_info",
@@ -207,11 +220,13 @@ __all__ = [
     "parse_body",
     "plan_eviction",
     "prefer_passive_openmp",
+    "prepare_params",
     "redact_url",
     "register_tool_parser",
     "request_owner",
     "resolve_plugin_settings",
     "resolve_settings",
+    "resolved_state_url",
     "tool_parser_names",
     "until_disconnect",
     "use_all_intra_op_threads",

@@ -33,7 +33,7 @@ from flexserv_core.server import FlexServer
 from flexserv_core.settings import Settings
 from flexserv_core.startup_log import log_served_models
 from flexserv_core.state.store import StateStore
-from flexserv_core.state.url import state_url
+from flexserv_core.state.url import resolved_state_url
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def build_server(settings: Settings, pm: FlexServPluginManager) -> FlexServer:
         routes_by_plugin=hooks.routes_by_plugin(pm, settings),
         metrics=metrics,
         preloader=Preloader(registry, preload_specs(catalog, settings.core.preload)),
-        store=StateStore(hooks.state_backend(pm, settings, state_url(settings))),
+        store=StateStore(hooks.state_backend(pm, settings, resolved_state_url(settings))),
     )
     return server
 

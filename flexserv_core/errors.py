@@ -31,7 +31,9 @@ class FlexServError(Exception):
 
     status_code: int = 500
     error_type: str = "server_error"
-    default_code: str | None = None
+    #: The ``code`` of every instance that names none: each class has one, so no error
+    #: body carries ``"code": null`` (``docs/api.md`` lists them all).
+    default_code: str = "internal_error"
 
     def __init__(
         self,
@@ -59,6 +61,7 @@ class FlexServError(Exception):
 class InvalidRequest(FlexServError):
     status_code = 400
     error_type = "invalid_request_error"
+    default_code = "invalid_request"
 
 
 class UnsupportedParameter(InvalidRequest):

@@ -29,8 +29,10 @@ Hook policy (one rule for every hook; :mod:`flexserv_core.hooks` enforces it):
   ``None`` results.
 * **Async.** Only ``flexserv_startup``, ``flexserv_shutdown`` and
   ``flexserv_preprocess_request`` (:data:`ASYNC_HOOKS`) may return an awaitable;
-  the core awaits each before calling the next. Any other hook returning an
-  awaitable is a plugin error.
+  the core awaits each before calling the next. An ``async def`` implementation
+  of any other hook is refused when the plugin registers (start-up stops naming
+  the plugin and its distribution); one that returns an awaitable anyway is a
+  plugin error when called.
 * **Failures.** An exception from an implementation becomes a
   :class:`~flexserv_core.PluginHookError` naming the plugin, its
   distribution and the hook. Exceptions a hook documents as its way to answer

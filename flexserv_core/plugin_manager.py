@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 import importlib
+import inspect
 import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -174,6 +175,13 @@ class FlexServPluginManager(pluggy.PluginManager):
                 # the core calls implementations one by one (flexserv_core.hooks): a wrapper would never wrap
                 if impl.plugin is plugin and (impl.hookwrapper or impl.wrapper):
                     raise pluggy.PluginValidationError(plugin, f"{caller.name}: FlexServ hooks do not support wrappers")
+                if impl.plugin is plugin and caller.name not in hookspecs.ASYNC_HOOKS and _is_async(impl.function):
+                    raise pluggy.PluginValidationError(
+                        plugin,
+                        f"{caller.name} is 'async def', but FlexServ calls it synchronously and would get a coroutine,"
+                        f" never its result: make it a plain 'def' (only {', '.join(sorted(hookspecs.ASYNC_HOOKS))}"
+                        " may be async)",
+                    )
 
     def mark_failed(self, name: str, error: str) -> None:
         """Record a registered plugin as failed after the fact (a hook it implements
@@ -277,6 +285,10 @@ def _is_missing(exc: Exception, module: str) -> bool:
     if not isinstance(exc, ModuleNotFoundError) or exc.name is None:
         return False
     return module == exc.name or module.startswith(exc.name + ".")
+
+
+def _is_async(function: object) -> bool:
+    return inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function)
 
 
 def _foreign_markers(function: object) -> list[str]:

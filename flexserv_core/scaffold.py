@@ -34,7 +34,7 @@ dependencies = [
 ]
 
 [project.optional-dependencies]
-test = ["pytest>=8", "pytest-asyncio>=0.24", "ruff>=0.6"]
+test = ["flexserv-core[testing]>=$core_version", "ruff>=0.6"]
 
 [project.entry-points.flexserv]
 $name = "$package.plugin"
@@ -43,8 +43,7 @@ $name = "$package.plugin"
 include = ["$package*"]
 
 [tool.pytest.ini_options]
-asyncio_mode = "auto"
-asyncio_default_fixture_loop_scope = "function"
+testpaths = ["tests"]
 
 [tool.ruff]
 line-length = 120
@@ -133,29 +132,34 @@ def flexserv_register_routes(settings: Settings) -> list[Any]:
 '''
 
 TEST = '''\
-"""The $name plugin in a real FlexServ app (the testing kit's fake text backend)."""
+"""The $name plugin in a real FlexServ app, loaded through its installed entry point
+(as `flexserv run` finds it), beside the testing kit's fake text backend."""
 
 from __future__ import annotations
 
-from flexserv_core.testing import FakeBackendPlugin, app_client, make_app
+from typing import Any
 
-from $package import plugin
+import pytest
+from flexserv_core.testing import FakeBackendPlugin
 
 CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
 
 
-async def test_counts_requests_and_serves_the_setting() -> None:
-    app = make_app([plugin, FakeBackendPlugin()], settings={"${prefix}_greeting": "hi there"})
-    async with app_client(app) as client:
-        assert (await client.post("/v1/chat/completions", json=CHAT)).status_code == 200
-        assert (await client.post("/v1/chat/completions", json=CHAT)).status_code == 200
-        stats = (await client.get("/v1/$name/stats")).json()
-    assert stats == {"greeting": "hi there", "requests": {"/v1/chat/completions": 2}}
+@pytest.fixture
+def flexserv_plugins() -> list[object | str]:
+    return ["$name", FakeBackendPlugin()]
 
 
-async def test_default_greeting_and_no_requests_yet() -> None:
-    async with app_client(make_app([plugin])) as client:
-        assert (await client.get("/v1/$name/stats")).json() == {"greeting": "hello", "requests": {}}
+async def test_counts_requests(flexserv_client: Any) -> None:
+    assert (await flexserv_client.post("/v1/chat/completions", json=CHAT)).status_code == 200
+    assert (await flexserv_client.post("/v1/chat/completions", json=CHAT)).status_code == 200
+    stats = (await flexserv_client.get("/v1/$name/stats")).json()
+    assert stats == {"greeting": "hello", "requests": {"/v1/chat/completions": 2}}
+
+
+@pytest.mark.parametrize("flexserv_settings", [{"${prefix}_greeting": "hi there"}])
+async def test_serves_the_setting(flexserv_client: Any) -> None:
+    assert (await flexserv_client.get("/v1/$name/stats")).json() == {"greeting": "hi there", "requests": {}}
 '''
 
 

@@ -216,6 +216,39 @@ class CoreSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             " that sets max_tokens beyond it gets 400; one that does not has its default budget cut to fit.",
         ),
     ] = 65_536
+    max_header_bytes: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1024,
+            description="Largest request head (request line and headers) in bytes; a larger one gets 431 and the"
+            " connection is closed, before the key check.",
+        ),
+    ] = 64 * 2**10
+    max_headers: Annotated[
+        int, msgspec.Meta(ge=1, description="Most headers one request may carry (431, before the key check).")
+    ] = 100
+    header_timeout: Annotated[
+        float,
+        msgspec.Meta(
+            ge=0,
+            description="Seconds a connection may take to send a request's headers, from its opening or the end of"
+            " the previous response; then it is closed (408). 0: no limit.",
+        ),
+    ] = 20.0
+    body_timeout: Annotated[
+        float,
+        msgspec.Meta(
+            ge=0,
+            description="Seconds a request's body may take to arrive after its headers; then the connection is"
+            " closed. Raise it for large uploads over slow links. 0: no limit.",
+        ),
+    ] = 120.0
+    max_connections: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1, description="Most open client connections; a connection beyond them is answered 503 and closed."
+        ),
+    ] = 512
     max_error_chars: Annotated[
         int,
         msgspec.Meta(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import logging
 import re
-import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any, TypeVar
@@ -21,6 +20,7 @@ from litestar import Request
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 
 from flexserv_core import hooks
+from flexserv_core.api.field_warnings import UNKNOWN_FIELDS
 from flexserv_core.api.openai_params import check_openai_parameters
 from flexserv_core.edge.request_id import current_request_id
 from flexserv_core.errors import FlexServError, InvalidRequest, PayloadTooLarge, quote
@@ -116,30 +116,19 @@ def validate(
     OpenAI does not define, at any depth, are dropped with one warning each or,
     with ``block_unknown``, refused."""
     check_openai_parameters(body, endpoint, schema.__struct_fields__)
-    for path in unknown_fields(body, schema):
-        if block_unknown:
-            raise InvalidRequest(f"Unrecognized request argument supplied: {path}", param=path, code="unexpected_field")
-        _warn_once(endpoint, path)
-    for key in [k for k in body if k not in schema.__struct_fields__]:
+    unknown = unknown_fields(body, schema)
+    if unknown and block_unknown:
+        path = unknown[0]
+        raise InvalidRequest(f"Unrecognized request argument supplied: {path}", param=path, code="unexpected_field")
+    UNKNOWN_FIELDS.warn(endpoint, unknown)
+    known = frozenset(schema.__struct_fields__)  # not the tuple: a body may carry 10^5 keys
+    for key in [k for k in body if k not in known]:
         del body[key]
     try:
         return msgspec.convert(body, schema, strict=True)
     except msgspec.ValidationError as exc:
         message, param = _explain(exc)
         raise InvalidRequest(message, param=param, code="invalid_value") from None
-
-
-_warned: set[tuple[str, str]] = set()
-_warned_lock = threading.Lock()
-
-
-def _warn_once(endpoint: str, path: str) -> None:
-    pattern = re.sub(r"\[\d+\]", "[]", path)
-    with _warned_lock:
-        if (endpoint, pattern) in _warned:
-            return
-        _warned.add((endpoint, pattern))
-    log.warning("ignoring field %r of %s requests: not a parameter this server knows (logged once)", pattern, endpoint)
 
 
 def unknown_fields(value: Any, schema: Any) -> list[str]:

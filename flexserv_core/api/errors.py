@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from http import HTTPStatus
 from typing import Any
 
 from litestar import MediaType, Request, Response
@@ -24,6 +25,17 @@ _TYPES = {
     415: ("invalid_request_error", "unsupported_media_type"),
     429: ("rate_limit_error", "too_many_requests"),
 }
+
+
+def status_code_name(status: int) -> str:
+    """The ``code`` of an error that names none, from its HTTP status's name: 409
+    ``conflict``, 418 ``im_a_teapot``, 500 ``internal_error``."""
+    if status == 500:
+        return "internal_error"
+    try:
+        return HTTPStatus(status).name.lower()
+    except ValueError:
+        return "invalid_request" if status < 500 else "server_error"
 
 
 def error_body(message: str, *, error_type: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
@@ -53,7 +65,8 @@ def handle_flexserv_error(request: Request[Any, Any, Any], exc: FlexServError) -
 
 def handle_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, Any]]:
     status = exc.status_code
-    error_type, code = _TYPES.get(status, ("invalid_request_error" if status < 500 else "server_error", None))
+    error_type, code = _TYPES.get(status, ("invalid_request_error" if status < 500 else "server_error", ""))
+    code = code or status_code_name(status)
     message = exc.detail or "error"
     param = None
     if status == 404 and message == "Not Found":

@@ -42,7 +42,7 @@ def check_stop(stop: str | list[str] | None, core: CoreSettings) -> None:
             )
 
 
-def _check_prompt_chars(count: int, core: CoreSettings, param: str) -> None:
+def check_prompt_chars(count: int, core: CoreSettings, param: str) -> None:
     if count > core.max_prompt_chars:
         raise InvalidRequest(
             f"The prompt is {count} characters long; this server accepts at most {core.max_prompt_chars}"
@@ -82,12 +82,21 @@ def check_chat_bounds(body: ChatCompletionRequest, core: CoreSettings) -> None:
             chars += sum(len(part.text or "") for part in content)
         elif content is not None:
             chars += len(content)
-        _check_prompt_chars(chars, core, "messages")
+        check_prompt_chars(chars, core, "messages")
     check_stop(body.stop, core)
     if body.max_completion_tokens is not None:
         _check_requested_tokens(body.max_completion_tokens, body.n or 1, core, "max_completion_tokens")
     else:
         _check_requested_tokens(body.max_tokens, body.n or 1, core, "max_tokens")
+    check_stream_options(body.stream, body.stream_options)
+
+
+def check_stream_options(stream: bool | None, stream_options: object | None) -> None:
+    """``stream_options`` only with ``stream: true`` (as OpenAI and vLLM answer)."""
+    if stream_options is not None and not stream:
+        raise InvalidRequest(
+            "'stream_options' is only allowed when 'stream' is true.", param="stream_options", code="invalid_value"
+        )
 
 
 def _prompt_size(prompt: str | list[Any]) -> tuple[int, int]:
@@ -102,9 +111,12 @@ def _prompt_size(prompt: str | list[Any]) -> tuple[int, int]:
 def check_completion_bounds(body: CompletionRequest, core: CoreSettings) -> None:
     """Prompt characters (token ids count one each), stop strings and ``max_tokens x n x prompts``."""
     units, prompts = _prompt_size(body.prompt)
-    _check_prompt_chars(units, core, "prompt")
+    check_prompt_chars(units, core, "prompt")
     check_stop(body.stop, core)
-    _check_requested_tokens(body.max_tokens, (body.n or 1) * prompts, core, "max_tokens")
+    # best_of generates max(n, best_of) candidates per prompt: that is what the bound counts
+    candidates = max(body.n or 1, body.best_of or 1)
+    _check_requested_tokens(body.max_tokens, candidates * prompts, core, "max_tokens")
+    check_stream_options(body.stream, body.stream_options)
 
 
 def default_budget(budget: int, sequences: int, core: CoreSettings) -> int:

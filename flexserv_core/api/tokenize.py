@@ -2,23 +2,29 @@
 
 A prompt is tokenized as ``/v1/completions`` would (``add_special_tokens``
 defaults to true), chat ``messages`` as ``/v1/chat/completions`` renders them
-(through the model's chat template, ending with the generation prompt). The
-answer carries ``max_model_len`` so a client can budget its request.
+(through the model's chat template with ``tools`` and the template variables,
+ending with the generation prompt), under the same size bounds as those routes.
+The answer carries ``max_model_len`` so a client can budget its request.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any
 
 from litestar import MediaType, Request, Response, post
 from msgspec import Meta, Struct
 
 from flexserv_core.api.body import parse_body, request_context
-from flexserv_core.api.text_request import chat_messages, chat_template_kwargs
-from flexserv_core.api.text_schemas import ChatMessage, encode
+from flexserv_core.api.message_rules import check_messages
+from flexserv_core.api.text_bounds import check_chat_bounds, check_prompt_chars
+from flexserv_core.api.text_request import chat_prompt
+from flexserv_core.api.text_schemas import ChatCompletionRequest, ChatMessage, Tool, ToolChoice, encode
 from flexserv_core.api.text_validation import check_token_ids
 from flexserv_core.backends.base import TextGenerationModel
 from flexserv_core.errors import InvalidRequest
+from flexserv_core.models.spec import ModelSpec
+from flexserv_core.request_context import RequestContext
 from flexserv_core.server import FlexServer
 
 TOKENIZE = "/tokenize"
@@ -31,6 +37,9 @@ class TokenizeRequest(Struct, kw_only=True):
     model: str | None = None
     prompt: str | None = None
     messages: Annotated[list[ChatMessage], Meta(min_length=1)] | None = None
+    #: As on chat: a prompt with tools is counted as chat renders it.
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
     add_special_tokens: bool | None = None
     add_generation_prompt: bool = True
     return_token_strs: bool = False
@@ -52,12 +61,20 @@ class DetokenizeResponse(Struct, kw_only=True):
     prompt: str
 
 
-def _prompt_ids(model: TextGenerationModel, body: TokenizeRequest, template_kwargs: dict[str, Any]) -> list[int]:
+async def _prompt_ids(
+    model: TextGenerationModel, spec: ModelSpec, body: TokenizeRequest, context: RequestContext
+) -> list[int]:
+    """Chat's prompt or completions' tokens, bounded as those routes bound them and
+    computed off the event loop (a long prompt would stall every other request)."""
+    core = context.server.settings.core
     if (body.prompt is None) == (body.messages is None):
         raise InvalidRequest("Send exactly one of 'prompt' and 'messages'.", param="prompt")
     if body.prompt is not None:
+        if body.tools is not None:
+            raise InvalidRequest("'tools' go with 'messages', not with 'prompt'.", param="tools")
+        check_prompt_chars(len(body.prompt), core, "prompt")
         add = True if body.add_special_tokens is None else body.add_special_tokens
-        return model.tokenize(body.prompt, add_special_tokens=add)
+        return await asyncio.to_thread(model.tokenize, body.prompt, add_special_tokens=add)
     assert body.messages is not None
     if body.add_special_tokens:
         raise InvalidRequest(
@@ -69,7 +86,13 @@ def _prompt_ids(model: TextGenerationModel, body: TokenizeRequest, template_kwar
             "'add_generation_prompt' false is not supported: chat prompts end with the generation prompt here.",
             param="add_generation_prompt",
         )
-    return model.render_chat(chat_messages(body.messages), template_kwargs)
+    chat = ChatCompletionRequest(
+        model=body.model, messages=body.messages, tools=body.tools, tool_choice=body.tool_choice
+    )
+    check_chat_bounds(chat, core)
+    check_messages(chat.messages)
+    ids, _plan = await chat_prompt(model, spec, chat, context, off_loop=True)
+    return ids
 
 
 @post(
@@ -84,8 +107,7 @@ async def tokenize(request: Request[Any, Any, Any]) -> Response[Any]:
     server: FlexServer = request.app.state.flexserv
     async with server.registry.acquire(body.model, TextGenerationModel) as lease:
         model = lease.model
-        kwargs = chat_template_kwargs(lease.spec, context) if body.messages is not None else {}
-        ids = _prompt_ids(model, body, kwargs)
+        ids = await _prompt_ids(model, lease.spec, body, context)
         strs = [model.token_text(t) for t in ids] if body.return_token_strs else None
         answer = TokenizeResponse(
             count=len(ids), max_model_len=model.limits.context_length, tokens=ids, token_strs=strs

@@ -27,6 +27,7 @@ from flexserv_core.api.text_schemas import (
     ToolCallFunction,
 )
 from flexserv_core.backends.base import Constraint, TextGenerationModel
+from flexserv_core.constraints.grammar import check_json_schema
 from flexserv_core.errors import InvalidRequest, quote
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.tool_call_stream import ToolStreamEvent
@@ -93,6 +94,7 @@ def plan_tools(body: ChatCompletionRequest, model: TextGenerationModel, spec: Mo
                 "A function's 'parameters' must be a JSON schema of type 'object'.",
                 param=f"tools[{i}].function.parameters",
             )
+        check_json_schema(params, f"tools[{i}].function.parameters")  # whatever tool_choice is
         entry: dict[str, Any] = {"name": fn.name}
         if fn.description is not None:
             entry["description"] = fn.description
@@ -206,16 +208,25 @@ def _limit(plan: ToolPlan, calls: list[ParsedToolCall]) -> list[ParsedToolCall]:
     return calls if plan.parallel else calls[:1]
 
 
+def without_call_syntax(parser: ToolParser, text: str) -> str:
+    """``text`` cut where a call's markup begins: what is left of a call the model did
+    not finish (cut by ``max_tokens``, or malformed) is call syntax, never content."""
+    cuts = [at for at in (text.find(marker) for marker in parser.markers) if at >= 0]
+    return text[: min(cuts)].rstrip() if cuts else text
+
+
 def split_output(plan: ToolPlan, text: str) -> tuple[str | None, list[ToolCall]]:
     """A whole completion -> ``(content, tool_calls)``."""
     parsed = plan.parser.parse(text)
     if not parsed.calls:
-        return text, []
+        left = without_call_syntax(plan.parser, text)
+        return left if left or not text else None, []
+    content = without_call_syntax(plan.parser, parsed.content) if parsed.content else None
     calls = [
         ToolCall(id=new_call_id(), function=ToolCallFunction(name=c.name, arguments=c.arguments))
         for c in _limit(plan, parsed.calls)
     ]
-    return parsed.content, calls
+    return content or None, calls
 
 
 class ToolStreamer:
@@ -234,8 +245,15 @@ class ToolStreamer:
         return self._deltas(self._stream.feed(chunk))
 
     def finish(self) -> list[str | ToolCallDelta]:
-        """The output is complete: the rest."""
-        return self._deltas(self._stream.finish())
+        """The output is complete: the rest, without an unfinished call's markup."""
+        out: list[str | ToolCallDelta] = []
+        for piece in self._deltas(self._stream.finish()):
+            if isinstance(piece, str):
+                piece = without_call_syntax(self.plan.parser, piece)
+                if not piece:
+                    continue
+            out.append(piece)
+        return out
 
     def _deltas(self, events: list[ToolStreamEvent]) -> list[str | ToolCallDelta]:
         out: list[str | ToolCallDelta] = []

@@ -128,9 +128,12 @@ class TranscriptionStreamEvent(Struct, kw_only=True, omit_defaults=True):
 
 
 class UnloadRequest(Struct, kw_only=True):
-    """Omit ``model_id`` (or send no body) or send ``"*"`` to unload every model."""
+    """Omit ``model_id`` (or send no body) or send ``"*"`` to unload every model.
+    ``oom_triggered``: the caller unloads because memory ran out; the unload counts
+    as an OOM eviction (``flexserv:model_evictions_total{reason="oom"}``)."""
 
     model_id: str | None = None
+    oom_triggered: bool = False
 
 
 class UnloadedModel(Struct, kw_only=True):

@@ -20,6 +20,7 @@ from flexserv_core.api.wire_schemas import (
     UnloadResponse,
 )
 from flexserv_core.errors import InvalidRequest
+from flexserv_core.events import EvictionReason
 from flexserv_core.models.spec import ModelKind, ModelSpec, loaded_wire_kind
 from flexserv_core.plugin_report import plugin_report
 from flexserv_core.server import FlexServer
@@ -154,9 +155,19 @@ async def unload_models(request: Request[Any, Any, Any]) -> dict[str, Any]:
     body = await read_json_object(request) if raw.strip() else {}
     model_id = body.get("model_id")
     if model_id is not None and not isinstance(model_id, str):
-        raise InvalidRequest("'model_id' must be a string (a model id, or '*' for all).", param="model_id")
+        raise InvalidRequest(
+            "'model_id' must be a string (a model id, or '*' for all).", param="model_id", code="invalid_value"
+        )
+    oom_triggered = body.get("oom_triggered", False)
+    if not isinstance(oom_triggered, bool):
+        raise InvalidRequest("'oom_triggered' must be a boolean.", param="oom_triggered", code="invalid_value")
     active_total = server.registry.active_requests
-    results = await server.registry.unload(model_id)
+    if oom_triggered:  # the caller reacts to an out-of-memory condition: an OOM eviction, logged and counted so
+        results = await server.registry.unload(
+            model_id, reason=EvictionReason.OOM, detail="reported by the caller (oom_triggered)"
+        )
+    else:
+        results = await server.registry.unload(model_id)
     warnings: list[str] = []
     for r in results:
         if r.pending:
@@ -179,7 +190,7 @@ async def unload_models(request: Request[Any, Any, Any]) -> dict[str, Any]:
         ],
         "warnings": warnings,
         "active_requests_at_eviction": active_total,
-        "oom_triggered": False,
+        "oom_triggered": oom_triggered,
     }
 
 

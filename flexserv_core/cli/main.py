@@ -108,8 +108,9 @@ def _exit_cleanly(signum: int, frame: object) -> None:
 
 
 def plugin_listing(pm: FlexServPluginManager, settings: Settings | None) -> list[dict[str, Any]]:
-    """Plugin infos with their routes and commands, from those hooks alone (no app is built)."""
+    """Plugin infos with their routes, backends and commands, from those hooks alone (no app is built)."""
     routes: dict[str, list[Any]] = {}
+    backends: dict[str, list[str]] = {}
     commands: dict[str, list[str]] = {}
     try:
         for name, (plugin, _) in hooks.commands(pm).items():
@@ -121,6 +122,9 @@ def plugin_listing(pm: FlexServPluginManager, settings: Settings | None) -> list
         try:
             hooks.configure(pm, settings)
             routes = dict(hooks.routes_by_plugin(pm, settings))
+            for registered in hooks.backends(pm, settings):
+                backend = registered.backend
+                backends.setdefault(registered.plugin, []).append(f"{backend.name} ({backend.kind})")
         except (PluginError, UsageError) as exc:  # still list the plugins
             logging.getLogger("flexserv").warning("could not list routes: %s", exc)
             if isinstance(exc, PluginError):
@@ -128,6 +132,7 @@ def plugin_listing(pm: FlexServPluginManager, settings: Settings | None) -> list
     report = plugin_report(pm, routes)
     for entry in report:
         entry["commands"] = sorted(commands.get(entry["name"], []))
+        entry["backends"] = backends.get(entry["name"], [])
     return report
 
 
@@ -137,7 +142,7 @@ def cmd_plugins(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="flexserv plugins",
         parents=[_selection_parser()],
-        description="List plugins: name, distribution, version, hooks, routes, commands, status. "
+        description="List plugins: name, distribution, version, hooks, routes, backends, commands, status. "
         "'flexserv plugins new NAME' writes a new plugin.",
     )
     parser.add_argument("--json", action="store_true", help="Print JSON.")
@@ -170,6 +175,8 @@ def _print_table(report: list[dict[str, Any]]) -> None:
             print(f"    hooks:  {', '.join(p['hooks'])}")
         if p["routes"]:
             print(f"    routes: {', '.join(p['routes'])}")
+        if p["backends"]:
+            print(f"    backends: {', '.join(p['backends'])}")
         if p["commands"]:
             print(f"    commands: {', '.join(p['commands'])}")
         if p["error"]:

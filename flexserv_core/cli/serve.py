@@ -8,6 +8,7 @@ from typing import Any, Final
 
 import uvicorn
 
+from flexserv_core.edge.connections import BoundedHttpProtocol, ConnectionLimits
 from flexserv_core.server import FlexServer
 from flexserv_core.settings import CoreSettings
 from flexserv_core.shutdown import shutdown_notice
@@ -31,6 +32,7 @@ def uvicorn_config(app: Any, core: CoreSettings) -> uvicorn.Config:
         log_config=None,  # our root handler formats uvicorn's records (access log too)
         ssl_keyfile=core.ssl_keyfile,
         ssl_certfile=core.ssl_certfile,
+        http=BoundedHttpProtocol.with_limits(ConnectionLimits.from_settings(core)),
     )
 
 

@@ -11,6 +11,7 @@ an inference-only key never reaches an unknown plugin route.
 from __future__ import annotations
 
 import hmac
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -65,20 +66,46 @@ def parse_scopes(text: str, where: str) -> frozenset[Scope]:
         raise UsageError(f"{where}: unknown scope in {text!r}; choose from {choices} (or '*')") from None
 
 
+#: One line of a keys file: a key of visible ASCII, then optionally spaces and a
+#: comma-separated scope list (``sk-1 inference,metrics``).
+_KEY_LINE: Final = re.compile(r"(?P<key>[!-~]+)(?: +(?P<scopes>[!-~]+(?: *, *[!-~]+)*))?")
+
+
 def read_keys_file(path: str | Path) -> list[ApiKey]:
-    """One ``KEY [SCOPE,...]`` a line; blank lines and ``#`` comments are skipped."""
+    """One ``KEY [SCOPE,...]`` a line; blank lines and ``#`` comments are skipped.
+
+    Parsed strictly: anything else (a tab between key and scopes, scopes separated
+    by spaces, a key repeated) stops start-up naming the line, never the key, so a
+    mistake cannot silently grant every scope."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise UsageError(f"cannot read API keys file {path}: {exc.strerror or exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise UsageError(f"cannot read API keys file {path}: {reason}") from None
     keys = []
+    seen: dict[bytes, int] = {}
     for number, line in enumerate(lines, 1):
-        text = line.strip()
+        text = line.strip(" ")
         if not text or text.startswith("#"):
             continue
-        secret, _, scopes = text.partition(" ")
-        keys.append(ApiKey(secret.encode(), parse_scopes(scopes, f"API keys file {path}, line {number}")))
+        where = f"API keys file {path}, line {number}"
+        match = _KEY_LINE.fullmatch(text)
+        if match is None:
+            raise UsageError(f"{where}: {_why_not_a_key_line(text)}; expected 'KEY' or 'KEY SCOPE[,SCOPE...]'")
+        secret = match["key"].encode()
+        if secret in seen:
+            raise UsageError(f"{where}: the key of line {seen[secret]} again; give each key once")
+        seen[secret] = number
+        keys.append(ApiKey(secret, parse_scopes(match["scopes"] or "", where)))
     return keys
+
+
+def _why_not_a_key_line(text: str) -> str:
+    if "\t" in text:
+        return "a tab in the line (separate the key from its scopes by a space)"
+    if any(not ("!" <= ch <= "~" or ch == " ") for ch in text):
+        return "a character that is not visible ASCII (a key is visible ASCII without spaces)"
+    return "scopes separated by spaces (separate them by commas)"
 
 
 class KeyRing:

@@ -21,7 +21,9 @@ def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
     # On the event loop on purpose: the collectors read the model registry, whose
     # bookkeeping only the loop changes.
     server: FlexServer = request.app.state.flexserv
-    return Response(content=generate_latest(server.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    # As a header, not media_type: Litestar appends a second "charset" to a text/* media type, and
+    # Go's media-type parser (Prometheus 3) refuses a parameter given twice.
+    return Response(content=generate_latest(server.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 ROUTES = [metrics]

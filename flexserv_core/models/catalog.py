@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 import msgspec
 
 from flexserv_core.errors import InvalidRequest, ModelNotFound, UsageError, quote
-from flexserv_core.models.defaults import ModelOffer, pick_defaults
+from flexserv_core.models.defaults import DEFAULT_SETTING_FLAGS, ModelOffer, pick_defaults
 from flexserv_core.models.spec import KIND_ALIASES, ModelKind, ModelSpec, canonical_kind
 from flexserv_core.settings import CoreSettings
 
@@ -152,19 +152,6 @@ class ModelCatalog:
                 where_declared[name], names[name] = where, spec
         configured_specs = [spec for spec, _ in declared]
         specs = list(configured_specs)
-        user_defaults: dict[str, str] = {}
-        for kind, value in (
-            (ModelKind.TEXT, core.default_model),
-            (ModelKind.EMBEDDING, core.default_embedding_model),
-            (ModelKind.TRANSCRIPTION, core.default_transcription_model),
-        ):
-            if value is None:
-                continue
-            if value not in names:
-                spec = ModelSpec(name=value, kind=kind, source=value, origin="config")
-                specs.append(spec)
-                names[value] = spec
-            user_defaults[kind] = names[value].name
         offers = [o if isinstance(o, ModelOffer) else ModelOffer(o, "", True) for o in offered]
         # first-party first, then by plugin name: a name two plugins offer goes to the
         # same one whatever order their packages were installed in
@@ -184,6 +171,25 @@ class ModelCatalog:
             if name not in names:
                 specs.append(offer.spec)
                 names[name] = offer.spec
+        # after the offers, so that a default may name an embedded model, as --force-model may
+        user_defaults: dict[str, str] = {}
+        for kind, value in (
+            (ModelKind.TEXT, core.default_model),
+            (ModelKind.EMBEDDING, core.default_embedding_model),
+            (ModelKind.TRANSCRIPTION, core.default_transcription_model),
+        ):
+            if value is None:
+                continue
+            if value not in names:
+                spec = ModelSpec(name=value, kind=kind, source=value, origin="config")
+                specs.append(spec)
+                names[value] = spec
+            if names[value].kind != kind:
+                raise UsageError(
+                    f"{DEFAULT_SETTING_FLAGS[kind]} {value}: '{names[value].name}' is a {names[value].kind} model,"
+                    f" not a {kind} model"
+                )
+            user_defaults[kind] = names[value].name
         defaults = pick_defaults(user_defaults, offers, configured_specs)
         specs = _with_aliases(specs, core.model_alias, where_declared)
         for spec in specs:

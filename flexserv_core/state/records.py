@@ -3,8 +3,11 @@ the bounds of a collection."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+
+import msgspec
 
 #: A record's payload: a JSON object (what ``msgspec.to_builtins`` makes of a struct).
 Payload = dict[str, Any]
@@ -32,6 +35,21 @@ class Record:
     @property
     def has_blob(self) -> bool:
         return self.blob_size is not None
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> Record:
+        """From a database row ``(collection, id, owner, created_at, expires_at,
+        payload_json, blob_size)``, the payload still JSON text or bytes."""
+        collection, record_id, owner, created_at, expires_at, payload, blob_size = row
+        return cls(
+            collection=collection,
+            id=record_id,
+            owner=owner,
+            created_at=created_at,
+            expires_at=expires_at,
+            payload=msgspec.json.decode(payload),
+            blob_size=blob_size,
+        )
 
 
 @dataclass(frozen=True, slots=True)

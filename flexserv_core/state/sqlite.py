@@ -15,8 +15,6 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import msgspec
-
 from flexserv_core.errors import StateUnavailable
 from flexserv_core.state.backend import StateBackend
 from flexserv_core.state.blobfiles import ORPHAN_GRACE, BlobFiles
@@ -39,19 +37,6 @@ def sqlite_path(url: str) -> Path:
     if not rest or "?" in rest or "#" in rest:
         raise ValueError(f"state URL {url!r}: expected sqlite:///PATH (no query)")
     return Path(rest).expanduser()
-
-
-def _record(row: tuple[Any, ...]) -> Record:
-    collection, record_id, owner, created_at, expires_at, payload, blob_size = row
-    return Record(
-        collection=collection,
-        id=record_id,
-        owner=owner,
-        created_at=created_at,
-        expires_at=expires_at,
-        payload=msgspec.json.decode(payload),
-        blob_size=blob_size,
-    )
 
 
 class SqliteBackend(StateBackend):
@@ -219,7 +204,7 @@ class SqliteBackend(StateBackend):
             return row
 
         row = await self._run(select)
-        return None if row is None else _record(row)
+        return None if row is None else Record.from_row(row)
 
     async def delete(self, collection: str, record_id: str, owner: str | None) -> bool:
         def remove(conn: sqlite3.Connection) -> list[str | None]:
@@ -250,7 +235,7 @@ class SqliteBackend(StateBackend):
             return conn.execute(sql, (*args, limit + 1)).fetchall()
 
         rows = await self._run(select)
-        return RecordPage(records=[_record(r) for r in rows[:limit]], has_more=len(rows) > limit)
+        return RecordPage(records=[Record.from_row(r) for r in rows[:limit]], has_more=len(rows) > limit)
 
     async def read_blob(
         self, collection: str, record_id: str, owner: str | None, chunk_size: int

@@ -27,7 +27,7 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-def state_url(settings: Settings) -> str:
+def resolved_state_url(settings: Settings) -> str:
     """``--state-url``, or the default: a SQLite file under the cache directory."""
     if settings.core.state_url:
         return settings.core.state_url

@@ -34,7 +34,8 @@ from flexserv_core.testing.process import (
     wait_healthy,
     write_distribution,
 )
-from flexserv_core.testing.state_contract import ManualClock, StateBackendContract
+from flexserv_core.testing.state_contract import ManualClock, StateBackendContract, blob_chunks, read_blob_bytes
+from flexserv_core.testing.state_writer import start_state_writer, stored_writes
 from flexserv_core.testing.waiting import wait_until, wait_until_async
 
 __all__ = [
@@ -51,15 +52,19 @@ __all__ = [
     "ServedApp",
     "StateBackendContract",
     "app_client",
+    "blob_chunks",
     "flexserv_cmd",
     "free_port",
     "make_app",
     "make_plugin_manager",
     "make_settings",
     "openai_client",
+    "read_blob_bytes",
     "run_flexserv",
     "running_app_client",
+    "start_state_writer",
     "stop_process",
+    "stored_writes",
     "wait_healthy",
     "wait_until",
     "wait_until_async",

@@ -13,7 +13,7 @@ from litestar import Litestar
 from flexserv_core import hooks
 from flexserv_core.app import create_app
 from flexserv_core.plugin_manager import FlexServPluginManager, PluginSelection
-from flexserv_core.settings import Settings, describe_fields
+from flexserv_core.settings import Settings, decode_model_tables, describe_fields
 
 BASE_URL = "http://flexserv.test"
 
@@ -46,14 +46,20 @@ def make_app(
     *,
     settings: Mapping[str, Any] | None = None,
     block: Iterable[str] = (),
+    models: Iterable[Mapping[str, Any]] = (),
 ) -> Litestar:
     """An app with the built-ins (minus ``block``) and exactly ``plugins``: no
     installed plugin is loaded unless named, so tests load real models only when
     they ask for a backend (``make_app(["transformers"])``). The state store is
-    ``memory://`` unless ``settings`` names one."""
+    ``memory://`` unless ``settings`` names one.
+
+    ``models`` are ``[[models]]`` tables of a config file, as dicts (``{"name":
+    "m", "source": "...", "options": {...}}``), checked as the file's are."""
     pm = make_plugin_manager(plugins, block=block)
     # in memory unless a test names a store: tests never share the default SQLite file
-    return create_app(make_settings(pm, {"state_url": "memory://", **(settings or {})}), pm)
+    resolved = make_settings(pm, {"state_url": "memory://", **(settings or {})})
+    resolved.models.extend(decode_model_tables(list(models), "make_app(models=...)"))
+    return create_app(resolved, pm)
 
 
 def _asgi_transport(app: Litestar) -> httpx.ASGITransport:

@@ -90,7 +90,14 @@ class ServedApp:
 
         import uvicorn
 
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+        # An app of create_app gets the connection limits of its settings, as under `flexserv run`.
+        server = getattr(getattr(app, "state", None), "flexserv", None)
+        http: Any = "auto"
+        if server is not None:
+            from flexserv_core.edge.connections import BoundedHttpProtocol, ConnectionLimits
+
+            http = BoundedHttpProtocol.with_limits(ConnectionLimits.from_settings(server.settings.core))
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on", http=http)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name="uvicorn", daemon=True)
         self.start_timeout = start_timeout

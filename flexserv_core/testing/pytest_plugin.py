@@ -1,11 +1,14 @@
 """Pytest fixtures for FlexServ plugin authors (registered via ``pytest11``).
 
-Override ``flexserv_plugins`` and ``flexserv_settings`` in a test module or
-conftest to choose what the app has; then use ``flexserv_client`` (httpx over
+Override ``flexserv_plugins``, ``flexserv_settings`` and ``flexserv_models``
+(``[[models]]`` tables, options included) in a test module or conftest to choose
+what the app has; then use ``flexserv_client`` (httpx over
 ASGI, lifespan running) or ``flexserv_openai`` (the official async client).
 
-No configuration is needed in the project that uses them: the async fixture is
-a pytest-asyncio fixture, and an ``async def`` test that uses any ``flexserv_``
+No configuration is needed in the project that uses them: pytest-asyncio's
+default fixture loop scope is set to ``function`` unless the project sets it
+(so it prints no "loop scope unset" warning, and ``-W error`` works), the async
+fixture is a pytest-asyncio fixture, and an ``async def`` test that uses any ``flexserv_``
 fixture (directly or through other fixtures) is marked ``asyncio`` here, so it
 runs in pytest-asyncio's default *strict* mode as in *auto* mode. The project's
 other async tests are left to its own configuration.
@@ -33,6 +36,26 @@ except ImportError:  # pragma: no cover - flexserv-core[testing] installs it
     _async_fixture = pytest.fixture
 
 
+#: pytest-asyncio warns in every run of a project that leaves this unset (an error under ``-W error``).
+_LOOP_SCOPE_SETTING = "asyncio_default_fixture_loop_scope"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Choose pytest-asyncio's default fixture loop scope (``function``, its future
+    default and what the kit's fixtures use) for a project that sets none, before
+    pytest-asyncio reads it; a project's own setting wins."""
+    if _async_fixture is pytest.fixture:
+        return  # pytest-asyncio is not installed
+    try:
+        chosen = config.getini(_LOOP_SCOPE_SETTING)
+    except ValueError:  # pytest-asyncio did not declare it: nothing to answer
+        return
+    cache = getattr(config, "_inicache", None)  # getini's cache, read before the ini itself
+    if not chosen and isinstance(cache, dict):
+        cache[_LOOP_SCOPE_SETTING] = "function"
+
+
 @pytest.fixture
 def flexserv_plugins() -> list[object | str]:
     """Plugins the test app gets besides the built-ins (autoload is off)."""
@@ -52,10 +75,19 @@ def flexserv_blocked() -> list[str]:
 
 
 @pytest.fixture
+def flexserv_models() -> list[dict[str, Any]]:
+    """``[[models]]`` tables as dicts, e.g. ``[{"name": "m", "source": "...", "options": {...}}]``."""
+    return []
+
+
+@pytest.fixture
 def flexserv_app(
-    flexserv_plugins: list[object | str], flexserv_settings: dict[str, Any], flexserv_blocked: list[str]
+    flexserv_plugins: list[object | str],
+    flexserv_settings: dict[str, Any],
+    flexserv_blocked: list[str],
+    flexserv_models: list[dict[str, Any]],
 ) -> Litestar:
-    return make_app(flexserv_plugins, settings=flexserv_settings, block=flexserv_blocked)
+    return make_app(flexserv_plugins, settings=flexserv_settings, block=flexserv_blocked, models=flexserv_models)
 
 
 @pytest.fixture

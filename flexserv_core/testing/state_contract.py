@@ -38,13 +38,13 @@ class ManualClock:
         self.now += seconds
 
 
-async def chunks_of(data: bytes, size: int = 1000) -> AsyncIterator[bytes]:
+async def blob_chunks(data: bytes, size: int = 1000) -> AsyncIterator[bytes]:
     for start in range(0, len(data), size):
         await asyncio.sleep(0)
         yield data[start : start + size]
 
 
-async def read_all(store: StateStore, collection: str, record_id: str, owner: str | None) -> bytes:
+async def read_blob_bytes(store: StateStore, collection: str, record_id: str, owner: str | None) -> bytes:
     coll = store.collection(collection)
     record = await coll.get(record_id, owner=owner)
     assert record is not None
@@ -160,15 +160,15 @@ class StateBackendContract:
     async def test_blobs_stream_in_and_out(self, store: StateStore) -> None:
         files = store.collection("files", CollectionLimits(max_bytes=10**6), id_prefix="file-")
         data = bytes(range(256)) * 1000
-        record = await files.put({"name": "a.bin"}, owner=ALICE, blob=chunks_of(data, 4096), max_blob_bytes=len(data))
+        record = await files.put({"name": "a.bin"}, owner=ALICE, blob=blob_chunks(data, 4096), max_blob_bytes=len(data))
         assert record.blob_size == len(data)
         got = await files.get(record.id, owner=ALICE)
         assert got is not None and got.blob_size == len(data)
         pieces = [c async for c in files.read_blob(got, chunk_size=10_000)]
         assert b"".join(pieces) == data
         assert max(len(p) for p in pieces) <= 10_000
-        empty = await files.put({"name": "empty"}, owner=ALICE, blob=chunks_of(b""), max_blob_bytes=10)
-        assert empty.blob_size == 0 and await read_all(store, "files", empty.id, ALICE) == b""
+        empty = await files.put({"name": "empty"}, owner=ALICE, blob=blob_chunks(b""), max_blob_bytes=10)
+        assert empty.blob_size == 0 and await read_blob_bytes(store, "files", empty.id, ALICE) == b""
         assert await files.delete(record.id, owner=ALICE)
         with pytest.raises(KeyError):
             [c async for c in files.read_blob(got)]
@@ -176,10 +176,10 @@ class StateBackendContract:
     async def test_a_blob_over_its_limit_keeps_nothing(self, store: StateStore) -> None:
         files = store.collection("files", CollectionLimits(max_bytes=10**6))
         with pytest.raises(PayloadTooLarge):
-            await files.put({"name": "big"}, owner=ALICE, blob=chunks_of(b"x" * 5000), max_blob_bytes=4999)
+            await files.put({"name": "big"}, owner=ALICE, blob=blob_chunks(b"x" * 5000), max_blob_bytes=4999)
         assert (await files.list(owner=ALICE)).records == []
-        record = await files.put({"name": "fits"}, owner=ALICE, blob=chunks_of(b"x" * 4999), max_blob_bytes=4999)
-        assert await read_all(store, "files", record.id, ALICE) == b"x" * 4999
+        record = await files.put({"name": "fits"}, owner=ALICE, blob=blob_chunks(b"x" * 4999), max_blob_bytes=4999)
+        assert await read_blob_bytes(store, "files", record.id, ALICE) == b"x" * 4999
 
     async def test_a_failed_or_cancelled_upload_keeps_nothing(self, store: StateStore) -> None:
         files = store.collection("files", CollectionLimits(max_bytes=10**6))
@@ -208,20 +208,20 @@ class StateBackendContract:
             await task
         assert (await files.list(owner=ALICE)).records == []
         for record_id in ("file-broken", "file-stalled"):  # the ids are free again
-            await files.put({"name": "again"}, owner=ALICE, blob=chunks_of(b"ok"), record_id=record_id)
+            await files.put({"name": "again"}, owner=ALICE, blob=blob_chunks(b"ok"), record_id=record_id)
 
     async def test_replace_and_duplicate_ids(self, store: StateStore) -> None:
         models = store.collection("models", CollectionLimits(max_bytes=10**6))
-        first = await models.put({"v": 1}, owner=ALICE, record_id="m1", blob=chunks_of(b"one"))
+        first = await models.put({"v": 1}, owner=ALICE, record_id="m1", blob=blob_chunks(b"one"))
         with pytest.raises(KeyError):
             await models.put({"v": 2}, owner=ALICE, record_id="m1")
         with pytest.raises(KeyError):
             await models.put({"v": 2}, owner=BOB, record_id="m1", replace=True)
-        second = await models.put({"v": 2}, owner=ALICE, record_id="m1", blob=chunks_of(b"two"), replace=True)
+        second = await models.put({"v": 2}, owner=ALICE, record_id="m1", blob=blob_chunks(b"two"), replace=True)
         assert first.id == second.id
         got = await models.get("m1", owner=ALICE)
         assert got is not None and got.payload == {"v": 2}
-        assert await read_all(store, "models", "m1", ALICE) == b"two"
+        assert await read_blob_bytes(store, "models", "m1", ALICE) == b"two"
         assert len((await models.list(owner=ALICE)).records) == 1
 
     async def test_concurrent_writers_respect_the_bound(self, store: StateStore) -> None:

@@ -345,3 +345,30 @@ async def test_the_checked_address_is_used_with_the_name_in_the_host_header(
         f"http://inside.test:{port}/cat.png", settings(image_url_hosts=["*"]), code="image_url_not_allowed"
     )
     assert "'inside.test'" in error.message and len(_Handler.seen) == served
+
+
+@pytest.mark.parametrize("order", ["public first", "private first"])
+async def test_a_host_resolving_to_a_public_and_a_private_address_is_refused(
+    image_server: str, monkeypatch: pytest.MonkeyPatch, order: str
+) -> None:
+    """One answer with two addresses: 127.0.0.2 standing in for a public one, and
+    loopback, where the image server listens. Either order, the host is refused
+    before any connection: a client could otherwise fall back to the private one."""
+    port = int(image_server.rsplit(":", 1)[1])
+    treat_as_public(monkeypatch, "127.0.0.2")
+    addresses = ["127.0.0.2", "127.0.0.1"] if order == "public first" else ["127.0.0.1", "127.0.0.2"]
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        name = host.decode() if isinstance(host, bytes) else host
+        if name != "both.test":
+            return real(host, port, *args, **kwargs)
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (a, int(port))) for a in addresses]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    served = len(_Handler.seen)
+    error = await refused(
+        f"http://both.test:{port}/cat.png", settings(image_url_hosts=["*"]), code="image_url_not_allowed"
+    )
+    assert "'both.test'" in error.message and "private" in error.message
+    assert len(_Handler.seen) == served  # nothing was fetched

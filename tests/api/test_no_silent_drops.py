@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from flexserv_core.api.field_warnings import LINES_PER_REQUEST, UNKNOWN_FIELDS, UnknownFieldWarnings
 from flexserv_core.api.openai_params import IGNORED, UNSUPPORTED
 from flexserv_core.testing.app import app_client, make_app
 from flexserv_core.testing.fakes import FakeBackendPlugin
@@ -90,7 +91,7 @@ async def test_unsupported_transcription_parameter_is_400(flexserv_client: Any, 
 
 
 async def test_unknown_fields_warn_once(flexserv_client: Any, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="flexserv_core.api.body")
+    caplog.set_level(logging.WARNING, logger="flexserv_core.api.field_warnings")
     body = {"messages": [{"role": "user", "content": "hi", "colour": "red"}], "max_tokens": 2, "frobnicate_x": 1}
     for _ in range(3):
         r = await flexserv_client.post(CHAT, json=body)
@@ -157,3 +158,32 @@ def test_unknown_field_check_describes_a_schema_once(monkeypatch: pytest.MonkeyP
     for _ in range(3):
         assert unknown_fields({"inner": {"a": 1, "b": 2}, "c": 3}, _Outer) == ["inner.b", "c"]
     assert calls == [_Outer]
+
+
+async def test_a_flood_of_distinct_unknown_fields_logs_a_few_lines(
+    flexserv_client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    flood = {f"unknown_{i}": 0 for i in range(300_000)}  # 4.2 MiB of JSON
+    for _ in range(2):
+        r = await flexserv_client.post(CHAT, json={"messages": USER, "max_tokens": 2, **flood})
+        assert r.status_code == 200, r.text
+    lines = [rec.getMessage() for rec in caplog.records if "field" in rec.getMessage()]
+    assert 2 <= len(lines) <= 2 * (LINES_PER_REQUEST + 1), lines[:20]
+    assert any("unknown_0" in line for line in lines)
+    assert len(UNKNOWN_FIELDS) <= UNKNOWN_FIELDS.max_remembered
+
+
+def test_remembered_unknown_field_names_are_bounded(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
+    warnings = UnknownFieldWarnings(max_remembered=10, scanned_per_request=4, lines_per_request=2)
+    for request in range(50):
+        warnings.warn("/v1/x", [f"a{request}_{i}" for i in range(1000)])
+    assert len(warnings) == 10
+    lines = [rec.getMessage() for rec in caplog.records]
+    assert len(lines) <= 50 * 3 + 1
+    caplog.clear()
+    warnings.warn("/v1/x", ["a0_0", "a0_1"])  # remembered: logged once, not again
+    assert caplog.records == []
+    warnings.warn("/v1/x", ["y" * 10_000])
+    assert max(len(rec.getMessage()) for rec in caplog.records) < 300  # a name is quoted cut

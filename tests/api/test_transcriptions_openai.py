@@ -255,7 +255,7 @@ async def test_not_multipart_is_415(asr_client: Any) -> None:
     assert r.status_code == 415 and r.json()["error"]["type"] == "invalid_request_error"
 
 
-async def test_unknown_and_wrong_kind_models(asr_client: Any) -> None:
+async def test_unknown_model(asr_client: Any) -> None:
     files = {"file": ("speech.ogg", (DATA / "speech.ogg").read_bytes(), "audio/ogg")}
     r = await _post(asr_client, files=files, data={"model": "no-such-model"})
     assert r.status_code == 404 and r.json()["error"]["param"] == "model"

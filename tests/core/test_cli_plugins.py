@@ -28,6 +28,10 @@ def test_lists_builtins_and_installed_contrib_plugin() -> None:
     assert "flexserv_preprocess_request" in contrib["hooks"]
     assert contrib["routes"] == ["GET /v1/contrib/request-policy"]
     assert "GET /v1/flexserv/health" in plugins["core"]["routes"]
+    # each backend under the plugin that registers it, as docs/configuration.md says
+    assert "transformers (text)" in plugins["transformers"]["backends"]
+    assert plugins["whisper"]["backends"] and all("(transcription)" in b for b in plugins["whisper"]["backends"])
+    assert plugins["request-policy"]["backends"] == []
 
 
 def test_block_removes_plugin_and_its_route() -> None:

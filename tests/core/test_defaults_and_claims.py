@@ -168,3 +168,21 @@ async def test_a_model_resolved_at_request_time_with_two_claimants_is_an_openai_
         # the offered model, which names its backend, is unaffected
         r = await client.post("/v1/completions", json={"model": "fake-model", "prompt": "hi", "max_tokens": 2})
         assert r.status_code == 200
+
+
+def test_default_settings_resolve_the_embedded_models_by_their_own_names() -> None:
+    """The names /v1/models lists for the embedded models select them as defaults,
+    as --force-model does, instead of being taken for Hub ids."""
+    plugins: list[object | str] = ["transformers", "sentence-transformers"]
+    embedded = make_app(plugins).state.flexserv.catalog
+    text, embedding = embedded.default(ModelKind.TEXT), embedded.default(ModelKind.EMBEDDING)
+    assert text is not None and embedding is not None
+    chosen = make_app(
+        plugins, settings={"default_model": text.name, "default_embedding_model": embedding.name}
+    ).state.flexserv.catalog
+    assert chosen.default(ModelKind.TEXT) == text
+    assert chosen.default(ModelKind.EMBEDDING) == embedding
+    forced = make_app(plugins, settings={"force_model": text.name}).state.flexserv.catalog
+    assert forced.default(ModelKind.TEXT) == text
+    with pytest.raises(UsageError, match=r"--default-embedding-model .* is a text model"):
+        make_app(plugins, settings={"default_embedding_model": text.name})

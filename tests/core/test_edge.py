@@ -139,6 +139,37 @@ async def test_keys_from_the_environment_and_a_bad_keys_file(tmp_path: Path) -> 
         _app(bad)
 
 
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ("sk-tab\tinference", "a tab"),
+        ("sk-spaces inference metrics", "separated by spaces"),
+        ("sk-\u00e9 inference", "visible ASCII"),
+        ("sk-1 inference", "line 1 again"),
+    ],
+)
+def test_a_malformed_keys_file_line_stops_start_up_naming_the_line(tmp_path: Path, line: str, why: str) -> None:
+    from flexserv_core.errors import UsageError
+
+    path = tmp_path / "keys"
+    path.write_text(f"sk-1 inference\n# comment\n{line}\n", encoding="utf-8")
+    with pytest.raises(UsageError, match=f"line 3: .*{why}") as raised:
+        _app(path)
+    assert "sk-" not in str(raised.value).split("line 3")[1]  # the key is never printed
+
+
+async def test_a_tab_separated_line_never_grants_every_scope(tmp_path: Path) -> None:
+    from flexserv_core.edge.auth import Scope, read_keys_file
+
+    path = tmp_path / "keys"
+    path.write_text("sk-a   inference , metrics  \nsk-b *\n")
+    keys = {k.secret: k.scopes for k in read_keys_file(path)}
+    assert keys == {b"sk-a": {Scope.INFERENCE, Scope.METRICS}, b"sk-b": set(Scope)}
+    path.write_text("sk-t\tmetrics\n")
+    with pytest.raises(Exception, match="line 1"):
+        read_keys_file(path)
+
+
 async def test_request_id_round_trips_on_success_errors_and_unknown_routes() -> None:
     async with app_client(_app(None, api_key=["sk"])) as client:
         for method, path, headers in [

@@ -17,7 +17,7 @@ from litestar import get
 
 from flexserv_core import hooks
 from flexserv_core.app import build_server, create_app
-from flexserv_core.errors import PluginHookError, PluginStartupError
+from flexserv_core.errors import PluginHookError, PluginLoadError, PluginStartupError
 from flexserv_core.hookspecs import hookimpl
 from flexserv_core.models.spec import ModelKind, ModelSpec
 from flexserv_core.plugin_manager import FlexServPluginManager
@@ -298,9 +298,23 @@ def test_a_list_of_the_wrong_things_is_a_plugin_error() -> None:
         create_app(make_settings(pm), pm)
 
 
-def test_a_synchronous_hook_returning_a_coroutine_is_a_plugin_error() -> None:
+def test_an_async_def_of_a_synchronous_hook_is_refused_at_registration() -> None:
     async def flexserv_health() -> dict[str, Any]:
         return {}
+
+    with pytest.raises(PluginLoadError) as info:
+        boom_manager("flexserv_health", fail=flexserv_health)
+    message = str(info.value)
+    assert 'plugin "boom" (distribution flexserv-boom)' in message
+    assert "flexserv_health is 'async def'" in message
+
+
+def test_a_synchronous_hook_returning_a_coroutine_is_a_plugin_error() -> None:
+    async def later() -> dict[str, Any]:
+        return {}
+
+    def flexserv_health() -> Any:
+        return later()  # not async def itself: only a call can tell
 
     pm = boom_manager("flexserv_health", fail=flexserv_health)
     server = build_server(make_settings(pm), pm)

@@ -7,11 +7,12 @@ characters, so the responses' usage is the expected count.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import httpx
 import pytest
-from prometheus_client import Counter
+from prometheus_client import CONTENT_TYPE_LATEST, Counter
 from prometheus_client.parser import text_string_to_metric_families
 
 from flexserv_core import EngineStats, PluginHookError, hookimpl
@@ -35,7 +36,10 @@ async def scrape(client: httpx.AsyncClient) -> Samples:
     """Every sample as ``{(name, sorted labels): value}``."""
     response = await client.get("/metrics")
     assert response.status_code == 200
-    assert response.headers["content-type"].startswith("text/plain")
+    content_type = response.headers.get_list("content-type")
+    assert content_type == [CONTENT_TYPE_LATEST], content_type  # one header, one charset (Prometheus 3 parses it)
+    params = [p.split("=")[0].strip() for p in content_type[0].split(";")[1:]]
+    assert sorted(params) == sorted(set(params)) and "charset" in params
     out: Samples = {}
     for family in text_string_to_metric_families(response.text):
         for sample in family.samples:
@@ -262,3 +266,44 @@ def _parse(text: str) -> Samples:
         for sample in family.samples:
             out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
     return out
+
+
+async def test_a_caller_reported_oom_unload_is_reported_and_counted_as_an_oom_eviction(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with app_client(make_app([FakeBackendPlugin()])) as client:
+        await client.post("/v1/chat/completions", json={"messages": CHAT, "max_tokens": 1})
+        with caplog.at_level(logging.WARNING):
+            r = await client.post("/v1/flexserv/models/unload", json={"model_id": MODEL, "oom_triggered": True})
+        assert r.status_code == 200, r.text
+        assert r.json()["oom_triggered"] is True
+        assert [u["model_id"] for u in r.json()["unloaded"]] == [MODEL]
+        samples = await scrape(client)
+        assert value(samples, "flexserv:model_evictions_total", model_name=MODEL, kind="text", reason="oom") == 1
+        assert value(samples, "flexserv:model_unloads_total", model_name=MODEL, kind="text", reason="manual") == 0
+        assert any("reason oom" in rec.getMessage() and "oom_triggered" in rec.getMessage() for rec in caplog.records)
+        plain = await client.post("/v1/flexserv/models/unload", json={"model_id": MODEL})
+        assert plain.json()["oom_triggered"] is False
+        bad = await client.post("/v1/flexserv/models/unload", json={"oom_triggered": "yes"})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "oom_triggered"
+
+
+async def test_the_end_of_sequence_token_is_not_a_generated_token() -> None:
+    """As the usage counts them: a model that ends after 4 tokens with an
+    end-of-sequence token generated 4, streamed or not."""
+    async with app_client(make_app([FakeBackendPlugin(eos_after=4)])) as client:
+        r = await client.post("/v1/chat/completions", json={"messages": CHAT, "max_tokens": 10})
+        assert r.json()["choices"][0]["finish_reason"] == "stop"
+        assert r.json()["usage"]["completion_tokens"] == 4
+        lines = []
+        async with client.stream(
+            "POST",
+            "/v1/chat/completions",
+            json={"messages": CHAT, "max_tokens": 10, "stream": True, "stream_options": {"include_usage": True}},
+        ) as stream:
+            async for line in stream.aiter_lines():
+                lines.append(line)
+        assert _usages(lines)[0]["completion_tokens"] == 4
+        samples = await scrape(client)
+    assert value(samples, "flexserv:generation_tokens_total", model_name=MODEL) == 8
+    assert value(samples, "flexserv:request_success_total", model_name=MODEL, finished_reason="stop") == 2

@@ -63,6 +63,10 @@ NEVER_CALLED = {
         "other = pluggy.HookimplMarker('flexserve')\n\n@other\ndef flexserv_health(server):\n    return {}\n",
         "flexserv_health is marked with a hookimpl marker of project 'flexserve', not 'flexserv'",
     ),
+    "async def of a sync hook": (
+        "@hookimpl\nasync def flexserv_health(server):\n    return {'x': 1}\n",
+        "flexserv_health is 'async def', but FlexServ calls it synchronously",
+    ),
     "unknown flexserv_ hook": (
         "@hookimpl\ndef flexserv_helth(server):\n    return {}\n",
         "unknown hook 'flexserv_helth'",

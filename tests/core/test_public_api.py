@@ -46,7 +46,7 @@ def test_facade_has_what_plugins_need() -> None:
         "ContextLengthExceeded", "NotFound", "ModelNotFound", "PayloadTooLarge", "TooManyRequests",
         "ServiceUnavailable", "ModelLoadError", "UsageError", "__version__",
         "StateStore", "Collection", "CollectionLimits", "Record", "RecordPage", "StateBackend",
-        "StateUnavailable", "QuotaExceeded", "request_owner", "redact_url", "plan_eviction",
+        "StateUnavailable", "QuotaExceeded", "request_owner", "redact_url", "plan_eviction", "resolved_state_url",
     }  # fmt: skip
     assert promised <= set(flexserv_core.__all__)
     testing = {"make_app", "app_client", "running_app_client", "openai_client", "make_plugin_manager",

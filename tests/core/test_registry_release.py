@@ -16,7 +16,10 @@ import time
 import weakref
 from typing import Any
 
+import pytest
+
 from flexserv_core.backends.base import Backend, LoadedModel, ProgressCallback, TextGenerationModel
+from flexserv_core.errors import ModelLoadError
 from flexserv_core.events import ModelEvent
 from flexserv_core.models.catalog import ModelCatalog
 from flexserv_core.models.registry import ModelRegistry, ModelState
@@ -205,3 +208,51 @@ async def test_ensure_loaded_reuses_a_resident_model() -> None:
     await registry.ensure_loaded(SPEC)
     await use_once(registry)
     assert len(backend.refs) == 1, "a resident model was loaded again"
+
+
+def assert_no_records(registry: ModelRegistry) -> None:
+    """The registry's own bookkeeping holds nothing of a model that is gone: no
+    entry by name, no detached entry waiting for its requests, no background task."""
+    assert registry._entries == {}, registry._entries
+    assert registry._detached == set(), registry._detached
+    assert not registry._background
+
+
+class FailingGatedBackend(GatedBackend):
+    """A :class:`GatedBackend` whose load fails once the gate opens."""
+
+    def load(self, spec: ModelSpec, progress: ProgressCallback) -> LoadedModel:
+        self.loading.set()
+        assert self.gate.wait(10), "the test never opened the gate"
+        raise RuntimeError("weights missing")
+
+
+async def test_unload_leaves_no_record_of_the_model() -> None:
+    backend = GatedBackend()
+    registry, _ = make_registry(backend)
+    await use_once(registry)
+    await registry.unload("m")
+    await settle(registry)
+    assert_no_records(registry)
+    task, release = await hold_model(registry)  # unloaded while serving: detached, then freed
+    await registry.unload("m")
+    assert registry._detached, "an entry serving requests waits, detached, for them to end"
+    release.set()
+    await task
+    await settle(registry)
+    assert_no_records(registry)
+
+
+async def test_a_load_that_fails_after_its_unload_was_asked_leaves_no_record() -> None:
+    backend = FailingGatedBackend()
+    backend.gate.clear()
+    registry, _ = make_registry(backend)
+    load = asyncio.create_task(registry.ensure_loaded(SPEC))
+    assert await asyncio.to_thread(backend.loading.wait, 10)
+    [result] = await registry.unload("m")
+    assert result.pending and registry._detached
+    backend.gate.set()
+    with pytest.raises(ModelLoadError):
+        await load
+    await settle(registry)
+    assert_no_records(registry)

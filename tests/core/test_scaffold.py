@@ -37,6 +37,11 @@ def test_files_use_the_prefix_everywhere() -> None:
     assert '@get("/v1/my-redact/stats"' in plugin and "def flexserv_preprocess_request" in plugin
     assert "--my-redact-greeting" in files["README.md"] and "FLEXSERV_MY_REDACT_GREETING" in files["README.md"]
     assert plugin_files("flexserv-my-redact") == files  # the distribution prefix is not doubled
+    # as docs/plugins.md says: the kit's extra, no asyncio configuration, the entry point loaded by name
+    assert 'test = ["flexserv-core[testing]>=' in files["pyproject.toml"]
+    assert "asyncio" not in files["pyproject.toml"]
+    test = files["tests/test_my_redact.py"]
+    assert 'return ["my-redact", FakeBackendPlugin()]' in test and "import plugin" not in test
 
 
 def test_bad_name_and_existing_directory_are_usage_errors(tmp_path: Path, capsys) -> None:

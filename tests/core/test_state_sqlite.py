@@ -7,9 +7,6 @@ import asyncio
 import os
 import signal
 import sqlite3
-import subprocess
-import sys
-import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,10 +15,13 @@ import pytest
 from flexserv_core import CollectionLimits, StateBackend, StateStore, StateUnavailable
 from flexserv_core.state import sqlite as sqlite_module
 from flexserv_core.state.sqlite import SqliteBackend
-from flexserv_core.testing import StateBackendContract
-from flexserv_core.testing.state_contract import chunks_of, read_all
-
-ROOT = Path(__file__).resolve().parents[2]
+from flexserv_core.testing import (
+    StateBackendContract,
+    blob_chunks,
+    read_blob_bytes,
+    start_state_writer,
+    stored_writes,
+)
 
 
 def url_of(path: Path) -> str:
@@ -36,7 +36,7 @@ class TestSqliteBackend(StateBackendContract):
     async def test_no_blob_file_outlives_its_record(self, store: StateStore, tmp_path: Path) -> None:
         files = store.collection("files", CollectionLimits(max_items=2, max_bytes=10**6))
         for n in range(4):
-            await files.put({"n": n}, owner=None, blob=chunks_of(b"%d" % n * 100))
+            await files.put({"n": n}, owner=None, blob=blob_chunks(b"%d" % n * 100))
         blob_dir = tmp_path / "state.db.blobs"
         assert len(list(blob_dir.iterdir())) == 2  # the two evicted records took their files
         for record in (await files.list(owner=None)).records:
@@ -49,14 +49,14 @@ async def test_records_survive_a_restart(tmp_path: Path) -> None:
     store = StateStore(SqliteBackend(url))
     await store.open()
     files = store.collection("files", CollectionLimits(max_bytes=10**6))
-    record = await files.put({"name": "a"}, owner="key-a", blob=chunks_of(b"payload" * 100))
+    record = await files.put({"name": "a"}, owner="key-a", blob=blob_chunks(b"payload" * 100))
     await store.close()
 
     again = StateStore(SqliteBackend(url))
     await again.open()
     try:
         assert await again.collection("files").get(record.id, owner="key-a") == record
-        assert await read_all(again, "files", record.id, "key-a") == b"payload" * 100
+        assert await read_blob_bytes(again, "files", record.id, "key-a") == b"payload" * 100
     finally:
         await again.close()
 
@@ -107,69 +107,12 @@ async def test_a_writer_locked_out_past_the_timeout_gets_unavailable(
     await store.close()
 
 
-WRITER = textwrap.dedent(
-    """
-    import asyncio, hashlib, sys
-    from flexserv_core import CollectionLimits, StateStore
-    from flexserv_core.state.sqlite import SqliteBackend
-
-    async def chunks(data):
-        for i in range(0, len(data), 4096):
-            await asyncio.sleep(0)
-            yield data[i:i + 4096]
-
-    async def stalled():
-        yield b"half of it"
-        print("stalled", flush=True)
-        await asyncio.Event().wait()
-
-    async def main(url, name, count):
-        store = StateStore(SqliteBackend(url))
-        await store.open()
-        files = store.collection("files", CollectionLimits(max_bytes=10**9))
-        if count == 0:
-            await files.put({"writer": name}, owner=None, blob=stalled(), record_id="stalled")
-        for n in range(count):
-            data = hashlib.sha256(b"%s-%d" % (name.encode(), n)).digest() * (50 + n % 50)
-            digest = hashlib.sha256(data).hexdigest()
-            await files.put({"writer": name, "n": n, "sha256": digest}, owner=None, blob=chunks(data))
-            print(n, flush=True)
-        await store.close()
-
-    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
-    """
-)
-
-
-def start_writer(url: str, name: str, count: int) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-c", WRITER, url, name, str(count)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-
-
 async def check_every_record(url: str) -> list[dict[str, object]]:
-    """Every stored record's blob is whole (its digest matches); no staged file is left."""
-    import hashlib
-
+    """Every stored record's blob is whole; no staged file is left once orphans are swept."""
     store = StateStore(SqliteBackend(url, orphan_grace=0))
     await store.open()
     try:
-        files = store.collection("files")
-        payloads = []
-        after = None
-        while True:
-            page = await files.list(owner=None, limit=100, after=after, order="asc")
-            for record in page.records:
-                data = await read_all(store, "files", record.id, None)
-                assert len(data) == record.blob_size
-                assert hashlib.sha256(data).hexdigest() == record.payload["sha256"], record.payload
-                payloads.append(record.payload)
-            if not page.has_more:
-                break
-            after = page.records[-1].id
+        payloads = await stored_writes(store)
     finally:
         await store.close()
     blob_dir = Path(url.removeprefix("sqlite://") + ".blobs")
@@ -180,7 +123,7 @@ async def check_every_record(url: str) -> list[dict[str, object]]:
 @pytest.mark.slow
 async def test_two_processes_write_at_once(tmp_path: Path) -> None:
     url = url_of(tmp_path / "state.db")
-    writers = [start_writer(url, name, 60) for name in ("a", "b")]
+    writers = [start_state_writer(url, name, 60) for name in ("a", "b")]
     for writer in writers:
         out, _ = await asyncio.to_thread(writer.communicate, timeout=120)
         assert writer.returncode == 0, out
@@ -191,8 +134,8 @@ async def test_two_processes_write_at_once(tmp_path: Path) -> None:
 @pytest.mark.slow
 async def test_sigkill_mid_write_leaves_whole_records_or_nothing(tmp_path: Path) -> None:
     url = url_of(tmp_path / "state.db")
-    stalled = start_writer(url, "stalled", 0)
-    busy = start_writer(url, "busy", 100_000)
+    stalled = start_state_writer(url, "stalled", 0)
+    busy = start_state_writer(url, "busy", 100_000)
     try:
         assert stalled.stdout is not None and busy.stdout is not None
         assert await asyncio.to_thread(stalled.stdout.readline) == "stalled\n"

@@ -65,14 +65,9 @@ def test_kit_runs_in_an_outside_project_without_asyncio_config(tmp_path: Path) -
     project.mkdir()
     (project / "pytest.ini").write_text("[pytest]\n")  # its own rootdir: nothing from this repository's config
     (project / "test_outside.py").write_text(OUTSIDE_TESTS)
-    # Every deprecation is an error (the Litestar one from the core's routes among
-    # them), except pytest-asyncio's own request that projects choose a default
-    # fixture loop scope, which any project using pytest-asyncio sees: the kit
-    # sets its fixtures' loop scope itself and needs no such setting.
-    warning_filters = [
-        *("-W", "error::DeprecationWarning"),
-        *("-W", 'ignore:The configuration option "asyncio_default_fixture_loop_scope" is unset'),
-    ]
+    # Every warning is an error (the Litestar deprecation from the core's routes among
+    # them, and pytest-asyncio's "loop scope unset", which the kit answers for the project)
+    warning_filters = ["-W", "error"]
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *warning_filters],
         cwd=project,
@@ -84,3 +79,4 @@ def test_kit_runs_in_an_outside_project_without_asyncio_config(tmp_path: Path) -
     assert result.returncode == 0, output
     assert "3 passed" in output
     assert "LitestarDeprecationWarning" not in output
+    assert "asyncio_default_fixture_loop_scope" not in output

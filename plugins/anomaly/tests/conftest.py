@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +13,9 @@ import pytest
 
 from flexserv_core.testing import ServedApp, make_app
 
-sys.path.insert(0, str(Path(__file__).parent))  # the synthetic data module
+sys.path.insert(0, str(Path(__file__).parent))  # the synthetic data and client helper modules
 
-Serve = Callable[..., AbstractContextManager[httpx.Client]]
+from anomaly_client import Serve
 
 
 @pytest.fixture
@@ -31,22 +31,3 @@ def serve(tmp_path: Path) -> Serve:
             yield client
 
     return run
-
-
-def fit(client: httpx.Client, **body: Any) -> dict[str, Any]:
-    response = client.post("/v1/anomaly/fit", json=body)
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-def score(client: httpx.Client, path: str = "/v1/anomaly/score", **body: Any) -> dict[str, Any]:
-    response = client.post(path, json=body)
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-def error(response: httpx.Response, status: int) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    body: dict[str, Any] = response.json()["error"]
-    assert set(body) == {"message", "type", "param", "code"}
-    return body

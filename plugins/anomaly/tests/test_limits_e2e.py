@@ -10,9 +10,9 @@ from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
+from anomaly_client import Serve, error, fit
 from synthetic import blobs
 
-from conftest import Serve, error, fit
 from flexserv_core.testing import wait_until
 
 

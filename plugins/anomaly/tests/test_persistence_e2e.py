@@ -11,10 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from anomaly_client import Serve, error, fit, score
 from flexserv_anomaly import codec
 from synthetic import blobs
-
-from conftest import Serve, error, fit, score
 
 
 def _record(tmp_path: Path, name: str) -> tuple[dict, Path]:

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from anomaly_client import Serve, fit, score
 from sklearn.metrics import roc_auc_score
 from synthetic import blobs
-
-from conftest import Serve, fit, score
 
 pytest.importorskip("pyod", reason="the optional 'pyod' extra is not installed")
 

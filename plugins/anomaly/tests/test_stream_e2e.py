@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from anomaly_client import Serve, error
 from sklearn.metrics import roc_auc_score
 from synthetic import sine_series
 
-from conftest import Serve, error
 from flexserv_core.testing import wait_until
 
 

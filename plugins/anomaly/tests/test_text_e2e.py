@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from anomaly_client import Serve, error, fit, score
 from sklearn.metrics import roc_auc_score
 from synthetic import ON_TOPIC, texts
-
-from conftest import Serve, error, fit, score
 
 PLUGINS = ("anomaly", "sentence-transformers")
 

@@ -44,7 +44,7 @@ def _inputs(server: Any, value: str | list[str]) -> list[str]:
     return texts
 
 
-@post(CLASSIFY_ENDPOINT, status_code=200, summary="Classify texts", opt={"body": ClassifyRequest})
+@post(CLASSIFY_ENDPOINT, status_code=200, summary="Classify texts", opt={"body": ClassifyRequest, "scope": "inference"})
 async def classify(request: Request[Any, Any, Any]) -> dict[str, Any]:
     server = server_of(request)
     body = await parse_body(request, ClassifyRequest, open_request_context(request, CLASSIFY_ENDPOINT))
@@ -81,7 +81,7 @@ def _entity(e: Entity, grouped: bool) -> dict[str, Any]:
     TOKEN_CLASSIFY_ENDPOINTS,
     status_code=200,
     summary="Label the tokens of texts (named entities)",
-    opt={"body": TokenClassifyRequest},
+    opt={"body": TokenClassifyRequest, "scope": "inference"},
 )
 async def token_classify(request: Request[Any, Any, Any]) -> dict[str, Any]:
     server = server_of(request)

@@ -44,7 +44,12 @@ class ScoreRequest(msgspec.Struct, kw_only=True):
     model: str | None = None
 
 
-@post(RERANK_ENDPOINT, status_code=200, summary="Rerank documents by relevance to a query", opt={"body": RerankRequest})
+@post(
+    RERANK_ENDPOINT,
+    status_code=200,
+    summary="Rerank documents by relevance to a query",
+    opt={"body": RerankRequest, "scope": "inference"},
+)
 async def rerank(request: Request[Any, Any, Any]) -> dict[str, Any]:
     server = server_of(request)
     limits = limits_of(server)
@@ -81,7 +86,7 @@ async def rerank(request: Request[Any, Any, Any]) -> dict[str, Any]:
     return {"id": response_id("rerank"), "model": name, "results": results, "usage": usage(result.prompt_tokens)}
 
 
-@post(SCORE_ENDPOINT, status_code=200, summary="Score text pairs", opt={"body": ScoreRequest})
+@post(SCORE_ENDPOINT, status_code=200, summary="Score text pairs", opt={"body": ScoreRequest, "scope": "inference"})
 async def score(request: Request[Any, Any, Any]) -> dict[str, Any]:
     server = server_of(request)
     limits = limits_of(server)

@@ -17,7 +17,13 @@ from typing import Any
 
 import msgspec
 
-from flexserv_core import FlexServPluginManager, Settings, create_plugin_manager, resolve_plugin_settings
+from flexserv_core import (
+    FlexServPluginManager,
+    Settings,
+    create_plugin_manager,
+    resolve_plugin_settings,
+    resolved_state_url,
+)
 
 #: Settings of the listening socket: Ray's proxy listens, a replica never does.
 PROXY_SETTINGS = frozenset({"host", "port", "ssl_keyfile", "ssl_certfile"})
@@ -61,14 +67,13 @@ def app_args_from(
     env: Mapping[str, str] | None = None,
 ) -> AppArgs:
     env = os.environ if env is None else env
+    explicit = explicit_settings(settings, include_secrets=include_secrets)
+    if include_secrets:  # every replica opens the command's state store (the default one included)
+        explicit["state_url"] = resolved_state_url(settings)
     return AppArgs(
         plugins=list(plugin_args),
         plugin_env={k: env[k] for k in PLUGIN_ENV_VARS if k in env},
-        settings={
-            k: v
-            for k, v in explicit_settings(settings, include_secrets=include_secrets).items()
-            if k not in PROXY_SETTINGS
-        },
+        settings={k: v for k, v in explicit.items() if k not in PROXY_SETTINGS},
         models_per_replica=models_per_replica,
     )
 

@@ -74,7 +74,9 @@ def proxy_middlewares() -> list[Any]:
 
 def error_body(status: int, message: str, *, code: str | None = None) -> bytes:
     default_type = "invalid_request_error" if status < 500 else "server_error"
-    error_type, default_code = ERROR_KINDS.get(status, (default_type, None))
+    error_type, default_code = ERROR_KINDS.get(
+        status, (default_type, "invalid_request" if status < 500 else "server_error")
+    )
     if len(message) > MAX_MESSAGE_CHARS:
         message = message[: MAX_MESSAGE_CHARS - 1] + "…"
     error = {"message": message, "type": error_type, "param": None, "code": code or default_code}

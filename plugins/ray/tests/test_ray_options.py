@@ -105,6 +105,18 @@ def test_settings_travel_by_name_and_secrets_stay_out_of_files() -> None:
     assert setting_value(rebuilt, "model_timeout") == 5.0 and setting_value(rebuilt, "nope", 1) == 1
 
 
+def test_every_replica_gets_the_command_s_state_url(tmp_path: Path) -> None:
+    pm = make_plugin_manager()
+    default = make_settings(pm, {"cache_dir": str(tmp_path)})
+    args = app_args_from([], default, models_per_replica=1, include_secrets=True, env={})
+    assert args.settings["state_url"] == f"sqlite://{tmp_path}/state.db"  # one file for the replicas of a node
+    explicit = make_settings(pm, {"state_url": "postgresql://app:pw@db/flexserv"})
+    args = app_args_from([], explicit, models_per_replica=1, include_secrets=True, env={})
+    assert args.settings["state_url"] == "postgresql://app:pw@db/flexserv"
+    # a config file leaves the URL (a secret) to each replica's environment
+    assert "state_url" not in app_args_from([], explicit, models_per_replica=1, include_secrets=False, env={}).settings
+
+
 def _context(argv: list[str], settings: dict[str, Any], plugin_args: tuple[str, ...] = ()) -> CommandContext:
     parser = argparse.ArgumentParser()
     add_ray_arguments(parser)

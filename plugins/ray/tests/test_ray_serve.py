@@ -161,6 +161,28 @@ async def test_two_replicas_of_the_embedded_chat_model_share_40_streams(deployed
     assert served == replica_ids()  # the header names the replicas Ray runs
 
 
+async def test_every_previous_response_id_is_found_whichever_replica_answers(
+    deployed: Callable[..., str], tmp_path: Path
+) -> None:
+    state = f"sqlite://{tmp_path}/state.db"
+    base = deployed(FAKE, {"model": ["fake-a=fake://a"], "state_url": state}, RayOptions(replicas=2, num_cpus=1))
+    async with client_for(base) as client:
+
+        async def turn(**extra: Any) -> tuple[str, Any]:
+            raw = await client.responses.with_raw_response.create(
+                model="fake-a", input="hi", max_output_tokens=4, **extra
+            )
+            return raw.headers["x-flexserv-replica"], raw.parse()
+
+        firsts = await asyncio.gather(*(turn() for _ in range(20)))
+        follows = await asyncio.gather(*(turn(previous_response_id=r.id) for _, r in firsts))
+    # 20 of 20 found: an unknown previous_response_id is a 404, which the SDK raises
+    assert len(follows) == 20 and all(f.status in ("completed", "incomplete") for _, f in follows)
+    assert all(f.usage.input_tokens > r.usage.input_tokens for (_, r), (_, f) in zip(firsts, follows, strict=True))
+    answered = {replica for replica, _ in firsts + follows}
+    assert len(answered) == 2, answered  # both replicas served, so follow-ups crossed between them
+
+
 async def raw_stream(
     http: httpx.AsyncClient, model: str, max_tokens: int, started: asyncio.Semaphore | None = None
 ) -> tuple[str, list[str]]:

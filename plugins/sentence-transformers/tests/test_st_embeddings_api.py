@@ -142,7 +142,7 @@ async def test_bad_input_is_a_400_naming_the_param(embed_client: Any, body: dict
     assert error["message"]
 
 
-async def test_unknown_or_wrong_kind_model(embed_client: Any) -> None:
+async def test_unknown_model(embed_client: Any) -> None:
     r = await embed_client.post("/v1/embeddings", json={"input": "x", "model": "no-such-model"})
     assert r.status_code == 404 and r.json()["error"]["param"] == "model"
 

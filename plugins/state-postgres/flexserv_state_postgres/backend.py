@@ -14,7 +14,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
-import msgspec
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -40,19 +39,6 @@ BLOB_ROW = 256 * 1024
 #: Where a put's blob waits until its record is published (no collection has this name).
 STAGING = "_staging"
 _DRIVER_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
-
-
-def _record(row: tuple[Any, ...]) -> Record:
-    collection, record_id, owner, created_at, expires_at, payload, blob_size = row
-    return Record(
-        collection=collection,
-        id=record_id,
-        owner=owner,
-        created_at=created_at,
-        expires_at=expires_at,
-        payload=msgspec.json.decode(payload),
-        blob_size=blob_size,
-    )
 
 
 class PostgresBackend(StateBackend):
@@ -238,7 +224,7 @@ class PostgresBackend(StateBackend):
                 (collection, record_id, owner, now),
             )
             row = await cursor.fetchone()
-        return None if row is None else _record(row)
+        return None if row is None else Record.from_row(row)
 
     async def delete(self, collection: str, record_id: str, owner: str | None) -> bool:
         async with self._connection() as conn:
@@ -268,7 +254,7 @@ class PostgresBackend(StateBackend):
                 (*args, limit + 1),
             )
             rows = await cursor.fetchall()
-        return RecordPage(records=[_record(r) for r in rows[:limit]], has_more=len(rows) > limit)
+        return RecordPage(records=[Record.from_row(r) for r in rows[:limit]], has_more=len(rows) > limit)
 
     async def read_blob(
         self, collection: str, record_id: str, owner: str | None, chunk_size: int

@@ -11,8 +11,7 @@ from flexserv_state_postgres.backend import PostgresBackend
 from flexserv_state_postgres.testing import PostgresServer
 
 from flexserv_core import CollectionLimits, StateBackend, StateStore, StateUnavailable
-from flexserv_core.testing import StateBackendContract
-from flexserv_core.testing.state_contract import chunks_of, read_all
+from flexserv_core.testing import StateBackendContract, blob_chunks, read_blob_bytes
 
 
 class TestPostgresBackend(StateBackendContract):
@@ -26,14 +25,14 @@ async def test_records_and_blobs_survive_a_restart(postgres_url: str) -> None:
     await store.open()
     files = store.collection("files", CollectionLimits(max_bytes=10**7))
     data = bytes(range(256)) * 4000  # several blob rows
-    record = await files.put({"name": "a"}, owner="key-a", blob=chunks_of(data, 3000))
+    record = await files.put({"name": "a"}, owner="key-a", blob=blob_chunks(data, 3000))
     await store.close()
 
     again = StateStore(PostgresBackend(postgres_url))
     await again.open()
     try:
         assert await again.collection("files").get(record.id, owner="key-a") == record
-        assert await read_all(again, "files", record.id, "key-a") == data
+        assert await read_blob_bytes(again, "files", record.id, "key-a") == data
     finally:
         await again.close()
 

@@ -19,8 +19,8 @@ from flexserv_template_kwargs.settings import TemplateKwargsSettings, parse_defa
 
 REQUEST_KWARGS_KEY = StashKey[dict[str, Any]]("template-kwargs")
 CHAT_ENDPOINT = "/v1/chat/completions"
-#: Routes whose prompt goes through the chat template.
-TEMPLATE_ENDPOINTS = frozenset({CHAT_ENDPOINT, "/v1/responses"})
+#: Routes whose prompt goes through the chat template (``/tokenize`` counts chat's prompt).
+TEMPLATE_ENDPOINTS = frozenset({CHAT_ENDPOINT, "/v1/responses", "/tokenize"})
 
 
 @hookimpl

