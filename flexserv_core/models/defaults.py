@@ -48,6 +48,12 @@ FIRST_PARTY_DISTRIBUTIONS: frozenset[str] = frozenset(
         "flexserv-template-kwargs",
         "flexserv-transformers",
         "flexserv-whisper",
+        "flexserv-torch",
+        "flexserv-tool-parsers",
+        "flexserv-scaffold",
+        "flexserv-ocr",
+        "flexserv-files",
+        "flexserv-docs",
     }
 )
 

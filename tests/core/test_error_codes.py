@@ -30,7 +30,7 @@ def _documented_codes() -> set[str]:
         code
         for line in section.splitlines()
         if line.startswith("| `")
-        for code in re.findall(r"`([a-z_]+)`", line.split("|")[1])
+        for code in re.findall(r"`([a-z0-9_]+)`", line.split("|")[1])
     }
 
 
