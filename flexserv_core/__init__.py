@@ -101,6 +101,7 @@ __all__ = [
     "Backend",
     "BatchRunner",
     "CallSyntax",
+    "ChatTemplates",
     "Command",
     "CommandContext",
     "Constraint",
@@ -191,8 +192,10 @@ __all__ = [
     "parse_body",
     "prefer_passive_openmp",
     "register_tool_parser",
+    "render_chat_template",
     "resolve_plugin_settings",
     "resolve_settings",
+    "select_chat_template",
     "tool_parser_names",
     "until_disconnect",
     "use_all_intra_op_threads",
@@ -203,6 +206,7 @@ if typing.TYPE_CHECKING:
     from flexserv_core.api.body import request_context as open_request_context
     from flexserv_core.api.disconnect import until_disconnect
     from flexserv_core.app import create_app
+    from flexserv_core.chat_template import ChatTemplates, render_chat_template, select_chat_template
 
 #: Route helpers for plugins that add JSON routes, and the app factory (for plugins
 #: that serve the app another way, like ``flexserv ray-serve``). They need Litestar,
@@ -212,6 +216,11 @@ _LAZY = {
     "parse_body": ("flexserv_core.api.body", "parse_body"),
     "open_request_context": ("flexserv_core.api.body", "request_context"),
     "until_disconnect": ("flexserv_core.api.disconnect", "until_disconnect"),
+    # Chat-template rendering (sandboxed Jinja with transformers' semantics) for every
+    # text backend; it needs jinja2, so it is imported on first use too.
+    "ChatTemplates": ("flexserv_core.chat_template", "ChatTemplates"),
+    "render_chat_template": ("flexserv_core.chat_template", "render_chat_template"),
+    "select_chat_template": ("flexserv_core.chat_template", "select_chat_template"),
 }
 
 
