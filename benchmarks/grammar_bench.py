@@ -326,21 +326,21 @@ def step_overhead(batch: int = 20, steps: int = 40) -> None:
     unpack, masking, sampling) plus advancing every matcher, for ``batch``
     sequences, against ``sample_next`` without constraints, on random logits."""
     import torch
-    from flexserv_transformers.grammar import GrammarCompiler
+    from flexserv_transformers.grammar import constraint_vocabulary
     from flexserv_transformers.sampling import SamplerState, sample_next
 
     from flexserv_core import Constraint, SamplingParams
 
     tokenizer = load_tokenizer()
     vocab = len(tokenizer)
-    compiler = GrammarCompiler(tokenizer, [tokenizer.eos_token_id], vocab)
+    compiler = constraint_vocabulary(tokenizer, vocab, [tokenizer.eos_token_id]).compiler
     constraint = Constraint(kind="json_schema", spec=json.dumps(NESTED))
-    compiler.compile(constraint)
+    compiled = compiler.compile(constraint)
     params = SamplingParams(max_tokens=steps, temperature=1.0)
     logits = torch.randn(batch, vocab)
     for label, constrained in (("free", False), ("json_schema", True)):
         states = [
-            SamplerState(params, vocab_size=vocab, grammar=compiler.state(constraint) if constrained else None)
+            SamplerState(params, vocab_size=vocab, grammar=compiled.matcher() if constrained else None)
             for _ in range(batch)
         ]
         times = []

@@ -34,6 +34,14 @@ from flexserv_core.backends.base import (
 )
 from flexserv_core.batching import BatchRunner, MicroBatcher
 from flexserv_core.commands import Command, CommandContext
+from flexserv_core.constraints import (
+    BlockedMasks,
+    CompiledConstraint,
+    ConstraintVocabulary,
+    TokenMatcher,
+    fill_blocked_masks,
+    prepare_params,
+)
 from flexserv_core.errors import (
     ContextLengthExceeded,
     FlexServError,
@@ -100,12 +108,15 @@ __all__ = [
     "RESERVED_TEMPLATE_KWARGS",
     "Backend",
     "BatchRunner",
+    "BlockedMasks",
     "CallSyntax",
     "ChatTemplates",
     "Command",
     "CommandContext",
+    "CompiledConstraint",
     "Constraint",
     "ConstraintKind",
+    "ConstraintVocabulary",
     "ContextLengthExceeded",
     "CoreSettings",
     "CpuCoreInfo",
@@ -160,6 +171,7 @@ __all__ = [
     "TextGenerationModel",
     "TextLimits",
     "TokenDelta",
+    "TokenMatcher",
     "TooManyRequests",
     "ToolCallFragment",
     "ToolCallStream",
@@ -179,6 +191,7 @@ __all__ = [
     "create_plugin_manager",
     "default_cache_dir",
     "describe_fields",
+    "fill_blocked_masks",
     "full_intra_op_threads",
     "get_cpu_info",
     "get_gpu_info",
@@ -191,6 +204,7 @@ __all__ = [
     "open_request_context",
     "parse_body",
     "prefer_passive_openmp",
+    "prepare_params",
     "register_tool_parser",
     "render_chat_template",
     "resolve_plugin_settings",

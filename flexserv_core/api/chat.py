@@ -11,14 +11,11 @@ from typing import Any
 from litestar import MediaType, Request, Response, post
 
 from flexserv_core.api.body import new_id, parse_body, request_context
-from flexserv_core.api.chat_images import attach_images
-from flexserv_core.api.disconnect import until_disconnect
 from flexserv_core.api.message_rules import check_messages
 from flexserv_core.api.streaming import DONE, READY, SSEGenerator, error_event, sse_event, sse_response
 from flexserv_core.api.text_bounds import check_chat_bounds
-from flexserv_core.api.text_generation import ChoiceJob, ChoiceResult, admitted, collect, merge
+from flexserv_core.api.text_generation import ChoiceJob, ChoiceResult
 from flexserv_core.api.text_logprobs import chat_logprobs
-from flexserv_core.api.text_request import chat_plan, prepare_jobs
 from flexserv_core.api.text_schemas import (
     AssistantMessage,
     ChatChoice,
@@ -31,11 +28,8 @@ from flexserv_core.api.text_schemas import (
     Usage,
     encode,
 )
-from flexserv_core.api.timeouts import apply_timeouts
+from flexserv_core.api.text_session import TextSession
 from flexserv_core.api.tool_calls import ToolPlan, ToolStreamer, check_tool_history, split_output
-from flexserv_core.backends.base import TextGenerationModel
-from flexserv_core.metrics.text import TextRequestMetrics
-from flexserv_core.request_context import RequestContext
 from flexserv_core.server import FlexServer
 
 log = logging.getLogger(__name__)
@@ -60,28 +54,21 @@ async def create_chat_completion(request: Request[Any, Any, Any]) -> Response[An
     check_chat_bounds(body, server.settings.core)
     check_messages(body.messages)
     check_tool_history(body.messages)
+    session = TextSession(server, body.model, context)
     if body.stream:
-        return await sse_response(_stream(server, body, context), server, request)
-    async with (
-        TextRequestMetrics(server.metrics) as metrics,
-        server.registry.acquire(body.model, TextGenerationModel) as lease,
-    ):
-        metrics.admitted(lease.spec.name)
-        model = lease.model
-        await attach_images(model, lease.spec, body.messages, context)
-        prompt_ids, jobs, plan = await chat_plan(model, lease.spec, body, context)
-        await prepare_jobs(jobs)
-        apply_timeouts(jobs, server.settings.core)
-        metrics.start(len(prompt_ids), jobs)
-        results = await until_disconnect(request, collect(jobs))
+        return await sse_response(_stream(session, body), server, request)
+    async with session:
+        plan = await session.chat(body)
+        results = await session.collect(request)
+    name = session.spec.name
     completion_id = new_id("chatcmpl")
-    log.info("chat completion %s: model %s, %d choice(s)", completion_id, lease.spec.name, len(results))
+    log.info("chat completion %s: model %s, %d choice(s)", completion_id, name, len(results))
     completion = ChatCompletion(
         id=completion_id,
         created=int(time.time()),
-        model=lease.spec.name,
-        choices=[_choice(result, bool(body.logprobs), plan) for result in results],
-        usage=_usage(len(prompt_ids), results),
+        model=name,
+        choices=[_choice(result, bool(body.logprobs), plan.tools) for result in results],
+        usage=_usage(plan.prompt_tokens, results),
     )
     return Response(content=encode(completion), media_type=MediaType.JSON)
 
@@ -107,28 +94,18 @@ def _usage(prompt_tokens: int, results: list[ChoiceResult]) -> Usage:
     return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion, total_tokens=prompt_tokens + completion)
 
 
-async def _stream(server: FlexServer, body: ChatCompletionRequest, context: RequestContext) -> SSEGenerator:
-    async with (
-        TextRequestMetrics(server.metrics) as metrics,
-        server.registry.acquire(body.model, TextGenerationModel) as lease,
-    ):
-        metrics.admitted(lease.spec.name)
-        model = lease.model
-        await attach_images(model, lease.spec, body.messages, context)
-        prompt_ids, jobs, plan = await chat_plan(model, lease.spec, body, context)
-        await prepare_jobs(jobs)
-        apply_timeouts(jobs, server.settings.core)
-        metrics.start(len(prompt_ids), jobs)
-        async with admitted(jobs):  # a refusal (429) must come before the response starts
+async def _stream(session: TextSession, body: ChatCompletionRequest) -> SSEGenerator:
+    async with session:
+        await session.chat(body)
+        async with session.admitted():  # a refusal (429) must come before the response starts
             yield READY
-            async with aclosing(_chunks(body, lease.spec.name, prompt_ids, jobs, plan)) as chunks:
+            async with aclosing(_chunks(session, body)) as chunks:
                 async for data in chunks:
                     yield data
 
 
-async def _chunks(
-    body: ChatCompletionRequest, name: str, prompt_ids: list[int], jobs: list[ChoiceJob], plan: ToolPlan | None
-) -> AsyncGenerator[bytes, None]:
+async def _chunks(session: TextSession, body: ChatCompletionRequest) -> AsyncGenerator[bytes, None]:
+    name, jobs, plan = session.spec.name, session.plan.jobs, session.plan.tools
     ident, created = new_id("chatcmpl"), int(time.time())
     log.info("chat completion %s (stream): model %s", ident, name)
 
@@ -142,7 +119,7 @@ async def _chunks(
     completion_tokens = 0
     streamers = {job.index: ToolStreamer(plan) for job in jobs} if plan is not None and plan.parses else {}
     try:
-        async with aclosing(merge(jobs)) as events:
+        async with session.events() as events:
             async for event in events:
                 streamer = streamers.get(event.index)
                 pieces = streamer.feed(event.text) if streamer is not None else [event.text] if event.text else []
@@ -166,10 +143,11 @@ async def _chunks(
         yield DONE
         return
     if body.stream_options is not None and body.stream_options.include_usage:
+        prompt_tokens = session.plan.prompt_tokens
         usage = Usage(
-            prompt_tokens=len(prompt_ids),
+            prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
-            total_tokens=len(prompt_ids) + completion_tokens,
+            total_tokens=prompt_tokens + completion_tokens,
         )
         yield chunk([], usage)
     yield DONE

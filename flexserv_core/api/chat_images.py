@@ -1,10 +1,10 @@
 """The image parts of a chat request: refused for text-only models, else loaded.
 
-Called once the request's model is known (its lease held) and before the prompt is
-rendered: :func:`attach_images` checks the model's ``limits.max_images`` (a 400
-naming the model when it takes no images), loads every image
-(:mod:`.image_input`) and keeps them in the request's state, where
-:func:`~flexserv_core.api.text_request.chat_messages` finds them by position.
+Called by the text session once the request's model is known (its lease held)
+and before the prompt is rendered: :func:`load_images` checks the model's
+``limits.max_images`` (a 400 naming the model when it takes no images), loads
+every image (:mod:`.image_input`) and returns them by position, an argument of
+the plan (:func:`~flexserv_core.api.text_request.chat_plan`).
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ from flexserv_core.backends.base import ImageInput, TextGenerationModel
 from flexserv_core.errors import InvalidRequest
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.request_context import RequestContext
-from flexserv_core.stash import StashKey
 
-#: ``(message index, part index) -> image`` of the request being served.
-IMAGES: StashKey[dict[tuple[int, int], ImageInput]] = StashKey()
+#: ``(message index, part index) -> image`` of one request.
+Images = dict[tuple[int, int], ImageInput]
 
 
 def image_parts(messages: Sequence[Any]) -> list[tuple[int, int, str | None]]:
@@ -34,13 +33,13 @@ def image_parts(messages: Sequence[Any]) -> list[tuple[int, int, str | None]]:
     return found
 
 
-async def attach_images(
+async def load_images(
     model: TextGenerationModel, spec: ModelSpec, messages: Sequence[Any], context: RequestContext
-) -> None:
-    """Load the request's images into ``context.state[IMAGES]`` (nothing without image parts)."""
+) -> Images:
+    """The request's images by position (empty without image parts)."""
     parts = image_parts(messages)
     if not parts:
-        return
+        return {}
     i, j, _url = parts[0]
     limit = model.limits.max_images
     if limit == 0:
@@ -66,4 +65,4 @@ async def attach_images(
                 "An image_url part needs 'image_url': {'url': ...}.", param=param, code="missing_required_parameter"
             )
         images[(i, j)] = await load_image(url, settings, f"{param}.url")
-    context.state[IMAGES] = images
+    return images

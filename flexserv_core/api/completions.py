@@ -11,17 +11,14 @@ from typing import Any
 from litestar import MediaType, Request, Response, post
 
 from flexserv_core.api.body import new_id, parse_body, request_context
-from flexserv_core.api.disconnect import until_disconnect
 from flexserv_core.api.streaming import DONE, READY, SSEGenerator, error_event, sse_event, sse_response
 from flexserv_core.api.text_bounds import check_completion_bounds
-from flexserv_core.api.text_generation import ChoiceJob, ChoiceResult, admitted, collect, merge
+from flexserv_core.api.text_generation import ChoiceResult
 from flexserv_core.api.text_logprobs import completion_logprobs
-from flexserv_core.api.text_request import completion_jobs, pick_best_of, prepare_jobs
+from flexserv_core.api.text_request import pick_best_of
 from flexserv_core.api.text_schemas import Completion, CompletionChoice, CompletionRequest, Usage, encode
-from flexserv_core.api.timeouts import apply_timeouts
+from flexserv_core.api.text_session import TextSession
 from flexserv_core.backends.base import TextGenerationModel
-from flexserv_core.metrics.text import TextRequestMetrics
-from flexserv_core.request_context import RequestContext
 from flexserv_core.server import FlexServer
 
 log = logging.getLogger(__name__)
@@ -41,20 +38,15 @@ async def create_completion(request: Request[Any, Any, Any]) -> Response[Any]:
     body = await parse_body(request, CompletionRequest, context)
     server: FlexServer = request.app.state.flexserv
     check_completion_bounds(body, server.settings.core)
+    session = TextSession(server, body.model, context)
     if body.stream:
-        return await sse_response(_stream(server, body, context), server, request)
-    async with (
-        TextRequestMetrics(server.metrics) as metrics,
-        server.registry.acquire(body.model, TextGenerationModel) as lease,
-    ):
-        metrics.admitted(lease.spec.name)
-        model = lease.model
-        prompts, jobs = completion_jobs(model, body, server.settings.core)
-        apply_timeouts(jobs, server.settings.core)
-        metrics.start(sum(len(ids) for ids, _ in prompts), jobs)
-        await prepare_jobs(jobs)
-        results = await until_disconnect(request, collect(jobs))
-        echoes = _echoes(model, prompts, body)
+        return await sse_response(_stream(session, body), server, request)
+    async with session:
+        plan = await session.completion(body)
+        results = await session.collect(request)
+        prompts = plan.prompts
+        echoes = _echoes(session.model, prompts, body)
+    name = session.spec.name
     n = body.n or 1
     usage = _usage(prompts, results)  # best_of: every candidate's tokens count, as OpenAI bills them
     results = pick_best_of(results, max(n, body.best_of or 1), n)
@@ -72,11 +64,11 @@ async def create_completion(request: Request[Any, Any, Any]) -> Response[Any]:
             )
         )
     completion_id = new_id("cmpl")
-    log.info("completion %s: model %s, %d choice(s)", completion_id, lease.spec.name, len(results))
+    log.info("completion %s: model %s, %d choice(s)", completion_id, name, len(results))
     completion = Completion(
         id=completion_id,
         created=int(time.time()),
-        model=lease.spec.name,
+        model=name,
         choices=choices,
         usage=usage,
     )
@@ -96,28 +88,19 @@ def _usage(prompts: Prompts, results: list[ChoiceResult]) -> Usage:
     return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion, total_tokens=prompt_tokens + completion)
 
 
-async def _stream(server: FlexServer, body: CompletionRequest, context: RequestContext) -> SSEGenerator:
-    async with (
-        TextRequestMetrics(server.metrics) as metrics,
-        server.registry.acquire(body.model, TextGenerationModel) as lease,
-    ):
-        metrics.admitted(lease.spec.name)
-        model = lease.model
-        prompts, jobs = completion_jobs(model, body, server.settings.core)
-        apply_timeouts(jobs, server.settings.core)
-        metrics.start(sum(len(ids) for ids, _ in prompts), jobs)
-        await prepare_jobs(jobs)
-        echoes = _echoes(model, prompts, body)
-        async with admitted(jobs):  # a refusal (429) must come before the response starts
+async def _stream(session: TextSession, body: CompletionRequest) -> SSEGenerator:
+    async with session:
+        plan = await session.completion(body)
+        echoes = _echoes(session.model, plan.prompts, body)
+        async with session.admitted():  # a refusal (429) must come before the response starts
             yield READY
-            async with aclosing(_chunks(body, lease.spec.name, prompts, echoes, jobs)) as chunks:
+            async with aclosing(_chunks(session, body, echoes)) as chunks:
                 async for data in chunks:
                     yield data
 
 
-async def _chunks(
-    body: CompletionRequest, name: str, prompts: Prompts, echoes: list[str], jobs: list[ChoiceJob]
-) -> AsyncGenerator[bytes, None]:
+async def _chunks(session: TextSession, body: CompletionRequest, echoes: list[str]) -> AsyncGenerator[bytes, None]:
+    name, prompts, jobs = session.spec.name, session.plan.prompts, session.plan.jobs
     ident, created = new_id("cmpl"), int(time.time())
     log.info("completion %s (stream): model %s", ident, name)
     n = body.n or 1
@@ -131,7 +114,7 @@ async def _chunks(
             yield chunk([CompletionChoice(index=job.index, text=echoes[job.index // n])])
     completion_tokens = 0
     try:
-        async with aclosing(merge(jobs)) as events:
+        async with session.events() as events:
             async for event in events:
                 if event.text or event.tokens:
                     echoed = len(echoes[event.index // n])

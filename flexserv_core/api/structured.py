@@ -25,7 +25,8 @@ def json_schema_constraint(schema: Any, param: str) -> Constraint:
         schema = {} if schema else {"not": {}}
     if not isinstance(schema, dict):
         raise InvalidRequest("A JSON schema must be an object.", param=param)
-    return Constraint(kind="json_schema", spec=json.dumps(schema, sort_keys=True), param=param)
+    # not sorted: the schema's key order is the order the output's keys come in
+    return Constraint(kind="json_schema", spec=json.dumps(schema), param=param)
 
 
 def _response_format(fmt: ResponseFormat) -> Constraint | None:

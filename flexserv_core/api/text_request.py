@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import msgspec
+
 from flexserv_core import hooks
-from flexserv_core.api.chat_images import IMAGES
+from flexserv_core.api.chat_images import Images
 from flexserv_core.api.structured import check_logit_bias, request_constraint
 from flexserv_core.api.text_bounds import default_budget
 from flexserv_core.api.text_generation import ChoiceJob, ChoiceResult
@@ -24,6 +26,7 @@ from flexserv_core.api.text_validation import (
 )
 from flexserv_core.api.tool_calls import ToolPlan, plan_tools, template_messages, template_tools
 from flexserv_core.backends.base import Constraint, ImageInput, SamplingParams, TextGenerationModel
+from flexserv_core.constraints.prepare import prepare_params
 from flexserv_core.errors import InvalidRequest, UnsupportedParameter
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.request_context import RequestContext
@@ -78,10 +81,14 @@ def sampling_params(
 
 
 async def prepare_jobs(jobs: list[ChoiceJob]) -> None:
-    """Let the backend check (and compile) what the jobs need, before any output:
-    the choices share constraint and bias, so the first job stands for all."""
-    if jobs and (jobs[0].params.constraint is not None or jobs[0].params.logit_bias):
-        await jobs[0].model.prepare(jobs[0].params)
+    """Compile the jobs' constraint with the platform's service and let the backend
+    check what they need, before any output: the choices share constraint and bias,
+    so the first job stands for all."""
+    if not jobs:
+        return
+    params = await prepare_params(jobs[0].model, jobs[0].params)
+    for job in jobs:
+        job.params = msgspec.structs.replace(job.params, grammar=params.grammar)
 
 
 # --- chat --------------------------------------------------------------------------
@@ -99,7 +106,7 @@ def chat_messages(
 ) -> list[dict[str, Any]]:
     """OpenAI messages -> template messages: content parts joined into one string,
     ``developer`` served as ``system``. A message with images (loaded by
-    :func:`~flexserv_core.api.chat_images.attach_images` into ``images``) keeps a
+    :func:`~flexserv_core.api.chat_images.load_images` into ``images``) keeps a
     list of text and ``{"type": "image", "image": ImageInput}`` parts instead."""
     out: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
@@ -156,10 +163,14 @@ async def render_prompt(
 
 
 async def chat_plan(
-    model: TextGenerationModel, spec: ModelSpec, body: ChatCompletionRequest, context: RequestContext
+    model: TextGenerationModel,
+    spec: ModelSpec,
+    body: ChatCompletionRequest,
+    context: RequestContext,
+    images: Images | None = None,
 ) -> tuple[list[int], list[ChoiceJob], ToolPlan | None]:
-    """Render the prompt and plan ``n`` choices: ``(prompt_ids, jobs, tool plan)``; the
-    plan is ``None`` without tools."""
+    """Render the prompt (with the request's loaded ``images``) and plan ``n`` choices:
+    ``(prompt_ids, jobs, tool plan)``; the plan is ``None`` without tools."""
     check_chat(body)
     plan = plan_tools(body, model, spec)
     constraint = request_constraint(body.response_format, body.structured_outputs)
@@ -175,7 +186,6 @@ async def chat_plan(
     tools = template_tools(plan)
     if tools is not None:
         kwargs = {**kwargs, "tools": tools}
-    images = context.state.get(IMAGES)
     messages = chat_messages(body.messages, plan, images)
     prompt_ids = await render_prompt(model, messages, kwargs, images=bool(images))
     requested: int | None = body.max_tokens

@@ -11,12 +11,15 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import msgspec
 
 from flexserv_core.errors import InvalidRequest, UnsupportedParameter
 from flexserv_core.models.spec import ModelKind, ModelSpec
+
+if TYPE_CHECKING:
+    from flexserv_core.constraints import CompiledConstraint, ConstraintVocabulary
 
 #: ``progress(message, fraction)``: a long step reports what it does and, when it
 #: knows, how far it is (0.0-1.0). The core logs it and shows it on the console.
@@ -204,6 +207,10 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     top_logprobs: int = 0
     logit_bias: dict[int, float] | None = None
     constraint: Constraint | None = None
+    #: ``constraint`` compiled for the model's :attr:`~TextGenerationModel.constraint_vocabulary`
+    #: (set by the platform before ``generate`` is called): each sequence takes its
+    #: own ``grammar.matcher()`` and honours it at every step.
+    grammar: CompiledConstraint | None = None
     #: Seconds the sequence may wait in the backend's queue before its first
     #: forward pass (``None``: forever). A backend that queues fails it with
     #: ``ServiceUnavailable(code="queue_timeout")`` after that and frees its place.
@@ -314,6 +321,12 @@ class TextGenerationModel(LoadedModel):
     #: tell whether the template renders ``tools`` (passed in ``template_kwargs``)
     #: and which tool-call syntax the model writes.
     chat_template: str | None = None
+    #: The model's vocabulary for the platform's constrained decoding
+    #: (:class:`~flexserv_core.ConstraintVocabulary`). Set it, and honour
+    #: ``params.grammar`` in :meth:`generate`, to serve ``response_format``,
+    #: ``structured_outputs`` and required tool calls; ``None`` (the default): such
+    #: requests get a 400 naming the parameter before anything is generated.
+    constraint_vocabulary: ConstraintVocabulary | None = None
 
     @abc.abstractmethod
     def render_chat(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any]) -> list[int]:
@@ -340,16 +353,12 @@ class TextGenerationModel(LoadedModel):
     async def prepare(self, params: SamplingParams) -> None:
         """Check, before any output is sent, what ``generate`` will need for ``params``.
 
-        Called once per request by the API layer (after it planned its choices). A
-        backend that supports ``params.constraint`` compiles it here (and may cache
-        it for ``generate``); a bad one is an :class:`InvalidRequest` with ``param``.
-        The default refuses constraints and ``logit_bias``, so a backend that does
-        not override this never drops them silently.
+        Called once per request by the text session, after the constraint (if any)
+        was compiled into ``params.grammar`` and before the deadlines start. Raise
+        :class:`InvalidRequest` (with ``param``) for what this backend cannot do. The
+        default refuses ``logit_bias``, so a backend that does not override this never
+        drops it silently.
         """
-        if params.constraint is not None:
-            raise UnsupportedParameter(
-                f"The model '{self.spec.name}' does not support constrained decoding.", param=params.constraint.param
-            )
         if params.logit_bias:
             raise UnsupportedParameter(f"The model '{self.spec.name}' does not support logit_bias.", param="logit_bias")
 

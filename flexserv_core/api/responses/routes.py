@@ -12,8 +12,6 @@ from litestar import MediaType, Request, Response, delete, get, post
 
 from flexserv_core import hooks
 from flexserv_core.api.body import read_json_object, request_context, validate
-from flexserv_core.api.chat_images import attach_images
-from flexserv_core.api.disconnect import until_disconnect
 from flexserv_core.api.responses.events import EventWriter, OutputStreamer
 from flexserv_core.api.responses.items import Conversation, add_output, item_id
 from flexserv_core.api.responses.output import build_response, output_items, status_of, usage
@@ -35,15 +33,9 @@ from flexserv_core.api.responses.schemas import (
 from flexserv_core.api.responses.schemas import Response as ResponseObject
 from flexserv_core.api.responses.store import ResponseStore, StoredResponse, server_store
 from flexserv_core.api.streaming import READY, SSEGenerator, sse_response
-from flexserv_core.api.text_generation import ChoiceJob, admitted, collect, merge
-from flexserv_core.api.text_request import chat_plan, prepare_jobs
 from flexserv_core.api.text_schemas import encode
-from flexserv_core.api.timeouts import apply_timeouts
-from flexserv_core.api.tool_calls import ToolPlan
-from flexserv_core.backends.base import TextGenerationModel
+from flexserv_core.api.text_session import TextSession
 from flexserv_core.errors import FlexServError, InvalidRequest, NotFound
-from flexserv_core.metrics.text import TextRequestMetrics
-from flexserv_core.models.spec import ModelSpec
 from flexserv_core.request_context import RequestContext
 from flexserv_core.server import FlexServer
 
@@ -58,22 +50,6 @@ async def _parse(request: Request[Any, Any, Any], context: RequestContext) -> Re
     check_parameters(body)
     block = context.server.settings.core.block_on_unexpected_fields
     return validate(body, ResponsesRequest, block_unknown=block, endpoint=ENDPOINT)
-
-
-async def _jobs(
-    model: TextGenerationModel, spec: ModelSpec, plan: ResponsePlan, context: RequestContext
-) -> tuple[list[int], list[ChoiceJob], ToolPlan | None]:
-    """The chat path's plan: prompt, jobs, tools; the backend compiles the
-    constraint (``text.format``, a required tool call) before any output. Errors name
-    the Responses parameter (``input[...]``, ``text.format``) instead of chat's."""
-    try:
-        await attach_images(model, spec, plan.chat.messages, context)
-        prompt_ids, jobs, tools = await chat_plan(model, spec, plan.chat, context)
-        await prepare_jobs(jobs)
-    except FlexServError as exc:
-        raise responses_param(exc) from None
-    apply_timeouts(jobs, context.server.settings.core)
-    return prompt_ids, jobs, tools
 
 
 def _store(store: ResponseStore, plan: ResponsePlan, response: ResponseObject) -> None:
@@ -103,66 +79,48 @@ async def create_response(request: Request[Any, Any, Any]) -> Response[Any]:
     server: FlexServer = request.app.state.flexserv
     store = server_store(server)
     plan = plan_response(body, store, server.settings.core)
+    # errors name the Responses parameters (input[...], text.format), not chat's
+    session = TextSession(server, body.model, context, errors=responses_param)
     if body.stream:
-        return await sse_response(_stream(server, plan, store, context), server, request)
-    async with (
-        TextRequestMetrics(server.metrics) as metrics,
-        server.registry.acquire(body.model, TextGenerationModel) as lease,
-    ):
-        metrics.admitted(lease.spec.name)
-        model = lease.model
-        prompt_ids, jobs, tools = await _jobs(model, lease.spec, plan, context)
-        metrics.start(len(prompt_ids), jobs)
-        results = await until_disconnect(request, collect(jobs))
+        return await sse_response(_stream(session, plan, store), server, request)
+    async with session:
+        text = await session.chat(plan.chat)
+        results = await session.collect(request)
         result = results[0]
+        model = session.model
         status = status_of(result.finish_reason)
-        inside = prompt_opens_reasoning(model, prompt_ids)
-        items = output_items(result.text, inside=inside, status=status, tools=tools)
+        inside = prompt_opens_reasoning(model, text.prompt_ids)
+        items = output_items(result.text, inside=inside, status=status, tools=text.tools)
         response = build_response(
             plan,
             response_id=item_id("resp"),
             created=int(time.time()),
-            model_name=lease.spec.name,
+            model_name=session.spec.name,
             status=status,
             output=items,
-            usage=usage(model, len(prompt_ids), result.completion_tokens, items),
+            usage=usage(model, text.prompt_tokens, result.completion_tokens, items),
         )
     _store(store, plan, response)
     log.info("response %s: model %s, status %s", response.id, response.model, status)
     return Response(content=encode(response), media_type=MediaType.JSON)
 
 
-async def _stream(
-    server: FlexServer, plan: ResponsePlan, store: ResponseStore, context: RequestContext
-) -> SSEGenerator:
-    async with (
-        TextRequestMetrics(server.metrics) as metrics,
-        server.registry.acquire(plan.body.model, TextGenerationModel) as lease,
-    ):
-        metrics.admitted(lease.spec.name)
-        model = lease.model
-        prompt_ids, jobs, tools = await _jobs(model, lease.spec, plan, context)
-        metrics.start(len(prompt_ids), jobs)
-        async with admitted(jobs):  # a refusal (429) must come before the response starts
+async def _stream(session: TextSession, plan: ResponsePlan, store: ResponseStore) -> SSEGenerator:
+    async with session:
+        await session.chat(plan.chat)
+        async with session.admitted():  # a refusal (429) must come before the response starts
             yield READY
-            async with aclosing(_events(plan, store, model, lease.spec.name, prompt_ids, jobs, tools)) as events:
+            async with aclosing(_events(session, plan, store)) as events:
                 async for data in events:
                     yield data
 
 
-async def _events(
-    plan: ResponsePlan,
-    store: ResponseStore,
-    model: TextGenerationModel,
-    name: str,
-    prompt_ids: list[int],
-    jobs: list[ChoiceJob],
-    tools: ToolPlan | None,
-) -> AsyncGenerator[bytes, None]:
+async def _events(session: TextSession, plan: ResponsePlan, store: ResponseStore) -> AsyncGenerator[bytes, None]:
+    model, name, text = session.model, session.spec.name, session.plan
     ident, created = item_id("resp"), int(time.time())
     log.info("response %s (stream): model %s", ident, name)
     write = EventWriter()
-    streamer = OutputStreamer(write, inside=prompt_opens_reasoning(model, prompt_ids), tools=tools)
+    streamer = OutputStreamer(write, inside=prompt_opens_reasoning(model, text.prompt_ids), tools=text.tools)
 
     def snapshot(status: Any, **fields: Any) -> ResponseObject:
         return build_response(plan, response_id=ident, created=created, model_name=name, status=status, **fields)
@@ -171,7 +129,7 @@ async def _events(
     yield write.lifecycle("response.in_progress", snapshot("in_progress"))
     finish, completion_tokens = "stop", 0
     try:
-        async with aclosing(merge(jobs)) as events:
+        async with session.events() as events:
             async for event in events:
                 for chunk in streamer.feed(event.text):
                     yield chunk
@@ -187,7 +145,7 @@ async def _events(
     for chunk in streamer.finish(status):
         yield chunk
     final = snapshot(
-        status, output=streamer.items, usage=usage(model, len(prompt_ids), completion_tokens, streamer.items)
+        status, output=streamer.items, usage=usage(model, text.prompt_tokens, completion_tokens, streamer.items)
     )
     _store(store, plan, final)
     yield write.lifecycle("response.completed" if status == "completed" else "response.incomplete", final)

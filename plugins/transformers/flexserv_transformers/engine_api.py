@@ -67,8 +67,7 @@ from flexserv_core import FinishReason, SamplingParams, ServiceUnavailable
 if TYPE_CHECKING:
     import torch
 
-    from flexserv_core import Settings
-    from flexserv_transformers.grammar import GrammarState
+    from flexserv_core import Settings, TokenMatcher
     from flexserv_transformers.loading import CausalLM
     from flexserv_transformers.media import PromptMedia
 
@@ -142,7 +141,7 @@ class Engine(Protocol):
         self,
         prompt_ids: list[int],
         params: SamplingParams,
-        grammar: GrammarState | None = None,
+        grammar: TokenMatcher | None = None,
         *,
         media: PromptMedia | None = None,
     ) -> AsyncGenerator[EngineToken, None]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -20,7 +19,7 @@ from flexserv_core import (
 )
 from flexserv_transformers.detokenize import IncrementalDetokenizer
 from flexserv_transformers.engine_api import Engine, EngineModel, load_engine_factory
-from flexserv_transformers.grammar import GrammarCompiler
+from flexserv_transformers.grammar import constraint_vocabulary
 from flexserv_transformers.loading import (
     context_length,
     embedding_rows,
@@ -95,7 +94,7 @@ class TransformersTextModel(TextGenerationModel):
             default_max_tokens=default_max_tokens,
             max_images=max_images if processor is not None else 0,
         )
-        self.grammars = GrammarCompiler(tokenizer, self.eos_token_ids, engine_model.vocab_size)
+        self.constraint_vocabulary = constraint_vocabulary(tokenizer, engine_model.vocab_size, self.eos_token_ids)
         self._model: CausalLM | None = model
 
     # -- prompts --------------------------------------------------------------------
@@ -200,16 +199,12 @@ class TransformersTextModel(TextGenerationModel):
                     f"logit_bias has token id {bad[0]}, outside this model's vocabulary [0, {self.engine_model.vocab_size}).",
                     param="logit_bias",
                 )
-        if params.constraint is not None:
-            # compiling takes milliseconds (the first one also builds the vocabulary, ~0.5 s): off the loop
-            await asyncio.to_thread(self.grammars.compile, params.constraint)
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[TokenDelta]:
         # The API layer checked the request against ``limits`` (text_validation).
         assert prompt_ids and len(prompt_ids) + params.max_tokens <= self.limits.context_length
-        grammar = None
-        if params.constraint is not None:
-            grammar = await asyncio.to_thread(self.grammars.state, params.constraint)
+        assert params.constraint is None or params.grammar is not None, "prepare_params() compiles the constraint"
+        grammar = params.grammar.matcher() if params.grammar is not None else None
         detokenizer = IncrementalDetokenizer(self.tokenizer, prompt_ids)
         media = prompt_ids.media if isinstance(prompt_ids, ImagePrompt) else None
         async with aclosing(self.engine.generate(prompt_ids, params, grammar, media=media)) as tokens:

@@ -33,9 +33,9 @@ from collections.abc import Sequence
 
 import torch
 
-from flexserv_core import SamplingParams
+from flexserv_core import BlockedMasks, SamplingParams, TokenMatcher
 from flexserv_transformers.engine_api import EngineToken
-from flexserv_transformers.grammar import GrammarMasks, GrammarState, apply_grammar_masks
+from flexserv_transformers.grammar import apply_blocked_masks
 
 __all__ = ["SamplerState", "sample_next"]
 
@@ -51,7 +51,7 @@ class SamplerState:
         *,
         vocab_size: int,
         device: torch.device | str = "cpu",
-        grammar: GrammarState | None = None,
+        grammar: TokenMatcher | None = None,
     ) -> None:
         self.params = params
         self.grammar = grammar
@@ -104,10 +104,10 @@ def _filter_top_k_top_p(logits: torch.Tensor, top_k: list[int], top_p: list[floa
 
 @torch.inference_mode()
 def sample_next(
-    logits: torch.Tensor, states: Sequence[SamplerState], masks: GrammarMasks | None = None
+    logits: torch.Tensor, states: Sequence[SamplerState], masks: BlockedMasks | None = None
 ) -> list[EngineToken]:
     """Pick one token per row of ``logits`` (``[batch, vocab]``, any float dtype).
-    ``masks``: the rows' grammar masks if computed ahead (see :func:`.grammar_masks`).
+    ``masks``: the rows' grammar masks if computed ahead (see :func:`.fill_blocked_masks`).
 
     Does not call :meth:`SamplerState.observe`; the engine does once it keeps the
     token. ``finish_reason`` of the results is ``None``; the engine sets it.
@@ -118,7 +118,7 @@ def sample_next(
         zeros = torch.zeros(logits.shape[-1], dtype=torch.float32, device=logits.device)
         logits = logits + torch.stack([s.bias if s.bias is not None else zeros for s in states])
     if masks is not None or any(s.grammar is not None for s in states):
-        logits = apply_grammar_masks(logits, [s.grammar for s in states], masks)
+        logits = apply_blocked_masks(logits, [s.grammar for s in states], masks)
     if any(s.uses_penalties for s in states):
         zeros = torch.zeros(logits.shape[-1], dtype=torch.float32, device=logits.device)
         counts = torch.stack([s.counts if s.counts is not None else zeros for s in states])

@@ -25,9 +25,8 @@ from typing import Any
 
 import torch
 
-from flexserv_core import SamplingParams, ServiceUnavailable, Settings, use_all_intra_op_threads
+from flexserv_core import SamplingParams, ServiceUnavailable, Settings, TokenMatcher, use_all_intra_op_threads
 from flexserv_transformers.engine_api import EngineModel, EngineToken, queue_timeout_error
-from flexserv_transformers.grammar import GrammarState
 from flexserv_transformers.media import PromptMedia, media_inputs
 from flexserv_transformers.sampling import SamplerState, sample_next
 
@@ -116,7 +115,7 @@ class SimpleEngine:
         self,
         prompt_ids: list[int],
         params: SamplingParams,
-        grammar: GrammarState | None = None,
+        grammar: TokenMatcher | None = None,
         *,
         media: PromptMedia | None = None,
     ) -> AsyncGenerator[EngineToken, None]:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from flexserv_transformers.testing import build_tiny_llama
 
-from flexserv_core import Constraint, InvalidRequest, ModelKind, ModelSpec, SamplingParams
+from flexserv_core import Constraint, InvalidRequest, ModelKind, ModelSpec, SamplingParams, prepare_params
 
 pytestmark = pytest.mark.slow  # loads a model per engine and decodes a few hundred tokens
 
@@ -53,7 +53,7 @@ def _prompt(model: Any) -> list[int]:
 
 
 async def _text(model: Any, prompt: list[int], params: SamplingParams) -> tuple[str, str | None]:
-    await model.prepare(params)
+    params = await prepare_params(model, params)
     parts, finish = [], None
     async for delta in model.generate(prompt, params):
         parts.append(delta.text)
@@ -139,7 +139,7 @@ async def test_other_constraint_kinds(engine_model, constraint, check):
 )
 async def test_uncompilable_constraints_are_400(engine_model, constraint, match):
     with pytest.raises(InvalidRequest, match=match) as info:
-        await engine_model.prepare(SamplingParams(max_tokens=4, constraint=constraint))
+        await prepare_params(engine_model, SamplingParams(max_tokens=4, constraint=constraint))
     assert info.value.param == constraint.param
 
 
@@ -168,18 +168,25 @@ def test_masks_match_llguidance_reference(engine_model) -> None:
     import llguidance.numpy as lnp
     import numpy as np
     import torch
-    from flexserv_transformers.grammar import apply_grammar_masks, grammar_masks
+    from flexserv_transformers.grammar import apply_blocked_masks
 
-    compiler = engine_model.grammars
+    from flexserv_core import fill_blocked_masks
+
+    vocabulary = engine_model.constraint_vocabulary
+    compiler = vocabulary.compiler
+
+    def state(constraint: Constraint):
+        return compiler.compile(constraint).matcher()
+
     vocab = engine_model.limits.vocab_size
-    done = compiler.state(Constraint(kind="choice", spec=json.dumps(["ab"])))
-    for token in compiler.tokenizer.tokenize_str("ab"):
+    done = state(Constraint(kind="choice", spec=json.dumps(["ab"])))
+    for token in vocabulary.tokenizer.tokenize_str("ab"):
         done.advance(token)
-    states = [compiler.state(SCHEMA_C), None, done, compiler.state(Constraint(kind="regex", spec="[0-9]+"))]
+    states = [state(SCHEMA_C), None, done, state(Constraint(kind="regex", spec="[0-9]+"))]
     logits = torch.randn(len(states), vocab)
-    masks = grammar_masks(states, vocab)
+    masks = fill_blocked_masks(states, vocab)
     assert masks is not None and masks.rows == [0, 2, 3]
-    out = apply_grammar_masks(logits, states, masks)
+    out = apply_blocked_masks(logits, states, masks)
     assert torch.equal(out[1], logits[1]) and not torch.equal(out, logits)
     for row in (0, 3):
         assert states[row] is not None
@@ -191,10 +198,10 @@ def test_masks_match_llguidance_reference(engine_model) -> None:
         assert not any(out[row, e] > -np.inf for e in engine_model.eos_token_ids)  # not accepting yet
     allowed = torch.nonzero(out[2] > float("-inf")).flatten().tolist()
     assert allowed and set(allowed) <= set(engine_model.eos_token_ids)  # accepting: EOS only
-    assert torch.equal(apply_grammar_masks(logits, states), out)  # computed here: the same
+    assert torch.equal(apply_blocked_masks(logits, states), out)  # computed here: the same
 
 
 def compiler_executor() -> Any:
-    from flexserv_transformers.grammar import _llg_executor
+    import llguidance
 
-    return _llg_executor()
+    return llguidance.LLExecutor()

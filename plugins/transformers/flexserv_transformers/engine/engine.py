@@ -19,12 +19,15 @@ from typing import Any
 import torch
 
 from flexserv_core import (
+    BlockedMasks,
     FinishReason,
     IntraOpThreads,
     InvalidRequest,
     SamplingParams,
     ServiceUnavailable,
+    TokenMatcher,
     TooManyRequests,
+    fill_blocked_masks,
 )
 from flexserv_transformers.engine.blocks import BlockManager
 from flexserv_transformers.engine.heap import HeapTrimmer
@@ -39,7 +42,6 @@ from flexserv_transformers.engine.settings import (
     EngineSettings,
 )
 from flexserv_transformers.engine_api import EngineModel, EngineToken, queue_timeout_error
-from flexserv_transformers.grammar import GrammarMasks, GrammarState, grammar_masks
 from flexserv_transformers.media import PromptMedia
 from flexserv_transformers.sampling import sample_next
 
@@ -156,7 +158,7 @@ class PagedEngine:
         self,
         prompt_ids: list[int],
         params: SamplingParams,
-        grammar: GrammarState | None,
+        grammar: TokenMatcher | None,
         media: PromptMedia | None = None,
     ) -> Sequence:
         assert 0 < len(prompt_ids) < self.max_sequence_tokens, "the API layer checks prompts against TextLimits"
@@ -195,7 +197,7 @@ class PagedEngine:
         self,
         prompt_ids: list[int],
         params: SamplingParams,
-        grammar: GrammarState | None = None,
+        grammar: TokenMatcher | None = None,
         *,
         media: PromptMedia | None = None,
     ) -> AsyncGenerator[EngineToken, None]:
@@ -381,11 +383,11 @@ class PagedEngine:
         # the rows that get logits: sequences whose last known token is in this step
         sampling = [seq for seq, n in plan if seq.num_computed + n == len(seq.tokens)]
         grammars = [s.sampler.grammar for s in sampling]
-        masks: Future[GrammarMasks | None] | None = None
+        masks: Future[BlockedMasks | None] | None = None
         if any(g is not None for g in grammars):
             # masks depend only on the matchers, which advance after sampling: fill them
             # while the forward pass runs instead of after it
-            masks = self._masker.submit(grammar_masks, grammars, self.vocab_size)
+            masks = self._masker.submit(fill_blocked_masks, grammars, self.vocab_size)
         self._threads.use_for(sum(n for _, n in plan))
         logits, owners = self.runner.forward(plan)
         self.scheduler.after_step(plan)

@@ -6,10 +6,9 @@ import asyncio
 import itertools
 import time
 
-from flexserv_core import SamplingParams
+from flexserv_core import SamplingParams, TokenMatcher
 from flexserv_transformers.engine.blocks import BlockKey
 from flexserv_transformers.engine_api import EngineToken
-from flexserv_transformers.grammar import GrammarState
 from flexserv_transformers.media import PromptMedia
 from flexserv_transformers.sampling import SamplerState
 
@@ -36,7 +35,7 @@ class Sequence:
         queue: asyncio.Queue[Outcome],
         vocab_size: int,
         device: str = "cpu",
-        grammar: GrammarState | None = None,
+        grammar: TokenMatcher | None = None,
         media: PromptMedia | None = None,
     ) -> None:
         self.id = next(_ids)

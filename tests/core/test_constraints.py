@@ -1,0 +1,112 @@
+"""The platform's constraint service, driven the way a backend drives it: a
+vocabulary from token bytes (what llama.cpp gives), one matcher per sequence, a
+mask before each token, ``advance`` after it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from flexserv_core import Constraint, ConstraintVocabulary, InvalidRequest, TokenMatcher, fill_blocked_masks
+from flexserv_core.api.structured import json_schema_constraint
+
+EOS = 256
+
+
+def byte_vocabulary() -> ConstraintVocabulary:
+    """One token per byte, then an end-of-sequence token."""
+    tokens = [bytes([i]) for i in range(256)] + [b"</s>"]
+    return ConstraintVocabulary.from_tokens(tokens, encode=list, eos_token_ids=[EOS], special_token_ids=[EOS])
+
+
+def allowed_bytes(matcher: TokenMatcher) -> set[int]:
+    return {i for i in np.flatnonzero(~matcher.blocked()) if i < 256}
+
+
+def walk(matcher: TokenMatcher, choose: list[bytes], limit: int = 400) -> str:
+    """Generate by taking, at each step, the first allowed byte of ``choose``'s
+    preference order (the smallest otherwise), until EOS is the only way on."""
+    out = bytearray()
+    for _ in range(limit):
+        row = matcher.blocked()
+        if not row[EOS] and matcher.accepting:
+            return out.decode()
+        pick = next((c[0] for c in choose if not row[c[0]]), None)
+        if pick is None:
+            pick = int(np.flatnonzero(~row[:256])[0])
+        matcher.advance(pick)
+        out.append(pick)
+    raise AssertionError(f"no end within {limit} tokens: {out!r}")
+
+
+def test_a_schema_keeps_its_key_order() -> None:
+    """A schema that asks for reasoning before the answer gets it in that order
+    (sorted keys would put "answer" first and lose the reasoning)."""
+    schema = {
+        "type": "object",
+        "properties": {"reasoning": {"type": "string"}, "answer": {"type": "integer"}},
+        "required": ["reasoning", "answer"],
+        "additionalProperties": False,
+    }
+    compiled = byte_vocabulary().compiler.compile(json_schema_constraint(schema, "response_format"))
+    matcher = compiled.matcher()
+    for byte in b'{"':
+        matcher.advance(byte)
+    assert allowed_bytes(matcher) == {ord("r")}
+    text = walk(compiled.matcher(), [b'"', b"}", b"1"])
+    value = json.loads(text)
+    assert list(value) == ["reasoning", "answer"] and isinstance(value["answer"], int)
+
+
+def test_end_of_sequence_only_where_the_output_is_complete() -> None:
+    compiled = byte_vocabulary().compiler.compile(Constraint(kind="regex", spec="(ab)+"))
+    matcher = compiled.matcher()
+    assert matcher.blocked()[EOS]
+    matcher.advance(ord("a"))
+    assert matcher.blocked()[EOS] and allowed_bytes(matcher) == {ord("b")}
+    matcher.advance(ord("b"))
+    assert not matcher.blocked()[EOS] and allowed_bytes(matcher) == {ord("a")}
+
+
+def test_a_batch_fills_only_its_constrained_rows() -> None:
+    compiler = byte_vocabulary().compiler
+    digits = compiler.compile(Constraint(kind="regex", spec="[0-9]+")).matcher()
+    choice = compiler.compile(Constraint(kind="choice", spec=json.dumps(["yes", "no"]))).matcher()
+    masks = fill_blocked_masks([digits, None, choice], EOS + 1)
+    assert masks is not None and masks.rows == [0, 2]
+    assert {i for i in np.flatnonzero(~masks.blocked[0])} == set(range(ord("0"), ord("9") + 1))
+    assert {i for i in np.flatnonzero(~masks.blocked[1])} == {ord("y"), ord("n")}
+    assert fill_blocked_masks([None, None], EOS + 1) is None
+
+
+def test_compiled_grammars_are_cached_across_requests() -> None:
+    compiler = byte_vocabulary().compiler
+    constraint = Constraint(kind="json_object")
+    first = compiler.compile(constraint)
+    again = compiler.compile(Constraint(kind="json_object"))  # an equal constraint of another request
+    assert again is first and (compiler.hits, compiler.misses) == (1, 1)
+    assert first.matcher() is not first.matcher()  # each sequence gets its own
+
+
+@pytest.mark.parametrize(
+    ("constraint", "param"),
+    [
+        (Constraint(kind="regex", spec="[a-", param="structured_outputs.regex"), "structured_outputs.regex"),
+        (Constraint(kind="json_schema", spec='{"type": "banana"}'), "response_format"),
+        (Constraint(kind="grammar", spec="start: nowhere", param="structured_outputs.grammar"), None),
+    ],
+)
+def test_a_constraint_that_cannot_be_enforced_is_a_400_naming_its_parameter(
+    constraint: Constraint, param: str | None
+) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        byte_vocabulary().compiler.compile(constraint)
+    assert info.value.param == (param or constraint.param)
+    assert info.value.code == "invalid_grammar"
+
+
+def test_a_vocabulary_needs_its_end_of_sequence_token() -> None:
+    with pytest.raises(ValueError, match="end-of-sequence"):
+        ConstraintVocabulary.from_tokens([b"a"], encode=list, eos_token_ids=[])
