@@ -10,6 +10,7 @@ or started, or that fails under load, is reported as such in the table.
 Peers (``--peers``):
   naive        benchmarks/naive_server.py: model.generate + TextIteratorStreamer behind a lock
   flexserv     ``flexserv run`` once per ``--engines`` value (rows flexserv-simple, flexserv-paged...)
+  flexserv-llamacpp  ``flexserv run`` with the llama.cpp plugin on the Q4_1 GGUF (``--llamacpp-args``)
   tf-serve     ``transformers serve``            } transformers' serving extras, installed into
   tf-serve-cb  ``transformers serve --continuous-batching`` } the separate venv ``--venv``
   llamacpp     llama-cpp-python's server on the Q4_1 GGUF (compiled into ``--venv``; minutes)
@@ -57,7 +58,7 @@ import psutil
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-ALL_PEERS = ("naive", "flexserv", "tf-serve", "tf-serve-cb", "llamacpp")
+ALL_PEERS = ("naive", "flexserv", "flexserv-llamacpp", "tf-serve", "tf-serve-cb", "llamacpp")
 GiB = 1024**3
 
 
@@ -204,6 +205,13 @@ def build_peers(args: argparse.Namespace, gguf: Path, checkpoint: Path) -> list[
                 # Only the transformers plugin: the text server alone, as the peers are.
                 env = {"FLEXSERV_PLUGINS": "transformers"}
                 peers.append(Peer(f"flexserv-{engine}", command, model=args.flexserv_model, env=env))
+        elif name == "flexserv-llamacpp":
+            threads = str(os.cpu_count() or 1)
+            command = [sys.executable, "-m", "flexserv_core", "run", "--host", "127.0.0.1", "--port", "{port}"]
+            command += ["--model", f"{args.flexserv_model}={gguf}", "--default-model", args.flexserv_model]
+            command += ["--llamacpp-threads", threads, *shlex.split(args.llamacpp_args)]
+            # Only the llama.cpp plugin: the text server alone, as the peers are.
+            peers.append(Peer(name, command, model=args.flexserv_model, env={"FLEXSERV_PLUGINS": "llamacpp"}))
         elif name == "tf-serve":
             peers.append(Peer("tf-serve", [*tf_serve, *tf_flags], model=str(checkpoint), venv_packages=serving))
         elif name == "tf-serve-cb":
@@ -682,6 +690,9 @@ def main() -> int:
     parser.add_argument("--device", default="cpu", help="Device of the transformers-based servers (cpu, cuda).")
     parser.add_argument("--flexserv-model", default="SmolLM2-135M-Instruct")
     parser.add_argument("--flexserv-args", default="", help="Extra 'flexserv run' arguments (one string).")
+    parser.add_argument(
+        "--llamacpp-args", default="", help="Extra 'flexserv run' arguments of the flexserv-llamacpp peer (one string)."
+    )
     parser.add_argument("--task", choices=["chat", "embeddings"], default="chat", help="What to load the servers with.")
     parser.add_argument("--infinity-args", default="", help="Extra Infinity server arguments (one string).")
     parser.add_argument(

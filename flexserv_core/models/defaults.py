@@ -36,6 +36,7 @@ FIRST_PARTY_DISTRIBUTIONS: frozenset[str] = frozenset(
         "flexserv-audio",
         "flexserv-bench",
         "flexserv-classification",
+        "flexserv-llamacpp",
         "flexserv-oom-monitor",
         "flexserv-playground",
         "flexserv-ray",
