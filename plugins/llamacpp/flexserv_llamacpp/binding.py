@@ -40,7 +40,7 @@ def _llama() -> Any:
 
             def forward(level: int, text: bytes, _user: Any) -> None:
                 # llama.cpp is chatty at INFO (every tensor, every graph): keep warnings and errors
-                if level >= 3 and text:
+                if level in (3, 4) and text:
                     log.log(_LEVELS.get(level, logging.WARNING), "llama.cpp: %s", text.decode(errors="replace").rstrip())
 
             _log_callback = llama_cpp.llama_log_callback(forward)

@@ -21,9 +21,10 @@ from flexserv_core import ModelLoadError, ModelSpec
 
 #: A quantization in a file name: ``Q4_K_M``, ``IQ3_XS``, ``Q8_0``, ``F16``, ``BF16``...
 #: between separators, ending at ``.gguf`` or at a further separator (split files).
-_QUANT_IN_NAME = re.compile(r"(?<![A-Za-z0-9])(I?Q[1-8](?:_[A-Za-z0-9]+)*|BF16|F16|F32)(?=\.gguf$|[.\-])", re.I)
+_PARTS = r"(?:I?Q[1-8](?:_(?:K|[SML]|XX?S|NL|[0-9]))*|BF16|F16|F32)"
+_QUANT_IN_NAME = re.compile(rf"(?<![A-Za-z0-9])({_PARTS})(?=\.gguf$|[.\-])", re.I)
 #: What may follow the last ``:`` of a source as its quantization.
-_QUANT = re.compile(r"^(I?Q[1-8](?:_[A-Za-z0-9]+)*|BF16|F16|F32)$", re.I)
+_QUANT = re.compile(rf"^{_PARTS}$", re.I)
 
 
 def quant_of(filename: str) -> str | None:

@@ -78,9 +78,9 @@ def test_top_p_and_top_k_limit_the_candidates() -> None:
 
 def test_high_temperature_spreads_the_draws() -> None:
     row = logits(2)
-    cold = Sampler(params(temperature=0.05, seed=3), V)
+    cold = Sampler(params(temperature=0.01, seed=3), V)
     hot = Sampler(params(temperature=5.0, seed=3), V)
-    assert len({cold.pick(row)[0] for _ in range(100)}) <= 2
+    assert len({cold.pick(row)[0] for _ in range(100)}) == 1
     assert len({hot.pick(row)[0] for _ in range(100)}) > 20
 
 
