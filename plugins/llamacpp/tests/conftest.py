@@ -47,6 +47,9 @@ def load(source: Path | str, name: str = "smol", **overrides: Any) -> Any:
     from flexserv_core import ModelSpec
 
     spec = ModelSpec(name=name, source=str(source), backend="llamacpp")
+    # One thread: llama.cpp's barriers spin, and on a shared, loaded machine a second
+    # thread waiting for a descheduled one makes every step many times slower.
+    overrides = {"llamacpp_threads": 1, **overrides}
     return LlamaCppBackend(llamacpp_settings(**overrides)).load(spec, lambda message, fraction=None: None)
 
 
