@@ -206,7 +206,7 @@ def build_peers(args: argparse.Namespace, gguf: Path, checkpoint: Path) -> list[
                 env = {"FLEXSERV_PLUGINS": "transformers"}
                 peers.append(Peer(f"flexserv-{engine}", command, model=args.flexserv_model, env=env))
         elif name == "flexserv-llamacpp":
-            threads = str(os.cpu_count() or 1)
+            threads = str(args.llama_threads)
             command = [sys.executable, "-m", "flexserv_core", "run", "--host", "127.0.0.1", "--port", "{port}"]
             command += ["--model", f"{args.flexserv_model}={gguf}", "--default-model", args.flexserv_model]
             command += ["--llamacpp-threads", threads, *shlex.split(args.llamacpp_args)]
@@ -220,7 +220,7 @@ def build_peers(args: argparse.Namespace, gguf: Path, checkpoint: Path) -> list[
         elif name == "llamacpp":
             command = [venv_py, str(HERE / "llamacpp_server.py"), "--model", str(gguf), "--host", "127.0.0.1"]
             command += ["--port", "{port}", "--interrupt_requests", "False", "--n_ctx", "2048"]
-            command += ["--n_threads", str(os.cpu_count() or 1), "--n_threads_batch", str(os.cpu_count() or 1)]
+            command += ["--n_threads", str(args.llama_threads), "--n_threads_batch", str(args.llama_threads)]
             peers.append(
                 Peer(
                     "llamacpp",
@@ -690,6 +690,12 @@ def main() -> int:
     parser.add_argument("--device", default="cpu", help="Device of the transformers-based servers (cpu, cuda).")
     parser.add_argument("--flexserv-model", default="SmolLM2-135M-Instruct")
     parser.add_argument("--flexserv-args", default="", help="Extra 'flexserv run' arguments (one string).")
+    parser.add_argument(
+        "--llama-threads",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="Threads of both llama.cpp servers (llamacpp, flexserv-llamacpp); default: the CPU count.",
+    )
     parser.add_argument(
         "--llamacpp-args", default="", help="Extra 'flexserv run' arguments of the flexserv-llamacpp peer (one string)."
     )

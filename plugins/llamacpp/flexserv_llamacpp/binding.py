@@ -41,7 +41,9 @@ def _llama() -> Any:
             def forward(level: int, text: bytes, _user: Any) -> None:
                 # llama.cpp is chatty at INFO (every tensor, every graph): keep warnings and errors
                 if level in (3, 4) and text:
-                    log.log(_LEVELS.get(level, logging.WARNING), "llama.cpp: %s", text.decode(errors="replace").rstrip())
+                    log.log(
+                        _LEVELS.get(level, logging.WARNING), "llama.cpp: %s", text.decode(errors="replace").rstrip()
+                    )
 
             _log_callback = llama_cpp.llama_log_callback(forward)
             llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))

@@ -33,7 +33,14 @@ from typing import Any
 
 import numpy as np
 
-from flexserv_core import FinishReason, SamplingParams, ServiceUnavailable, TokenMatcher, TooManyRequests, fill_blocked_masks
+from flexserv_core import (
+    FinishReason,
+    SamplingParams,
+    ServiceUnavailable,
+    TokenMatcher,
+    TooManyRequests,
+    fill_blocked_masks,
+)
 from flexserv_llamacpp.binding import LlamaRuntime
 from flexserv_llamacpp.sampling import Pick, Sampler
 

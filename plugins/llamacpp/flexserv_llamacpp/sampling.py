@@ -31,8 +31,9 @@ Pick = tuple[int, float | None, list[tuple[int, float]] | None]
 def _log_softmax(x: np.ndarray) -> np.ndarray:
     finite = x[np.isfinite(x)]
     top = float(finite.max()) if finite.size else 0.0
-    shifted = x - top
-    return shifted - np.log(np.exp(shifted).sum())
+    shifted: np.ndarray = x - top
+    out: np.ndarray = shifted - np.log(np.exp(shifted).sum())
+    return out
 
 
 class Sampler:
@@ -66,7 +67,7 @@ class Sampler:
         if plain and p.greedy and not want_logprobs:
             return int(np.argmax(logits)), None, None
         x = np.array(logits, dtype=np.float32)
-        if self.bias_ids is not None:
+        if self.bias_ids is not None and self.bias_values is not None:
             np.add.at(x, self.bias_ids, self.bias_values)
         if blocked is not None:
             x[blocked] = -np.inf

@@ -48,8 +48,7 @@ def is_gguf_source(source: str) -> bool:
         return False
     if source.lower().endswith(".gguf"):
         return True
-    base, quant = split_quant(source)
-    if quant is not None:
+    if split_quant(source)[1] is not None:
         return True
     path = Path(source)
     try:
@@ -89,7 +88,9 @@ def resolve_gguf(spec: ModelSpec, *, offline: bool | None = None) -> Path:
     path = Path(base).expanduser()
     if path.is_file():
         if quant is not None:
-            raise ModelLoadError(f"Model '{spec.name}': {base} is a file; :{quant} selects among the files of a directory.")
+            raise ModelLoadError(
+                f"Model '{spec.name}': {base} is a file; :{quant} selects among the files of a directory."
+            )
         return path
     if path.is_dir():
         names = [p.name for p in path.iterdir() if p.is_file()]

@@ -109,7 +109,9 @@ async def test_a_full_queue_refuses_with_retry_after(smollm_gguf: Any, load_mode
 def test_the_gguf_chat_template_renders_with_the_core_renderer(smol: Any) -> None:
     ids = smol.render_chat([{"role": "user", "content": "Hi"}], {})
     text = "".join(smol.token_text(i) for i in ids)
-    assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    assert text.startswith("<|im_start|>system\n") and text.endswith(
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert ids.count(1) == 3 and ids.count(2) == 2  # <|im_start|> and <|im_end|> are single special tokens
     assert smol.decode(ids).count("<|im_start|>") == 0  # decode skips special tokens
     with pytest.raises(Exception, match="chat_template_kwargs may not set add_generation_prompt"):

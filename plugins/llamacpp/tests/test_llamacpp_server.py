@@ -54,7 +54,7 @@ def engine(app: Any) -> Any:
 
 
 async def test_chat_streaming_completions_and_models(server: tuple[str, Any]) -> None:
-    url, app = server
+    url, _ = server
     async with sdk(url) as client:
         full = await client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=10, temperature=0)
         assert "Paris" in (full.choices[0].message.content or "")
@@ -64,7 +64,9 @@ async def test_chat_streaming_completions_and_models(server: tuple[str, Any]) ->
         )
         text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
         assert text == full.choices[0].message.content
-        completion = await client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=5, temperature=0)
+        completion = await client.completions.create(
+            model=MODEL, prompt="The capital of France is", max_tokens=5, temperature=0
+        )
         assert completion.choices[0].text.strip()
         models = {m.id: m for m in (await client.models.list()).data}
         assert models[MODEL].model_extra and models[MODEL].model_extra.get("max_model_len") == 2048
@@ -112,7 +114,10 @@ async def test_n_stop_and_logprobs(server: tuple[str, Any]) -> None:
             presence_penalty=2.0,
         )
         plain = await client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "Repeat the word cat ten times."}], max_tokens=24, temperature=0
+            model=MODEL,
+            messages=[{"role": "user", "content": "Repeat the word cat ten times."}],
+            max_tokens=24,
+            temperature=0,
         )
         assert penalised.choices[0].message.content != plain.choices[0].message.content
 
@@ -150,9 +155,7 @@ async def test_bad_parameters_are_openai_errors(server: tuple[str, Any]) -> None
             json={"model": MODEL, "messages": QUESTION, "max_tokens": 4, "logit_bias": {"999999": 5}},
         )
         assert r.status_code == 400 and r.json()["error"]["param"].startswith("logit_bias")
-        r = await client.post(
-            "/v1/chat/completions", json={"model": MODEL, "messages": QUESTION, "max_tokens": 5000}
-        )
+        r = await client.post("/v1/chat/completions", json={"model": MODEL, "messages": QUESTION, "max_tokens": 5000})
         assert r.status_code == 400
 
 
@@ -162,10 +165,15 @@ async def test_disconnect_cancels_and_unload_frees_memory(server: tuple[str, Any
     url, app = server
     async with sdk(url) as client:
         stream = await client.completions.create(
-            model=MODEL, prompt="Write a long story.", max_tokens=1500, temperature=0, stream=True, logit_bias=NEVER_STOP
+            model=MODEL,
+            prompt="Write a long story.",
+            max_tokens=1500,
+            temperature=0,
+            stream=True,
+            logit_bias=NEVER_STOP,
         )
         seen = 0
-        async for chunk in stream:
+        async for _chunk in stream:
             seen += 1
             if seen == 3:
                 break

@@ -52,7 +52,7 @@ def test_a_directory_quant_picks_its_file_and_a_missing_one_names_those_present(
 def test_several_files_without_a_quant_is_an_error_and_one_file_is_chosen(tmp_path: Path) -> None:
     (tmp_path / "two").mkdir()
     two = _dir(tmp_path / "two", "a.Q4_0.gguf", "a.F16.gguf")
-    with pytest.raises(ModelLoadError, match="choose one with NAME:QUANT.*F16, Q4_0"):
+    with pytest.raises(ModelLoadError, match=r"choose one with NAME:QUANT.*F16, Q4_0"):
         resolve_gguf(ModelSpec(name="m", source=str(two)))
     (tmp_path / "one").mkdir()
     one = _dir(tmp_path / "one", "only.gguf")
@@ -83,5 +83,5 @@ def test_which_sources_are_gguf(tmp_path: Path) -> None:
 
 
 def test_choose_file_with_no_gguf() -> None:
-    with pytest.raises(ModelLoadError, match="holds no .gguf file"):
+    with pytest.raises(ModelLoadError, match=r"holds no \.gguf file"):
         choose_file(["a.bin"], None, "here")
