@@ -12,6 +12,8 @@ import pytest
 from flexserv_core import SamplingParams, TokenDelta, TooManyRequests
 from flexserv_core.testing import wait_until_async
 
+pytestmark = pytest.mark.slow  # loads the real model
+
 SYSTEM = (
     "You are a careful assistant for a small bakery. You answer questions about opening hours, bread, cakes, "
     "prices and allergies. Keep every answer short, friendly and precise, and never invent facts you were not told."
