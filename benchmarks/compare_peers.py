@@ -10,6 +10,7 @@ or started, or that fails under load, is reported as such in the table.
 Peers (``--peers``):
   naive        benchmarks/naive_server.py: model.generate + TextIteratorStreamer behind a lock
   flexserv     ``flexserv run`` once per ``--engines`` value (rows flexserv-simple, flexserv-paged...)
+  flexserv-llamacpp  ``flexserv run`` with the llama.cpp plugin on the Q4_1 GGUF (``--llamacpp-args``)
   tf-serve     ``transformers serve``            } transformers' serving extras, installed into
   tf-serve-cb  ``transformers serve --continuous-batching`` } the separate venv ``--venv``
   llamacpp     llama-cpp-python's server on the Q4_1 GGUF (compiled into ``--venv``; minutes)
@@ -57,7 +58,7 @@ import psutil
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-ALL_PEERS = ("naive", "flexserv", "tf-serve", "tf-serve-cb", "llamacpp")
+ALL_PEERS = ("naive", "flexserv", "flexserv-llamacpp", "tf-serve", "tf-serve-cb", "llamacpp")
 GiB = 1024**3
 
 
@@ -204,6 +205,13 @@ def build_peers(args: argparse.Namespace, gguf: Path, checkpoint: Path) -> list[
                 # Only the transformers plugin: the text server alone, as the peers are.
                 env = {"FLEXSERV_PLUGINS": "transformers"}
                 peers.append(Peer(f"flexserv-{engine}", command, model=args.flexserv_model, env=env))
+        elif name == "flexserv-llamacpp":
+            threads = str(args.llama_threads)
+            command = [sys.executable, "-m", "flexserv_core", "run", "--host", "127.0.0.1", "--port", "{port}"]
+            command += ["--model", f"{args.flexserv_model}={gguf}", "--default-model", args.flexserv_model]
+            command += ["--llamacpp-threads", threads, *shlex.split(args.llamacpp_args)]
+            # Only the llama.cpp plugin: the text server alone, as the peers are.
+            peers.append(Peer(name, command, model=args.flexserv_model, env={"FLEXSERV_PLUGINS": "llamacpp"}))
         elif name == "tf-serve":
             peers.append(Peer("tf-serve", [*tf_serve, *tf_flags], model=str(checkpoint), venv_packages=serving))
         elif name == "tf-serve-cb":
@@ -212,7 +220,7 @@ def build_peers(args: argparse.Namespace, gguf: Path, checkpoint: Path) -> list[
         elif name == "llamacpp":
             command = [venv_py, str(HERE / "llamacpp_server.py"), "--model", str(gguf), "--host", "127.0.0.1"]
             command += ["--port", "{port}", "--interrupt_requests", "False", "--n_ctx", "2048"]
-            command += ["--n_threads", str(os.cpu_count() or 1), "--n_threads_batch", str(os.cpu_count() or 1)]
+            command += ["--n_threads", str(args.llama_threads), "--n_threads_batch", str(args.llama_threads)]
             peers.append(
                 Peer(
                     "llamacpp",
@@ -682,6 +690,15 @@ def main() -> int:
     parser.add_argument("--device", default="cpu", help="Device of the transformers-based servers (cpu, cuda).")
     parser.add_argument("--flexserv-model", default="SmolLM2-135M-Instruct")
     parser.add_argument("--flexserv-args", default="", help="Extra 'flexserv run' arguments (one string).")
+    parser.add_argument(
+        "--llama-threads",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="Threads of both llama.cpp servers (llamacpp, flexserv-llamacpp); default: the CPU count.",
+    )
+    parser.add_argument(
+        "--llamacpp-args", default="", help="Extra 'flexserv run' arguments of the flexserv-llamacpp peer (one string)."
+    )
     parser.add_argument("--task", choices=["chat", "embeddings"], default="chat", help="What to load the servers with.")
     parser.add_argument("--infinity-args", default="", help="Extra Infinity server arguments (one string).")
     parser.add_argument(

@@ -113,6 +113,7 @@ __all__ = [
     "BatchRunner",
     "BlockedMasks",
     "ChatCompletionRequest",
+    "ChatTemplates",
     "Collection",
     "CollectionLimits",
     "Command",
@@ -228,11 +229,13 @@ __all__ = [
     "plan_eviction",
     "prepare_params",
     "redact_url",
+    "render_chat_template",
     "request_owner",
     "resolve_plugin_settings",
     "resolve_settings",
     "resolved_state_url",
     "route_scope",
+    "select_chat_template",
     "sniff_media_type",
     "sse_response",
     "until_disconnect",
@@ -257,6 +260,7 @@ if typing.TYPE_CHECKING:
     from flexserv_core.api.text_session import TextSession, check_chat_request
     from flexserv_core.api.tool_calls import ToolPlan, ToolStreamer
     from flexserv_core.app import create_app
+    from flexserv_core.chat_template import ChatTemplates, render_chat_template, select_chat_template
     from flexserv_core.edge.auth import route_scope
 
 #: Route helpers for plugins that add JSON routes, and the app factory (for plugins
@@ -292,6 +296,11 @@ _LAZY = {
     "sse_response": ("flexserv_core.api.streaming", "sse_response"),
     "READY": ("flexserv_core.api.streaming", "READY"),
     "SSEGenerator": ("flexserv_core.api.streaming", "SSEGenerator"),
+    # Chat-template rendering (sandboxed Jinja with transformers' semantics) for every
+    # text backend; it needs jinja2, so it is imported on first use too.
+    "ChatTemplates": ("flexserv_core.chat_template", "ChatTemplates"),
+    "render_chat_template": ("flexserv_core.chat_template", "render_chat_template"),
+    "select_chat_template": ("flexserv_core.chat_template", "select_chat_template"),
 }
 
 

@@ -131,9 +131,18 @@ class Backend(abc.ABC):
         (``backend = "NAME"``), so installing it cannot take over other models.
         Override it to claim sources by their shape (a ``.gguf`` file, a directory
         holding a given file, a URL scheme); two backends recognising the same spec
-        is an error naming both.
+        is an error naming both, unless one :meth:`preference` ranks it higher.
         """
         return False
+
+    def preference(self, spec: ModelSpec) -> int:
+        """How strongly this backend claims a ``spec`` it :meth:`accepts` (default 0).
+
+        Asked only when several backends recognise an unnamed spec: the one with the
+        highest preference loads it (a tie is an ``ambiguous_backend`` error). A
+        backend specialised in a format (llama.cpp for GGUF) ranks it above a
+        general one that can also read it."""
+        return 0
 
     def placement(self, spec: ModelSpec) -> Placement | None:
         """The device and dtype a load of ``spec`` would use, from the settings alone.

@@ -6,7 +6,10 @@
   :meth:`~flexserv_core.Backend.accepts` recognises it. The base class's
   ``accepts`` recognises nothing, so a backend claims unnamed specs only by
   saying which sources it knows.
-* Two backends recognising the same spec is an error naming both: at start-up
+* Of several backends recognising the spec, the one whose
+  :meth:`~flexserv_core.Backend.preference` for it is highest loads it (llama.cpp
+  ranks ``.gguf`` sources above transformers, which can also read them).
+* Two backends recognising the same spec with the same preference is an error naming both: at start-up
   for the models the catalog knows then (a :class:`UsageError`), at request time
   for a model resolved later (an OpenAI-shaped 503, ``code: "ambiguous_backend"``).
   Two backends registered under one name are a start-up error too.
@@ -71,7 +74,11 @@ class BackendChoice:
         """The backends that would load ``spec``: the named one, or all that recognise it."""
         if spec.backend is not None:
             return [e for e in self.registered if e.backend.name == spec.backend]
-        return [e for e in self.registered if e.backend.kind == spec.kind and e.backend.accepts(spec)]
+        found = [e for e in self.registered if e.backend.kind == spec.kind and e.backend.accepts(spec)]
+        if len(found) > 1:
+            ranks = [e.backend.preference(spec) for e in found]
+            found = [e for e, rank in zip(found, ranks, strict=True) if rank == max(ranks)]
+        return found
 
     def choose(self, spec: ModelSpec) -> Backend:
         """The backend that loads ``spec``; an OpenAI-shaped error when none or several would."""

@@ -38,6 +38,7 @@ FIRST_PARTY_DISTRIBUTIONS: frozenset[str] = frozenset(
         "flexserv-bench",
         "flexserv-classification",
         "flexserv-image-input",
+        "flexserv-llamacpp",
         "flexserv-oom-monitor",
         "flexserv-playground",
         "flexserv-ray",

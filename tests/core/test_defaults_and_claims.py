@@ -147,6 +147,26 @@ def test_two_claimants_of_a_configured_model_stop_start_up_naming_both(tmp_path:
     assert build_server(settings, pm).registry.backend_for(settings.models[0]).name == "fake"
 
 
+class SpecialistBackend(GreedyBackend):
+    """Recognises what GreedyBackend does, and ranks ``fake://special/`` sources higher."""
+
+    name = "specialist"
+
+    def preference(self, spec: ModelSpec) -> int:
+        return 5 if spec.source.startswith("fake://special/") else 0
+
+
+def test_the_backend_that_prefers_a_source_loads_it_and_a_tie_stays_ambiguous() -> None:
+    choice = BackendChoice([GreedyBackend(), SpecialistBackend()])
+    assert choice.choose(spec("m", ModelKind.TEXT, source="fake://special/x")).name == "specialist"
+    choice.check([spec("m", ModelKind.TEXT, source="fake://special/x")])  # no start-up error either
+    with pytest.raises(ModelLoadError) as info:
+        choice.choose(spec("m", ModelKind.TEXT, source="fake://plain"))
+    assert info.value.code == "ambiguous_backend"
+    # a named backend still wins over any preference
+    assert choice.choose(spec("m", ModelKind.TEXT, source="fake://special/x", backend="greedy")).name == "greedy"
+
+
 def test_two_backends_with_one_name_stop_start_up() -> None:
     with pytest.raises(UsageError, match="two backends are named 'fake'"):
         BackendChoice([RegisteredBackend(FakeTextBackend(), "a"), RegisteredBackend(FakeTextBackend(), "b")])

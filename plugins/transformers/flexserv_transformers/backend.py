@@ -89,8 +89,9 @@ class TransformersBackend(Backend):
 
     def accepts(self, spec: ModelSpec) -> bool:
         """Hub ids, checkpoint directories and ``.gguf`` files: any source that is
-        not a URL of another scheme. A plugin that also loads ``.gguf`` files makes
-        such models ambiguous until their spec names a backend."""
+        not a URL of another scheme, with the base preference (0): a backend that
+        ranks a source higher (llama.cpp for ``.gguf`` files) loads it unless the
+        spec names ``backend = "transformers"``."""
         return "://" not in spec.source
 
     def load(self, spec: ModelSpec, progress: ProgressCallback) -> TransformersTextModel:

@@ -6,7 +6,7 @@ reduced to what FlexServ calls (:class:`~flexserv_transformers.text_tokenizer.Te
 the special tokens of ``tokenizer_config.json`` (strings or AddedToken objects)
 registered as special, the chat template of ``chat_template.jinja`` (or the
 config), and ``apply_chat_template`` with transformers' semantics
-(:mod:`flexserv_transformers.chat_template`). Importing transformers costs about
+(``flexserv_core.render_chat_template``). Importing transformers costs about
 half a second of a cold start; FlexServ's own Llama forward needs nothing else
 from it.
 
@@ -22,7 +22,7 @@ from typing import Any
 
 from tokenizers import AddedToken, Tokenizer
 
-from flexserv_transformers.chat_template import ChatTemplates, render_chat, select_template
+from flexserv_core import ChatTemplates, render_chat_template, select_chat_template
 
 __all__ = ["SPECIAL_TOKEN_NAMES", "FastTokenizer"]
 
@@ -247,8 +247,8 @@ class FastTokenizer:
         template, or the name of one of the model's), as transformers renders it;
         with ``tokenize``, its ids (no special tokens added around them), as a dict
         unless ``return_dict=False``. ``kwargs`` are template variables."""
-        source = select_template(self.chat_template, chat_template, tools)
-        text = render_chat(
+        source = select_chat_template(self.chat_template, chat_template, tools)
+        text = render_chat_template(
             self._templates.get(source),
             conversation,
             add_generation_prompt=add_generation_prompt,

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flexserv_transformers.chat_template import render_chat
 from flexserv_transformers.fast_tokenizer import FastTokenizer
 from flexserv_transformers.testing import (
     SMOLLM2_MISSING,
@@ -28,6 +27,7 @@ from flexserv_transformers.testing import (
     train_tiny_tokenizer,
 )
 
+from flexserv_core import render_chat_template
 from flexserv_core.testing import free_port, stop_process, wait_healthy
 
 TEXTS = [
@@ -428,7 +428,8 @@ def test_template_is_compiled_once_per_model(tiny_tokenizer_dir: Path) -> None:
     fast.apply_chat_template(user, tokenize=False, enable_thinking=True)
     assert fast._templates.get(fast.chat_template) is compiled
     assert (
-        render_chat(compiled, user, add_generation_prompt=False, special_tokens={}) == "<|im_start|>user\nx<|im_end|>\n"
+        render_chat_template(compiled, user, add_generation_prompt=False, special_tokens={})
+        == "<|im_start|>user\nx<|im_end|>\n"
     )
 
 

@@ -1,4 +1,4 @@
-"""Rendering a checkpoint's Jinja chat template without transformers.
+"""Rendering a model's Jinja chat template without transformers (any text backend).
 
 The semantics are those of transformers' ``apply_chat_template`` (templates are
 written against it): a sandboxed environment with ``trim_blocks`` and
@@ -27,7 +27,7 @@ import jinja2.parser
 import jinja2.runtime
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-__all__ = ["ChatTemplates", "render_chat", "select_template"]
+__all__ = ["ChatTemplates", "render_chat_template", "select_chat_template"]
 
 #: Names a message's reasoning arrives under; templates read the first (gpt-oss: ``thinking``).
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
@@ -161,7 +161,7 @@ def _message(message: Any) -> dict[str, Any]:
     return plain
 
 
-def select_template(template: str | Mapping[str, str] | None, name: str | None, tools: Any) -> str:
+def select_chat_template(template: str | Mapping[str, str] | None, name: str | None, tools: Any) -> str:
     """The template to render: ``name`` (a template or the name of one of several),
     else the model's; of several, ``tool_use`` when there are tools, else ``default``."""
     if isinstance(template, Mapping):
@@ -182,7 +182,7 @@ def select_template(template: str | Mapping[str, str] | None, name: str | None, 
     return template
 
 
-def render_chat(
+def render_chat_template(
     compiled: jinja2.Template,
     messages: list[dict[str, Any]],
     *,

@@ -1,0 +1,92 @@
+"""The llama.cpp :class:`Backend`: a GGUF source in, :class:`LlamaCppTextModel` out."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from flexserv_core import Backend, ModelKind, ModelSpec, Placement, ProgressCallback, Settings
+from flexserv_llamacpp.settings import LlamaCppSettings
+from flexserv_llamacpp.sources import is_gguf_source
+
+if TYPE_CHECKING:
+    from flexserv_llamacpp.model import LlamaCppTextModel
+
+log = logging.getLogger(__name__)
+
+#: How strongly this backend claims the GGUF sources it recognises: above the
+#: transformers backend (0), which dequantizes a GGUF, so that with both installed
+#: an unnamed ``.gguf`` source runs quantized through llama.cpp.
+GGUF_PREFERENCE = 10
+
+
+class LlamaCppBackend(Backend):
+    """Loads GGUF files (a file, or ``NAME:QUANT`` of a directory or Hub repository)."""
+
+    name = "llamacpp"
+    kind = ModelKind.TEXT
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def accepts(self, spec: ModelSpec) -> bool:
+        """``.gguf`` files, ``NAME:QUANT`` sources and local directories of GGUF files."""
+        return is_gguf_source(spec.source)
+
+    def preference(self, spec: ModelSpec) -> int:
+        return GGUF_PREFERENCE
+
+    def placement(self, spec: ModelSpec) -> Placement | None:
+        return Placement(device="cpu", dtype="gguf")
+
+    def load(self, spec: ModelSpec, progress: ProgressCallback) -> LlamaCppTextModel:
+        from flexserv_llamacpp.binding import LlamaRuntime, default_threads
+        from flexserv_llamacpp.gguf_info import read_gguf_info
+        from flexserv_llamacpp.model import LlamaCppTextModel
+        from flexserv_llamacpp.sizing import available_memory, plan_context
+        from flexserv_llamacpp.sources import resolve_gguf
+
+        s = self.settings.get(LlamaCppSettings)
+        started = time.perf_counter()
+        progress("finding the GGUF file", None)
+        path = resolve_gguf(spec)
+        info = read_gguf_info(path)
+        sizing = plan_context(
+            info,
+            name=spec.name,
+            context_length=int(spec.options.get("context_length", 0) or s.llamacpp_context_length),
+            kv_cache_tokens=s.llamacpp_kv_cache_tokens,
+            available=available_memory(),
+        )
+        log.info("model '%s' (%s, %s): %s", spec.name, path.name, info.architecture, sizing.describe())
+        progress(f"loading {path.name} with llama.cpp: {sizing.describe()}", None)
+        threads = s.llamacpp_threads or default_threads()
+        runtime = LlamaRuntime(
+            path,
+            n_ctx=sizing.kv_cells,
+            n_seq_max=s.llamacpp_parallel,
+            n_batch=s.llamacpp_batch_tokens,
+            n_threads=threads,
+        )
+        try:
+            model = LlamaCppTextModel(
+                spec,
+                runtime,
+                chat_template=info.chat_template,
+                context_length=min(sizing.context_length, runtime.n_ctx),
+                default_max_tokens=s.llamacpp_default_max_tokens,
+                max_queued=s.llamacpp_max_queued_requests,
+                prefix_caching=s.llamacpp_prefix_caching,
+            )
+        except BaseException:
+            runtime.close()
+            raise
+        log.info(
+            "model '%s' loaded by llama.cpp in %.2f s: %d threads, %d parallel sequences",
+            spec.name,
+            time.perf_counter() - started,
+            threads,
+            s.llamacpp_parallel,
+        )
+        return model

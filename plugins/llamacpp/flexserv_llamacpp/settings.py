@@ -1,0 +1,49 @@
+"""Settings of the llama.cpp backend (declared through ``flexserv_add_settings``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+
+class LlamaCppSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Context, KV cache, batching and threads of the llama.cpp backend."""
+
+    llamacpp_context_length: Annotated[
+        int,
+        msgspec.Meta(
+            description="Most tokens one sequence holds (prompt and completion); 0: the GGUF's trained context, "
+            "capped by --llamacpp-kv-cache-tokens. A context that does not fit in memory is refused at load.",
+            ge=0,
+        ),
+    ] = 0
+    llamacpp_kv_cache_tokens: Annotated[
+        int,
+        msgspec.Meta(
+            description="KV-cache cells shared by all sequences of a model (allocated at load); bounds the context "
+            "and the concurrency; 0: the context length, at least --llamacpp-parallel x 512.",
+            ge=0,
+        ),
+    ] = 0
+    llamacpp_parallel: Annotated[
+        int,
+        msgspec.Meta(description="Most sequences decoded together in one llama_decode step.", ge=1, le=256),
+    ] = 32
+    llamacpp_max_queued_requests: Annotated[
+        int,
+        msgspec.Meta(description="Requests allowed to wait beyond a full batch; more get 429 with Retry-After.", ge=0),
+    ] = 256
+    llamacpp_batch_tokens: Annotated[
+        int,
+        msgspec.Meta(description="Most tokens (prompt chunks plus decodes) in one llama_decode call.", ge=16),
+    ] = 512
+    llamacpp_threads: Annotated[
+        int, msgspec.Meta(description="CPU threads llama.cpp computes with; 0: all cores.", ge=0)
+    ] = 0
+    llamacpp_prefix_caching: Annotated[
+        bool, msgspec.Meta(description="Reuse the KV cache of prompt prefixes shared with other requests.")
+    ] = True
+    llamacpp_default_max_tokens: Annotated[
+        int, msgspec.Meta(description="Completion length limit for requests that set no max_tokens.", ge=1)
+    ] = 2048

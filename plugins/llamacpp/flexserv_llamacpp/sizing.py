@@ -1,0 +1,81 @@
+"""How many tokens a model's context and KV cache hold, decided before loading.
+
+The KV cache is allocated in full when the context is created, so its size is
+known up front: ``cells x bytes per token`` (f16 keys and values of every
+layer). A cache that would not fit in the memory available next to the weights
+is refused at load, with the numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from flexserv_core import ModelLoadError
+from flexserv_llamacpp.gguf_info import GgufInfo
+
+#: The context of a GGUF that does not state its own.
+FALLBACK_CONTEXT = 4096
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class Sizing:
+    context_length: int
+    kv_cells: int
+    kv_bytes: int
+    weights_bytes: int
+
+    def describe(self) -> str:
+        return (
+            f"context {self.context_length} tokens, KV cache {self.kv_cells} tokens = {self.kv_bytes / MIB:.0f} MiB "
+            f"(shared by all sequences), weights {self.weights_bytes / MIB:.0f} MiB"
+        )
+
+
+def available_memory(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """Bytes of memory available to a new allocation (``MemAvailable``), if known."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def plan_context(
+    info: GgufInfo,
+    *,
+    name: str,
+    context_length: int,
+    kv_cache_tokens: int,
+    available: int | None,
+) -> Sizing:
+    """The served context and the KV cache's cells for ``info``.
+
+    ``context_length``/``kv_cache_tokens``: the settings (0: automatic). The
+    context is the GGUF's unless set; the cache holds one full context unless
+    set; a set context larger than a set cache, or a cache larger than the
+    memory available, is a :class:`ModelLoadError` naming the numbers."""
+    trained = info.context_length or FALLBACK_CONTEXT
+    context = context_length or trained
+    cells = kv_cache_tokens or context
+    if context > cells:
+        if context_length:
+            raise ModelLoadError(
+                f"Model '{name}': a context of {context} tokens does not fit in a KV cache of {cells} tokens; "
+                f"raise --llamacpp-kv-cache-tokens or lower --llamacpp-context-length."
+            )
+        context = cells
+    per_token = info.kv_bytes_per_token
+    sizing = Sizing(context_length=context, kv_cells=cells, kv_bytes=cells * per_token, weights_bytes=info.file_size)
+    if available is not None and sizing.kv_bytes + sizing.weights_bytes > available:
+        fits = max(0, (available - sizing.weights_bytes) // per_token) if per_token else 0
+        raise ModelLoadError(
+            f"Model '{name}': a KV cache of {cells} tokens needs {sizing.kv_bytes / MIB:.0f} MiB "
+            f"({per_token / 1024:.1f} KiB per token) next to {sizing.weights_bytes / MIB:.0f} MiB of weights, "
+            f"but only {available / MIB:.0f} MiB of memory is available (room for about {fits} tokens); "
+            "lower --llamacpp-context-length or --llamacpp-kv-cache-tokens."
+        )
+    return sizing

@@ -1,0 +1,102 @@
+"""The numpy sampler: every parameter changes what it picks as documented."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from flexserv_llamacpp.sampling import Sampler
+
+from flexserv_core import SamplingParams
+
+V = 1000
+
+
+def logits(seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).normal(0, 3, V).astype(np.float32)
+
+
+def params(**kw: object) -> SamplingParams:
+    return SamplingParams(max_tokens=8, **kw)  # type: ignore[arg-type]
+
+
+def test_greedy_takes_the_argmax_and_does_not_modify_the_row() -> None:
+    row = logits()
+    before = row.copy()
+    assert Sampler(params(temperature=0), V).pick(row)[0] == int(np.argmax(row))
+    assert Sampler(params(temperature=1.0, top_k=1), V).pick(row)[0] == int(np.argmax(row))
+    assert np.array_equal(row, before)
+
+
+def test_logit_bias_bans_and_forces() -> None:
+    row = logits()
+    best = int(np.argmax(row))
+    assert Sampler(params(temperature=0, logit_bias={best: -100}), V).pick(row)[0] != best
+    assert Sampler(params(temperature=0, logit_bias={7: 100}), V).pick(row)[0] == 7
+
+
+def test_penalties_count_generated_tokens() -> None:
+    row = np.zeros(V, dtype=np.float32)
+    row[3], row[4] = 2.0, 1.5
+    s = Sampler(params(temperature=0, frequency_penalty=0.3), V)
+    assert s.pick(row)[0] == 3
+    s.observe(3)
+    assert s.pick(row)[0] == 3  # 2.0 - 0.3 > 1.5
+    s.observe(3)
+    assert s.pick(row)[0] == 4  # 2.0 - 0.6 < 1.5
+    p = Sampler(params(temperature=0, presence_penalty=1.0), V)
+    p.observe(3)
+    assert p.pick(row)[0] == 4
+
+
+def test_a_seed_reproduces_draws_and_different_seeds_differ() -> None:
+    row = logits()
+    draws = lambda seed: [Sampler(params(temperature=1.5, seed=seed), V).pick(row)[0] for _ in range(1)]  # noqa: E731
+    one = Sampler(params(temperature=1.5, seed=11), V)
+    two = Sampler(params(temperature=1.5, seed=11), V)
+    a = [one.pick(row)[0] for _ in range(30)]
+    assert a == [two.pick(row)[0] for _ in range(30)]
+    other = Sampler(params(temperature=1.5, seed=12), V)
+    assert a != [other.pick(row)[0] for _ in range(30)]
+    assert draws(5) == draws(5)
+
+
+def test_top_p_and_top_k_limit_the_candidates() -> None:
+    row = logits(1)
+    order = np.argsort(-row)
+    s = Sampler(params(temperature=1.0, top_k=3, seed=1), V)
+    assert {s.pick(row)[0] for _ in range(200)} <= set(order[:3].tolist())
+    tiny_p = Sampler(params(temperature=1.0, top_p=1e-6, seed=1), V)
+    assert {tiny_p.pick(row)[0] for _ in range(50)} == {int(order[0])}
+    probs = np.exp(row - row.max())
+    probs /= probs.sum()
+    cumulative = np.cumsum(probs[order])
+    nucleus = set(order[: int(np.searchsorted(cumulative, 0.5)) + 1].tolist())
+    half = Sampler(params(temperature=1.0, top_p=0.5, seed=2), V)
+    assert {half.pick(row)[0] for _ in range(300)} <= nucleus
+
+
+def test_high_temperature_spreads_the_draws() -> None:
+    row = logits(2)
+    cold = Sampler(params(temperature=0.01, seed=3), V)
+    hot = Sampler(params(temperature=5.0, seed=3), V)
+    assert len({cold.pick(row)[0] for _ in range(100)}) == 1
+    assert len({hot.pick(row)[0] for _ in range(100)}) > 20
+
+
+def test_logprobs_are_the_log_softmax_and_top_logprobs_are_sorted() -> None:
+    row = logits(3)
+    token, lp, top = Sampler(params(temperature=0, logprobs=True, top_logprobs=5), V).pick(row)
+    expected = row - row.max() - math.log(float(np.exp(row - row.max()).sum()))
+    assert lp is not None and math.isclose(lp, float(expected[token]), rel_tol=1e-5)
+    assert top is not None and [t for t, _ in top] == np.argsort(-row)[:5].tolist()
+    assert [v for _, v in top] == sorted((v for _, v in top), reverse=True)
+    assert Sampler(params(temperature=0), V).pick(row)[1:] == (None, None)
+
+
+def test_a_blocked_mask_restricts_the_pick() -> None:
+    row = logits(4)
+    blocked = np.ones(V, dtype=bool)
+    blocked[[10, 20]] = False
+    assert Sampler(params(temperature=0), V).pick(row, blocked)[0] == (10 if row[10] > row[20] else 20)
+    assert {Sampler(params(temperature=2.0, seed=s), V).pick(row, blocked)[0] for s in range(20)} <= {10, 20}

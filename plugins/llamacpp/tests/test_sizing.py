@@ -1,0 +1,58 @@
+"""Context and KV-cache sizing from a GGUF's metadata, before loading."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from flexserv_llamacpp.gguf_info import GgufInfo, read_gguf_info
+from flexserv_llamacpp.sizing import available_memory, plan_context
+
+from flexserv_core import ModelLoadError
+
+
+def test_the_embedded_gguf_metadata(smollm_gguf: Path) -> None:
+    info = read_gguf_info(smollm_gguf)
+    assert info.architecture == "llama" and info.context_length == 8192
+    # SmolLM2-135M: 30 layers, 3 KV heads of 64: 30 * 3 * (64 + 64) * 2 bytes per token
+    assert (info.n_layers, info.n_kv_heads, info.key_length) == (30, 3, 64)
+    assert info.kv_bytes_per_token == 23040
+    assert info.chat_template and "<|im_start|>" in info.chat_template
+
+
+def test_not_a_gguf_is_a_load_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"not a gguf at all")
+    with pytest.raises(ModelLoadError, match="not a readable GGUF"):
+        read_gguf_info(bad)
+
+
+INFO = GgufInfo(Path("m.gguf"), "llama", 8192, 30, 3, 64, 64, None, 100 * 2**20)
+
+
+def test_the_context_comes_from_the_metadata_and_may_be_overridden() -> None:
+    auto = plan_context(INFO, name="m", context_length=0, kv_cache_tokens=0, available=None)
+    assert (auto.context_length, auto.kv_cells, auto.kv_bytes) == (8192, 8192, 8192 * 23040)
+    small = plan_context(INFO, name="m", context_length=2048, kv_cache_tokens=0, available=None)
+    assert (small.context_length, small.kv_cells) == (2048, 2048)
+    pooled = plan_context(INFO, name="m", context_length=2048, kv_cache_tokens=16384, available=None)
+    assert (pooled.context_length, pooled.kv_cells) == (2048, 16384)
+    capped = plan_context(INFO, name="m", context_length=0, kv_cache_tokens=4096, available=None)
+    assert capped.context_length == 4096  # the metadata's context, capped by the cache set
+
+
+def test_a_context_that_does_not_fit_is_refused_with_the_numbers() -> None:
+    with pytest.raises(ModelLoadError, match="context of 8192 tokens does not fit in a KV cache of 4096"):
+        plan_context(INFO, name="m", context_length=8192, kv_cache_tokens=4096, available=None)
+    with pytest.raises(ModelLoadError) as info:
+        plan_context(INFO, name="m", context_length=0, kv_cache_tokens=0, available=150 * 2**20)
+    message = info.value.message
+    assert "needs 180 MiB" in message and "22.5 KiB per token" in message and "only 150 MiB" in message
+    assert "about 2275 tokens" in message
+
+
+def test_available_memory_reads_meminfo(tmp_path: Path) -> None:
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal: 100 kB\nMemAvailable:   2048 kB\n")
+    assert available_memory(meminfo) == 2048 * 1024
+    assert available_memory(tmp_path / "absent") is None
