@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PLUGIN_DIRS := $(sort $(dir $(wildcard plugins/*/pyproject.toml contrib/*/pyproject.toml)))
 STAMP := $(VENV)/.flexserv-installed
 
-.PHONY: setup chromium serve test lint clean
+.PHONY: setup chromium serve test lint mutation clean
 
 setup: $(STAMP) chromium
 
@@ -36,6 +36,15 @@ serve: setup
 
 test: setup
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The bounded mutation runs of docs/testing.md, both, from a clean state: the core's
+# (registry, text validation) from here, the paged engine's (blocks, scheduler) from
+# its plugin's directory, where mutmut maps the files to their import names.
+mutation: setup
+	rm -rf mutants plugins/transformers/mutants
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/mutmut run --max-children 1; $(BIN)/mutmut results
+	cd plugins/transformers && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 ../../$(BIN)/mutmut run --max-children 1; \
+		../../$(BIN)/mutmut results --all true
 
 lint: setup
 	$(BIN)/ruff check .
