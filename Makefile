@@ -15,7 +15,7 @@ LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 	-DGGML_OPENMP=ON -DLLAVA_BUILD=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF \
 	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 
-.PHONY: setup chromium postgresql tesseract serve test lint clean
+.PHONY: setup chromium postgresql tesseract serve test lint mutation clean
 
 setup: $(STAMP) chromium postgresql tesseract
 
@@ -68,6 +68,15 @@ serve: setup
 
 test: setup
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The bounded mutation runs of docs/testing.md, both, from a clean state: the core's
+# (registry, text validation) from here, the paged engine's (blocks, scheduler) from
+# its plugin's directory, where mutmut maps the files to their import names.
+mutation: setup
+	rm -rf mutants plugins/transformers/mutants
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/mutmut run --max-children 1; $(BIN)/mutmut results
+	cd plugins/transformers && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 ../../$(BIN)/mutmut run --max-children 1; \
+		../../$(BIN)/mutmut results --all true
 
 lint: setup
 	$(BIN)/ruff check .
