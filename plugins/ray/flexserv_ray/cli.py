@@ -82,8 +82,8 @@ class _Interrupted(Exception):
 class StopSignals:
     """SIGINT and SIGTERM ask the command to stop, never kill it mid-way.
 
-    While Ray starts (``ray.init``) a signal is only recorded: a half-started local
-    cluster would be left behind. While the application deploys (replicas loading
+    While Ray starts a signal is only recorded (a half-started local cluster would be
+    left behind) and a local node's start is abandoned. While the application deploys (replicas loading
     models can take minutes) it interrupts the deployment. Once serving, it ends the
     wait. Each time, the caller then deletes the application (replicas drain) and
     stops the cluster it started.
@@ -106,9 +106,6 @@ class StopSignals:
 
 
 def serve_forever(plugins: list[str], settings: Settings, options: RayOptions) -> int:
-    from ray import serve
-
-    from flexserv_ray.app import application
     from flexserv_ray.cluster import RayCluster, StartInterrupted
     from flexserv_ray.proxy_errors import proxy_env
 
@@ -118,7 +115,18 @@ def serve_forever(plugins: list[str], settings: Settings, options: RayOptions) -
     app_args = app_args_from(plugins, settings, models_per_replica=options.models_per_replica, include_secrets=True)
     signals = StopSignals()
     signals.install()
-    cluster = RayCluster(options.address, local_cpus=options.local_cpus, local_env=proxy_env(options.retry_after))
+    cluster = RayCluster(
+        options.address,
+        local_cpus=options.local_cpus,
+        local_env=proxy_env(options.retry_after),
+        stop_timeout=settings.core.shutdown_timeout,
+        interrupted=signals.stop,
+    )
+    cluster.prepare()
+    from ray import serve
+
+    from flexserv_ray.app import application
+
     try:
         cluster.start()
     except StartInterrupted:
