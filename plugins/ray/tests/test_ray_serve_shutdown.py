@@ -26,7 +26,7 @@ TESTS_DIR = Path(__file__).parent
 SHUTDOWN_TIMEOUT = 5
 #: Replicas drain within SHUTDOWN_TIMEOUT; Serve's controller, the proxy and the node each
 #: get as long again to stop, and a busy two-core machine is slow at each step.
-EXIT_WITHIN = 60
+EXIT_WITHIN = 45
 #: A node's and a replica's start on a busy two-core machine.
 START_TIMEOUT = 420
 
