@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import logging
 import signal
-import socket
 import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
 from flexserv_core import CommandContext, Settings, UsageError
 from flexserv_ray.app_args import app_args_from, setting_value
+from flexserv_ray.local_node import free_port
 from flexserv_ray.options import RayOptions, deployment_options, ray_options_from
 from flexserv_ray.serve_config import render, serve_config
 
@@ -49,12 +49,6 @@ def _deployment(options: RayOptions, settings: Settings) -> dict[str, Any]:
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def emit_config(plugins: list[str], settings: Settings, options: RayOptions, path: str) -> None:
@@ -110,7 +104,7 @@ def serve_forever(plugins: list[str], settings: Settings, options: RayOptions) -
     from flexserv_ray.proxy_errors import proxy_env
 
     host = settings.core.host
-    port = settings.core.port or _free_port(host)
+    port = settings.core.port or free_port(host)
     deployment = _deployment(options, settings)
     app_args = app_args_from(plugins, settings, models_per_replica=options.models_per_replica, include_secrets=True)
     signals = StopSignals()

@@ -107,7 +107,7 @@ class RayCluster:
             for name, value in self.local_env.items():
                 if env.setdefault(name, value) != value:
                     log.warning("%s is set to %r: kept, instead of %r", name, env[name], value)
-            self.node = LocalNode(num_cpus=self.local_cpus, env=env)
+            self.node = LocalNode(num_cpus=self.local_cpus, env=env, stop_timeout=self.stop_timeout)
             self.started_here = True
             if not self.node.start(self.interrupted):
                 raise StartInterrupted
@@ -139,4 +139,4 @@ class RayCluster:
     def _stop_node(self) -> None:
         node, self.node = self.node, None
         if node is not None:
-            node.stop(self.stop_timeout)
+            node.stop()

@@ -32,9 +32,9 @@ STARTED: Final = "Ray runtime started"
 START_TIMEOUT_S: Final = 300.0
 
 
-def _free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         port: int = s.getsockname()[1]
         return port
 
@@ -42,10 +42,11 @@ def _free_port() -> int:
 class LocalNode:
     """``start()`` a head node, ``address`` to connect to it, ``stop()`` it and everything it started."""
 
-    def __init__(self, *, num_cpus: int, env: Mapping[str, str]) -> None:
+    def __init__(self, *, num_cpus: int, env: Mapping[str, str], stop_timeout: float = 10.0) -> None:
         self.num_cpus = num_cpus
+        self.stop_timeout = stop_timeout
         self.env = dict(env)
-        self.port = _free_port()
+        self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
         self._dir = Path(tempfile.mkdtemp(prefix="flexserv-ray-"))
@@ -70,8 +71,8 @@ class LocalNode:
             "--include-dashboard=false",
             "--disable-usage-stats",
             # Fixed by default; another cluster on the machine may hold them.
-            f"--ray-client-server-port={_free_port()}",
-            f"--dashboard-agent-listen-port={_free_port()}",
+            f"--ray-client-server-port={free_port()}",
+            f"--dashboard-agent-listen-port={free_port()}",
         ]
 
     def start(self, interrupted: threading.Event, timeout: float = START_TIMEOUT_S) -> bool:
@@ -107,9 +108,10 @@ class LocalNode:
             return self.output.read_text(errors="replace")
         return ""
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float | None = None) -> None:
         """SIGTERM to ``ray start`` (it stops its processes), then to the rest of its
-        session, then SIGKILL to whatever outlived ``timeout``."""
+        session, then SIGKILL to whatever outlived ``timeout`` (``stop_timeout``)."""
+        timeout = self.stop_timeout if timeout is None else timeout
         process = self.process
         if process is not None:
             sid = process.pid
@@ -126,6 +128,9 @@ class LocalNode:
             if left:
                 log.warning("%d process(es) of the local Ray node outlived %.0f s: killed", len(left), timeout)
                 _signal_all(left, signal.SIGKILL)
+                deadline = time.monotonic() + 5  # SIGKILL is not instant either
+                while session_members(sid) and time.monotonic() < deadline:
+                    time.sleep(0.05)
             if process.poll() is None:
                 process.kill()
             process.wait()

@@ -30,7 +30,7 @@ time.sleep(600)
 
 class StandIn(LocalNode):
     def __init__(self, mode: str) -> None:
-        super().__init__(num_cpus=1, env=os.environ)
+        super().__init__(num_cpus=1, env=os.environ, stop_timeout=1)
         self.mode = mode
 
     def command(self) -> list[str]:
@@ -50,7 +50,7 @@ def test_stop_ends_every_process_of_the_session_even_one_that_ignores_sigterm() 
     assert node.pgid is not None and node.pgid != os.getsid(0)
     members = _wait_members(node.pgid, 2)
     assert len(members) == 2, members  # the stand-in and its child, in another process group
-    node.stop(timeout=1)
+    node.stop()
     assert session_members(node.pgid) == []
     assert not Path(node.output).exists()
 

@@ -157,15 +157,22 @@ class PostgresServer:
         return ""
 
 
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
-    """One private PostgreSQL server for the test session, removed at its end."""
+@contextlib.contextmanager
+def running_postgres() -> Iterator[PostgresServer]:
+    """A started server, removed on exit."""
     server = PostgresServer()
     server.start()
     try:
         yield server
     finally:
         server.remove()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One private PostgreSQL server for the test session, removed at its end."""
+    with running_postgres() as server:
+        yield server
 
 
 @pytest.fixture
