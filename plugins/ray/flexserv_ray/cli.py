@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import logging
 import signal
-import socket
 import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
 from flexserv_core import CommandContext, Settings, UsageError
 from flexserv_ray.app_args import app_args_from, setting_value
+from flexserv_ray.local_node import free_port
 from flexserv_ray.options import RayOptions, deployment_options, ray_options_from
 from flexserv_ray.serve_config import render, serve_config
 
@@ -51,12 +51,6 @@ def _deployment(options: RayOptions, settings: Settings) -> dict[str, Any]:
         raise UsageError(str(exc)) from None
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 def emit_config(plugins: list[str], settings: Settings, options: RayOptions, path: str) -> None:
     app_args = app_args_from(plugins, settings, models_per_replica=options.models_per_replica, include_secrets=False)
     config = serve_config(
@@ -82,8 +76,8 @@ class _Interrupted(Exception):
 class StopSignals:
     """SIGINT and SIGTERM ask the command to stop, never kill it mid-way.
 
-    While Ray starts (``ray.init``) a signal is only recorded: a half-started local
-    cluster would be left behind. While the application deploys (replicas loading
+    While Ray starts a signal is only recorded (a half-started local cluster would be
+    left behind) and a local node's start is abandoned. While the application deploys (replicas loading
     models can take minutes) it interrupts the deployment. Once serving, it ends the
     wait. Each time, the caller then deletes the application (replicas drain) and
     stops the cluster it started.
@@ -106,19 +100,27 @@ class StopSignals:
 
 
 def serve_forever(plugins: list[str], settings: Settings, options: RayOptions) -> int:
-    from ray import serve
-
-    from flexserv_ray.app import application
     from flexserv_ray.cluster import RayCluster, StartInterrupted
     from flexserv_ray.proxy_errors import proxy_env
 
     host = settings.core.host
-    port = settings.core.port or _free_port(host)
+    port = settings.core.port or free_port(host)
     deployment = _deployment(options, settings)
     app_args = app_args_from(plugins, settings, models_per_replica=options.models_per_replica, include_secrets=True)
     signals = StopSignals()
     signals.install()
-    cluster = RayCluster(options.address, local_cpus=options.local_cpus, local_env=proxy_env(options.retry_after))
+    cluster = RayCluster(
+        options.address,
+        local_cpus=options.local_cpus,
+        local_env=proxy_env(options.retry_after),
+        stop_timeout=settings.core.shutdown_timeout,
+        interrupted=signals.stop,
+    )
+    cluster.prepare()
+    from ray import serve
+
+    from flexserv_ray.app import application
+
     try:
         cluster.start()
     except StartInterrupted:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import yaml
 from flexserv_ray import plugin as ray_plugin
 from flexserv_ray.app_args import app_args_from, rebuild, setting_value
 from flexserv_ray.cli import run
-from flexserv_ray.cluster import LOCAL_CLUSTER_ENV, RayCluster
+from flexserv_ray.cluster import LOCAL_CLUSTER_ENV, RAY_AUTH_ENV, RayCluster
 from flexserv_ray.options import RayOptions, add_ray_arguments, deployment_options, parse_size, ray_options_from
 from flexserv_ray.serve_config import render, serve_config
 
@@ -30,10 +31,33 @@ def _options(*argv: str) -> RayOptions:
 
 def test_a_local_cluster_tolerates_a_slow_proxy_start_unless_told_otherwise() -> None:
     cluster = RayCluster(None, local_cpus=1, local_env={"FLEXSERV_RAY_RETRY_AFTER": "2"})
-    assert cluster.local_env == {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "20", "FLEXSERV_RAY_RETRY_AFTER": "2"}
+    assert cluster.local_env == {**LOCAL_CLUSTER_ENV, "FLEXSERV_RAY_RETRY_AFTER": "2"}
     assert float(LOCAL_CLUSTER_ENV["RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"]) > 5  # Ray's own default
     told = RayCluster(None, local_cpus=1, local_env={"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "7"})
-    assert told.local_env == {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "7"}
+    assert told.local_env["RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"] == "7"
+
+
+@pytest.mark.parametrize("given", [{}, {"RAY_AUTH_MODE": "disabled"}, {"RAY_AUTH_TOKEN_PATH": "token"}])
+def test_a_local_cluster_gets_a_fresh_token_unless_the_environment_sets_ray_auth(
+    given: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in RAY_AUTH_ENV:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in given.items():
+        monkeypatch.setenv(name, value)
+    RayCluster("127.0.0.1:6379", local_cpus=1).prepare()  # a joined cluster: Ray's own rules
+    assert {n: os.environ[n] for n in RAY_AUTH_ENV if n in os.environ} == given
+    RayCluster(None, local_cpus=1).prepare()
+    found = {n: os.environ[n] for n in RAY_AUTH_ENV if n in os.environ}
+    if given:
+        assert found == given
+    else:
+        assert found["RAY_AUTH_MODE"] == "token" and len(found["RAY_AUTH_TOKEN"]) == 64, found
+        token = found["RAY_AUTH_TOKEN"]
+        monkeypatch.delenv("RAY_AUTH_MODE")
+        monkeypatch.delenv("RAY_AUTH_TOKEN")
+        RayCluster(None, local_cpus=1).prepare()
+        assert os.environ["RAY_AUTH_TOKEN"] != token  # fresh each time
 
 
 def test_back_pressure_follows_the_engine_limits() -> None:
@@ -195,8 +219,6 @@ def test_the_plugin_registers_one_command_with_settings() -> None:
 
 
 def _flexserv(*args: str) -> subprocess.CompletedProcess[str]:
-    import os
-
     env = {**os.environ, **NO_AUTOLOAD}
     return subprocess.run(flexserv_cmd(*args), capture_output=True, text=True, timeout=120, env=env)
 
@@ -249,7 +271,6 @@ def test_engine_limits_reach_the_deployment_and_ray_flags_override_them() -> Non
 
 
 def test_stop_signals_record_then_interrupt_only_while_deploying() -> None:
-    import os
     import signal
 
     from flexserv_ray.cli import StopSignals, _Interrupted

@@ -1,4 +1,5 @@
-"""FlexServ on a real local Ray cluster: replicas, a killed replica, multiplexing, autoscaling.
+"""FlexServ on a real local Ray cluster: replicas, a killed replica, multiplexing, autoscaling,
+state shared by replicas (SQLite and PostgreSQL).
 
 The module starts one private cluster on 127.0.0.1 (``address="local"``, never one
 another process runs) and tears it down with ``serve.shutdown()`` and
@@ -161,11 +162,8 @@ async def test_two_replicas_of_the_embedded_chat_model_share_40_streams(deployed
     assert served == replica_ids()  # the header names the replicas Ray runs
 
 
-async def test_every_previous_response_id_is_found_whichever_replica_answers(
-    deployed: Callable[..., str], tmp_path: Path
-) -> None:
-    state = f"sqlite://{tmp_path}/state.db"
-    base = deployed(FAKE, {"model": ["fake-a=fake://a"], "state_url": state}, RayOptions(replicas=2, num_cpus=1))
+async def assert_follow_ups_found(base: str) -> None:
+    """20 responses, then 20 follow-ups by ``previous_response_id``, over 2 replicas: all found."""
     async with client_for(base) as client:
 
         async def turn(**extra: Any) -> tuple[str, Any]:
@@ -181,6 +179,25 @@ async def test_every_previous_response_id_is_found_whichever_replica_answers(
     assert all(f.usage.input_tokens > r.usage.input_tokens for (_, r), (_, f) in zip(firsts, follows, strict=True))
     answered = {replica for replica, _ in firsts + follows}
     assert len(answered) == 2, answered  # both replicas served, so follow-ups crossed between them
+
+
+async def test_every_previous_response_id_is_found_whichever_replica_answers(
+    deployed: Callable[..., str], tmp_path: Path
+) -> None:
+    state = f"sqlite://{tmp_path}/state.db"
+    base = deployed(FAKE, {"model": ["fake-a=fake://a"], "state_url": state}, RayOptions(replicas=2, num_cpus=1))
+    await assert_follow_ups_found(base)
+
+
+async def test_every_previous_response_id_is_found_on_postgresql(
+    deployed: Callable[..., str], postgres_url: str
+) -> None:
+    base = deployed(
+        [*FAKE, "-p", "state-postgres"],
+        {"model": ["fake-a=fake://a"], "state_url": postgres_url},
+        RayOptions(replicas=2, num_cpus=1),
+    )
+    await assert_follow_ups_found(base)
 
 
 async def raw_stream(

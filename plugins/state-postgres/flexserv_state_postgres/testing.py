@@ -1,7 +1,11 @@
 """A private PostgreSQL server for tests: ``initdb`` into a temporary directory and
 ``postgres`` on a loopback port, run as the ``postgres`` user when the tests run as
 root (PostgreSQL refuses root), stopped by its PID. Needs the system's PostgreSQL
-server binaries (Debian: ``apt-get install postgresql``; ``make setup`` does it)."""
+server binaries (Debian: ``apt-get install postgresql``; ``make setup`` does it).
+
+The fixtures :func:`postgres_server` (one server per test session) and
+:func:`postgres_url` (a fresh database per test) are for any plugin's tests: import
+them into a ``conftest.py``."""
 
 from __future__ import annotations
 
@@ -16,10 +20,12 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 
 def server_binaries() -> Path:
@@ -149,3 +155,27 @@ class PostgresServer:
         with contextlib.suppress(OSError):
             return (self.root / "server.log").read_text(errors="replace")[-2000:]
         return ""
+
+
+@contextlib.contextmanager
+def running_postgres() -> Iterator[PostgresServer]:
+    """A started server, removed on exit."""
+    server = PostgresServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.remove()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One private PostgreSQL server for the test session, removed at its end."""
+    with running_postgres() as server:
+        yield server
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> str:
+    """The URL of a fresh database on :func:`postgres_server`."""
+    return postgres_server.create_database()

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 from flexserv_state_postgres.backend import PostgresBackend
-from flexserv_state_postgres.testing import PostgresServer
+from flexserv_state_postgres.testing import PostgresServer, running_postgres
 
 from flexserv_core import StateStore
 from flexserv_core.testing import (
@@ -31,12 +31,8 @@ from flexserv_core.testing import (
 @pytest.fixture
 def own_server() -> Iterator[PostgresServer]:
     """A server of this test's own, to stop and start again."""
-    server = PostgresServer()
-    server.start()
-    try:
+    with running_postgres() as server:
         yield server
-    finally:
-        server.remove()
 
 
 async def test_an_outage_gives_503_only_where_the_store_is_needed(own_server: PostgresServer) -> None:
