@@ -39,6 +39,29 @@ SCOPES: dict[tuple[str, str], Scope | None] = {
     ("POST", "/v1/classify"): INFERENCE,
     ("POST", "/v1/token-classify"): INFERENCE,
     ("POST", "/v1/ner"): INFERENCE,
+    # documents: OCR, extraction, files
+    ("POST", "/v1/ocr"): INFERENCE,
+    ("POST", "/v1/vision/ocr"): INFERENCE,
+    ("POST", "/v1/documents/extract"): INFERENCE,
+    ("GET", "/v1/files"): INFERENCE,
+    ("POST", "/v1/files"): INFERENCE,
+    ("GET", "/v1/files/{file_id:str}"): INFERENCE,
+    ("DELETE", "/v1/files/{file_id:str}"): INFERENCE,
+    ("GET", "/v1/files/{file_id:str}/content"): INFERENCE,
+    # anomaly detection
+    ("POST", "/v1/anomaly/fit"): INFERENCE,
+    ("POST", "/v1/anomaly/score"): INFERENCE,
+    ("POST", "/v1/anomaly/detect"): INFERENCE,
+    ("POST", "/v1/anomaly/load"): INFERENCE,
+    ("GET", "/v1/anomaly/models"): INFERENCE,
+    ("GET", "/v1/anomaly/models/{name:str}"): INFERENCE,
+    ("DELETE", "/v1/anomaly/models/{name:str}"): INFERENCE,
+    ("GET", "/v1/anomaly/backends"): INFERENCE,
+    ("POST", "/v1/anomaly/stream"): INFERENCE,
+    ("GET", "/v1/anomaly/stream/detectors"): INFERENCE,
+    ("GET", "/v1/anomaly/stream/{model_id:str}"): INFERENCE,
+    ("DELETE", "/v1/anomaly/stream/{model_id:str}"): INFERENCE,
+    ("POST", "/v1/anomaly/stream/{model_id:str}/reset"): INFERENCE,
     # operating the server
     ("GET", "/v1/flexserv/info"): OPERATIONS,
     ("GET", "/v1/flexserv/models/loaded"): OPERATIONS,
@@ -77,7 +100,9 @@ def _served_routes(app: Litestar) -> set[tuple[str, str]]:
 def app(tmp_path_factory: pytest.TempPathFactory) -> Litestar:
     keys = Path(tmp_path_factory.mktemp("keys")) / "keys"
     keys.write_text("".join(f"sk-{scope} {scope}\n" for scope in Scope))
-    return make_app(PLUGINS, settings={"api_keys_file": str(keys)})
+    # every first-party plugin that adds routes
+    plugins = [*PLUGINS, "responses", "docs", "tool-parsers", "image-input", "files", "ocr", "anomaly"]
+    return make_app(plugins, settings={"api_keys_file": str(keys)})
 
 
 def test_the_table_lists_every_route(app: Litestar) -> None:

@@ -113,7 +113,12 @@ async def _rows(
     return await until_disconnect(request, text.embed(server, embedding_model, rows.texts)), rows
 
 
-@post(f"{PREFIX}/fit", status_code=200, summary="Fit an anomaly detector and store it", opt={"body": FitRequest})
+@post(
+    f"{PREFIX}/fit",
+    status_code=200,
+    summary="Fit an anomaly detector and store it",
+    opt={"body": FitRequest, "scope": "inference"},
+)
 async def fit(request: Request[Any, Any, Any]) -> dict[str, Any]:
     server = server_of(request)
     service = service_for(server.settings)
@@ -262,7 +267,12 @@ def _as_list(values: np.ndarray) -> list[float]:
     return out
 
 
-@post(f"{PREFIX}/score", status_code=200, summary="Score rows against a fitted model", opt={"body": ScoreRequest})
+@post(
+    f"{PREFIX}/score",
+    status_code=200,
+    summary="Score rows against a fitted model",
+    opt={"body": ScoreRequest, "scope": "inference"},
+)
 async def score(request: Request[Any, Any, Any]) -> dict[str, Any]:
     head, raw, scores, threshold = await _score(request, f"{PREFIX}/score")
     flags = scores >= threshold
@@ -285,7 +295,12 @@ async def score(request: Request[Any, Any, Any]) -> dict[str, Any]:
     }
 
 
-@post(f"{PREFIX}/detect", status_code=200, summary="The anomalous rows only", opt={"body": ScoreRequest})
+@post(
+    f"{PREFIX}/detect",
+    status_code=200,
+    summary="The anomalous rows only",
+    opt={"body": ScoreRequest, "scope": "inference"},
+)
 async def detect(request: Request[Any, Any, Any]) -> dict[str, Any]:
     head, raw, scores, threshold = await _score(request, f"{PREFIX}/detect")
     hits = np.flatnonzero(scores >= threshold)
@@ -319,7 +334,12 @@ def resolve(model_id: str) -> ModelSpec | None:
     )
 
 
-@post(f"{PREFIX}/load", status_code=200, summary="Load a stored model now", opt={"body": LoadRequest})
+@post(
+    f"{PREFIX}/load",
+    status_code=200,
+    summary="Load a stored model now",
+    opt={"body": LoadRequest, "scope": "inference"},
+)
 async def load(request: Request[Any, Any, Any]) -> dict[str, Any]:
     server = server_of(request)
     service = service_for(server.settings)
@@ -366,7 +386,7 @@ def _summary(entry: dict[str, Any], server: FlexServer, owner: str | None) -> di
     }
 
 
-@get(f"{PREFIX}/models", summary="Stored anomaly models")
+@get(f"{PREFIX}/models", summary="Stored anomaly models", opt={"scope": "inference"})
 async def list_models(request: Request[Any, Any, Any]) -> dict[str, Any]:
     server = server_of(request)
     owner = request_owner(request)
@@ -375,7 +395,7 @@ async def list_models(request: Request[Any, Any, Any]) -> dict[str, Any]:
     return {"object": "list", "data": data, "total": len(data)}
 
 
-@get(f"{PREFIX}/models/{{name:str}}", summary="One stored anomaly model")
+@get(f"{PREFIX}/models/{{name:str}}", summary="One stored anomaly model", opt={"scope": "inference"})
 async def get_model(request: Request[Any, Any, Any]) -> dict[str, Any]:
     name = path_param(request, "name")
     server = server_of(request)
@@ -393,7 +413,12 @@ async def get_model(request: Request[Any, Any, Any]) -> dict[str, Any]:
     raise ModelNotFound(f"No anomaly model '{name}' is stored.", param="name")
 
 
-@delete(f"{PREFIX}/models/{{name:str}}", status_code=200, summary="Delete a stored anomaly model")
+@delete(
+    f"{PREFIX}/models/{{name:str}}",
+    status_code=200,
+    summary="Delete a stored anomaly model",
+    opt={"scope": "inference"},
+)
 async def delete_model(request: Request[Any, Any, Any]) -> dict[str, Any]:
     name = path_param(request, "name")
     server = server_of(request)
@@ -408,7 +433,7 @@ async def delete_model(request: Request[Any, Any, Any]) -> dict[str, Any]:
     return {"object": "delete_result", "filename": name, "model": name, "deleted": True}
 
 
-@get(f"{PREFIX}/backends", summary="Anomaly detectors and whether they are installed")
+@get(f"{PREFIX}/backends", summary="Anomaly detectors and whether they are installed", opt={"scope": "inference"})
 async def backends() -> dict[str, Any]:
     data = [info.describe() for info in detectors.DETECTORS.values()]
     return {

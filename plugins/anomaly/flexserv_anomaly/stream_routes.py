@@ -87,7 +87,12 @@ def _check_same(detector: StreamDetector, body: StreamRequest) -> None:
             )
 
 
-@post(f"{PREFIX}/stream", status_code=200, summary="Score points of a stream", opt={"body": StreamRequest})
+@post(
+    f"{PREFIX}/stream",
+    status_code=200,
+    summary="Score points of a stream",
+    opt={"body": StreamRequest, "scope": "inference"},
+)
 async def stream(request: Request[Any, Any, Any]) -> dict[str, Any]:
     server = server_of(request)
     service = service_for(server.settings)
@@ -145,7 +150,7 @@ async def stream(request: Request[Any, Any, Any]) -> dict[str, Any]:
     }
 
 
-@get(f"{PREFIX}/stream/detectors", summary="Streaming detectors and their statistics")
+@get(f"{PREFIX}/stream/detectors", summary="Streaming detectors and their statistics", opt={"scope": "inference"})
 async def list_streams(request: Request[Any, Any, Any]) -> dict[str, Any]:
     streams = service_for(server_of(request).settings).streams
     data = [d.stats() for d in streams.detectors.values()]
@@ -159,13 +164,18 @@ def _detector(request: Request[Any, Any, Any], model_id: str) -> StreamDetector:
     return detector
 
 
-@get(f"{PREFIX}/stream/{{model_id:str}}", summary="One streaming detector")
+@get(f"{PREFIX}/stream/{{model_id:str}}", summary="One streaming detector", opt={"scope": "inference"})
 async def get_stream(request: Request[Any, Any, Any]) -> dict[str, Any]:
     model_id = path_param(request, "model_id")
     return _detector(request, model_id).stats()
 
 
-@delete(f"{PREFIX}/stream/{{model_id:str}}", status_code=200, summary="Delete a streaming detector")
+@delete(
+    f"{PREFIX}/stream/{{model_id:str}}",
+    status_code=200,
+    summary="Delete a streaming detector",
+    opt={"scope": "inference"},
+)
 async def delete_stream(request: Request[Any, Any, Any]) -> dict[str, Any]:
     model_id = path_param(request, "model_id")
     _detector(request, model_id)
@@ -173,7 +183,9 @@ async def delete_stream(request: Request[Any, Any, Any]) -> dict[str, Any]:
     return {"object": "delete_result", "model_id": model_id, "deleted": True}
 
 
-@post(f"{PREFIX}/stream/{{model_id:str}}/reset", status_code=200, summary="Back to cold start")
+@post(
+    f"{PREFIX}/stream/{{model_id:str}}/reset", status_code=200, summary="Back to cold start", opt={"scope": "inference"}
+)
 async def reset_stream(request: Request[Any, Any, Any]) -> dict[str, Any]:
     model_id = path_param(request, "model_id")
     old = _detector(request, model_id)

@@ -370,7 +370,7 @@ async def test_a_host_resolving_to_a_public_and_a_private_address_is_refused(
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
     served = len(_Handler.seen)
     error = await refused(
-        f"http://both.test:{port}/cat.png", settings(image_url_hosts=["*"]), code="image_url_not_allowed"
+        f"http://both.test:{port}/cat.png", settings(image_input_url_hosts=["*"]), code="image_url_not_allowed"
     )
     assert "'both.test'" in error.message and "private" in error.message
     assert len(_Handler.seen) == served  # nothing was fetched
