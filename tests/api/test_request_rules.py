@@ -33,7 +33,7 @@ def sse(text: str) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def flexserv_plugins() -> list[object | str]:
-    return [FakeBackendPlugin(script=CALL, eos_after=len(CALL)), "responses"]
+    return [FakeBackendPlugin(script=CALL, eos_after=len(CALL)), "responses", "tool-parsers"]
 
 
 async def test_a_whole_call_is_tool_calls(flexserv_openai: openai.AsyncOpenAI) -> None:
@@ -114,7 +114,7 @@ async def test_best_of_counts_against_the_request_token_bound() -> None:
 
 async def test_tokenize_counts_what_chat_renders_with_tools_and_template_variables() -> None:
     fake = FakeBackendPlugin(eos_after=0)
-    app = make_app([fake, "template-kwargs", "responses"])
+    app = make_app([fake, "template-kwargs", "responses", "tool-parsers"])
     async with app_client(app) as client:
         extra = {"tools": [WEATHER], "chat_template_kwargs": {"persona": "terse"}}
         chat = await client.post("/v1/chat/completions", json={"model": "fake-model", "messages": USER, **extra})
