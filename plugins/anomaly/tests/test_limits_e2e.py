@@ -70,11 +70,13 @@ def test_unknown_fields_parameters_and_backends_are_refused(serve: Serve) -> Non
 
 @pytest.mark.slow
 def test_a_fit_past_its_time_budget_is_stopped(serve: Serve) -> None:
-    x = np.random.default_rng(0).normal(size=(12000, 20)).tolist()  # minutes of One-Class SVM
-    with serve(anomaly_fit_timeout=5.0) as client:
+    # One-Class SVM with nu=0.5 keeps half the rows as support vectors: ~6 s on an idle
+    # 2-core machine, far past the 1 s budget on any machine (tol alone was ~1.4 s idle)
+    x = np.random.default_rng(0).normal(size=(12000, 20)).tolist()
+    with serve(anomaly_fit_timeout=1.0) as client:
         fit(client, model="warm", data=x[:50])  # the worker process is up
         started = time.monotonic()
-        body = {"model": "slow", "backend": "one_class_svm", "data": x, "parameters": {"tol": 1e-9}}
+        body = {"model": "slow", "backend": "one_class_svm", "data": x, "parameters": {"nu": 0.5, "tol": 1e-9}}
         stopped = error(client.post("/v1/anomaly/fit", json=body), 504)
         assert stopped["code"] == "fit_timeout" and "--anomaly-fit-timeout" in stopped["message"]
         assert time.monotonic() - started < 60
@@ -91,7 +93,7 @@ def test_a_client_that_disconnects_stops_its_fit(serve: Serve) -> None:
         fit(client, model="warm", data=x[:50])
         url = urlsplit(str(client.base_url))
         payload = json.dumps(
-            {"model": "gone", "backend": "one_class_svm", "data": x, "parameters": {"tol": 1e-9}}
+            {"model": "gone", "backend": "one_class_svm", "data": x, "parameters": {"nu": 0.5, "tol": 1e-9}}
         ).encode()
         with socket.create_connection((url.hostname, url.port)) as sock:
             head = (
