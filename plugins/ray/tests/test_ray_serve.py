@@ -54,23 +54,24 @@ def cluster() -> Iterator[str]:
     proxy_vars = {**LOCAL_CLUSTER_ENV, **proxy_env(retry_after=1.0)}
     os.environ.update(proxy_vars)
     port, dashboard_port = free_port(), free_port()
-    # Ray's state API (replica PIDs, replica counts) is served by the dashboard
-    # process, so this cluster has one, on a free loopback port.
-    ray.init(
-        address="local",
-        num_cpus=4,
-        include_dashboard=True,
-        dashboard_host="127.0.0.1",
-        dashboard_port=dashboard_port,
-        _node_ip_address="127.0.0.1",
-    )
-    STATE_API["address"] = f"http://127.0.0.1:{dashboard_port}"
-    try:
+    try:  # the environment is restored even when the cluster fails to start
+        # Ray's state API (replica PIDs, replica counts) is served by the dashboard
+        # process, so this cluster has one, on a free loopback port.
+        ray.init(
+            address="local",
+            num_cpus=4,
+            include_dashboard=True,
+            dashboard_host="127.0.0.1",
+            dashboard_port=dashboard_port,
+            _node_ip_address="127.0.0.1",
+        )
+        STATE_API["address"] = f"http://127.0.0.1:{dashboard_port}"
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         yield f"http://127.0.0.1:{port}"
     finally:
-        serve.shutdown()
-        ray.shutdown()
+        if ray.is_initialized():
+            serve.shutdown()
+            ray.shutdown()
         os.environ.pop("FLEXSERV_DISABLE_PLUGIN_AUTOLOAD", None)
         for name in proxy_vars:
             os.environ.pop(name, None)
