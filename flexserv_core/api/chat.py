@@ -73,9 +73,9 @@ def _choice(result: ChoiceResult, logprobs: bool, plan: ToolPlan | None) -> Chat
     message = AssistantMessage(content=result.text)
     finish: str = result.finish_reason
     if plan is not None and plan.parses:
-        content, calls = split_output(plan, result.text)
+        content, calls, cut = split_output(plan, result.text)
         message = AssistantMessage(content=content, tool_calls=calls or None)
-        if calls and finish != "length":  # a call cut by max_tokens is 'length', as OpenAI says
+        if calls and not (cut and finish == "length"):  # a call cut by max_tokens is 'length', as OpenAI says
             finish = "tool_calls"
     return ChatChoice(
         index=result.index,
@@ -131,7 +131,7 @@ async def _chunks(session: TextSession, body: ChatCompletionRequest) -> AsyncGen
                     if streamer is not None:
                         for piece in streamer.finish():
                             yield chunk([ChatChunkChoice(index=event.index, delta=_delta(piece))])
-                        if streamer.calls and finish != "length":
+                        if streamer.calls and not (streamer.cut and finish == "length"):
                             finish = "tool_calls"
                     yield chunk([ChatChunkChoice(index=event.index, delta=ChatDelta(), finish_reason=finish)])
     except Exception as exc:  # the stream has started: the error becomes its last event

@@ -212,18 +212,19 @@ def without_call_syntax(parser: ToolParser, text: str) -> str:
     return text[: min(cuts)].rstrip() if cuts else text
 
 
-def split_output(plan: ToolPlan, text: str) -> tuple[str | None, list[ToolCall]]:
-    """A whole completion -> ``(content, tool_calls)``."""
+def split_output(plan: ToolPlan, text: str) -> tuple[str | None, list[ToolCall], bool]:
+    """A whole completion -> ``(content, tool_calls, cut)``; ``cut``: the output ended
+    inside a call (its markup was dropped), so a ``length`` finish stays ``length``."""
     parsed = plan.parser.parse(text)
     if not parsed.calls:
         left = without_call_syntax(plan.parser, text)
-        return left if left or not text else None, []
+        return left if left or not text else None, [], left != text
     content = without_call_syntax(plan.parser, parsed.content) if parsed.content else None
     calls = [
         ToolCall(id=new_call_id(), function=ToolCallFunction(name=c.name, arguments=c.arguments))
         for c in _limit(plan, parsed.calls)
     ]
-    return content or None, calls
+    return content or None, calls, (content or None) != (parsed.content or None)
 
 
 class ToolStreamer:
@@ -235,6 +236,8 @@ class ToolStreamer:
     def __init__(self, plan: ToolPlan) -> None:
         self.plan = plan
         self.calls = 0
+        #: The output ended inside a call: its markup was dropped (see :meth:`finish`).
+        self.cut = False
         self._stream = plan.parser.stream()
 
     def feed(self, chunk: str) -> list[str | ToolCallDelta]:
@@ -246,7 +249,9 @@ class ToolStreamer:
         out: list[str | ToolCallDelta] = []
         for piece in self._deltas(self._stream.finish()):
             if isinstance(piece, str):
-                piece = without_call_syntax(self.plan.parser, piece)
+                kept = without_call_syntax(self.plan.parser, piece)
+                self.cut = self.cut or kept != piece
+                piece = kept
                 if not piece:
                     continue
             out.append(piece)

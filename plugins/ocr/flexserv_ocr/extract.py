@@ -24,6 +24,7 @@ from flexserv_core import (
     TextGenerationModel,
     open_request_context,
     parse_body,
+    prepare_params,
     until_disconnect,
 )
 from flexserv_ocr.documents import marked_text, read_reference
@@ -146,7 +147,7 @@ async def generate_json(
         temperature=0.0,
         constraint=Constraint(kind="json_schema", spec=schema_text, param="schema"),
     )
-    await model.prepare(params)
+    params = await prepare_params(model, params)  # the platform compiles the schema; the backend checks
 
     async def run() -> tuple[str, str, int]:
         parts, finish, count = [], "length", 0

@@ -186,7 +186,11 @@ async def test_every_previous_response_id_is_found_whichever_replica_answers(
     deployed: Callable[..., str], tmp_path: Path
 ) -> None:
     state = f"sqlite://{tmp_path}/state.db"
-    base = deployed(FAKE, {"model": ["fake-a=fake://a"], "state_url": state}, RayOptions(replicas=2, num_cpus=1))
+    base = deployed(
+        [*FAKE, "-p", "responses"],
+        {"model": ["fake-a=fake://a"], "state_url": state},
+        RayOptions(replicas=2, num_cpus=1),
+    )
     await assert_follow_ups_found(base)
 
 
@@ -194,7 +198,7 @@ async def test_every_previous_response_id_is_found_on_postgresql(
     deployed: Callable[..., str], postgres_url: str
 ) -> None:
     base = deployed(
-        [*FAKE, "-p", "state-postgres"],
+        [*FAKE, "-p", "state-postgres", "-p", "responses"],
         {"model": ["fake-a=fake://a"], "state_url": postgres_url},
         RayOptions(replicas=2, num_cpus=1),
     )
