@@ -26,7 +26,7 @@ import pytest
 import ray
 from flexserv_ray.app import application
 from flexserv_ray.app_args import app_args_from
-from flexserv_ray.cluster import LOCAL_CLUSTER_ENV
+from flexserv_ray.cluster import LOCAL_CLUSTER_ENV, RAY_AUTH_ENV
 from flexserv_ray.options import RayOptions, deployment_options
 from flexserv_ray.proxy_errors import proxy_env
 from ray import serve
@@ -53,6 +53,9 @@ def cluster() -> Iterator[str]:
     # and a proxy slow to start on a busy machine is not killed as unhealthy.
     proxy_vars = {**LOCAL_CLUSTER_ENV, **proxy_env(retry_after=1.0)}
     os.environ.update(proxy_vars)
+    # This process imported Ray with authentication off: a token mode another test of
+    # the session left in the environment would make the new cluster refuse it.
+    auth = {name: os.environ.pop(name) for name in RAY_AUTH_ENV if name in os.environ}
     port, dashboard_port = free_port(), free_port()
     try:  # the environment is restored even when the cluster fails to start
         # Ray's state API (replica PIDs, replica counts) is served by the dashboard
@@ -73,6 +76,7 @@ def cluster() -> Iterator[str]:
             serve.shutdown()
             ray.shutdown()
         os.environ.pop("FLEXSERV_DISABLE_PLUGIN_AUTOLOAD", None)
+        os.environ.update(auth)
         for name in proxy_vars:
             os.environ.pop(name, None)
         if saved is None:
