@@ -117,14 +117,14 @@ def _plan(parser: ToolParser, parallel: bool = True) -> ToolPlan:
 
 
 def test_parallel_false_keeps_the_first_call() -> None:
-    _, calls = split_output(_plan(_hermes(), parallel=False), QWEN)
-    assert [c.function.name for c in calls] == ["get_current_temperature"]
+    _, calls, cut = split_output(_plan(_hermes(), parallel=False), QWEN)
+    assert [c.function.name for c in calls] == ["get_current_temperature"] and not cut
 
 
 @pytest.mark.parametrize("parallel", [True, False])
 def test_tool_streamer_sends_openai_deltas(parallel: bool) -> None:
     plan = _plan(_hermes(), parallel)
-    content, calls = split_output(plan, QWEN)
+    content, calls, cut = split_output(plan, QWEN)
     streamer = ToolStreamer(plan)
     pieces = [d for p in re.findall(r"\s?\w+|\s|.", QWEN, re.DOTALL) for d in streamer.feed(p)]
     before_finish = len(pieces)
@@ -144,6 +144,7 @@ def test_tool_streamer_sends_openai_deltas(parallel: bool) -> None:
     assert [tuple(v) for _, v in sorted(joined.items())] == [(c.function.name, c.function.arguments) for c in calls]
     assert streamer.calls == len(calls) == (2 if parallel else 1)
     assert before_finish == len(pieces), "every delta came out before the output ended"
+    assert cut is False and streamer.cut is False, "complete calls are not a cut output"
 
 
 def test_a_plugin_parser_without_a_stream_still_streams() -> None:
