@@ -97,7 +97,7 @@ from flexserv_core.settings import (
 from flexserv_core.stash import Stash, StashKey
 from flexserv_core.state.backend import StateBackend
 from flexserv_core.state.limits import plan_eviction
-from flexserv_core.state.owner import request_owner
+from flexserv_core.state.owner import request_owner, request_reads_any_owner
 from flexserv_core.state.records import CollectionLimits, Record, RecordPage
 from flexserv_core.state.store import Collection, StateStore
 from flexserv_core.state.url import redact_url, resolved_state_url
@@ -231,6 +231,7 @@ __all__ = [
     "redact_url",
     "render_chat_template",
     "request_owner",
+    "request_reads_any_owner",
     "resolve_plugin_settings",
     "resolve_settings",
     "resolved_state_url",

@@ -24,7 +24,7 @@ from litestar.handlers.base import BaseRouteHandler
 
 from flexserv_core.errors import UsageError
 from flexserv_core.settings import CoreSettings
-from flexserv_core.state.owner import OWNER_STATE_KEY, key_identity
+from flexserv_core.state.owner import OPERATIONS_STATE_KEY, OWNER_STATE_KEY, key_identity
 
 
 class Scope(StrEnum):
@@ -156,7 +156,9 @@ class KeyRing:
             )
         if scope not in key.scopes:
             raise PermissionDeniedException(f"This API key does not have the '{scope}' scope this route needs.")
-        connection.scope.setdefault("state", {})[OWNER_STATE_KEY] = key.identity
+        state = connection.scope.setdefault("state", {})
+        state[OWNER_STATE_KEY] = key.identity
+        state[OPERATIONS_STATE_KEY] = Scope.OPERATIONS in key.scopes
 
 
 def default_scope(path: str) -> Scope:

@@ -11,7 +11,8 @@ calling these methods. A backend's promises (checked for every backend by
 * :meth:`put` is all-or-nothing: after an error, a cancellation or a crash of the
   process nothing of the record or its blob is visible, and its limits are applied
   in the same transaction as the insert;
-* reads never return an expired record, nor a record of another owner;
+* reads never return an expired record, nor a record of another owner (except
+  :meth:`get_any_owner`, which names the record's owner);
 * a store that cannot be reached raises :class:`~flexserv_core.StateUnavailable`
   (the client gets a 503), never a driver's own exception.
 """
@@ -63,6 +64,11 @@ class StateBackend(ABC):
     @abstractmethod
     async def get(self, collection: str, record_id: str, owner: str | None, *, now: float) -> Record | None:
         """The record, unless it is missing, expired at ``now`` or has another owner."""
+
+    @abstractmethod
+    async def get_any_owner(self, collection: str, record_id: str, *, now: float) -> Record | None:
+        """The record whoever owns it (its ``owner`` says who), unless it is missing or
+        expired at ``now``: an operations key's read (see :func:`~flexserv_core.request_reads_any_owner`)."""
 
     @abstractmethod
     async def delete(self, collection: str, record_id: str, owner: str | None) -> bool:

@@ -73,6 +73,12 @@ class MemoryBackend(StateBackend):
             return None
         return entry.record
 
+    async def get_any_owner(self, collection: str, record_id: str, *, now: float) -> Record | None:
+        entry = self._entry(collection, record_id)
+        if entry is None or not _live(entry, now):
+            return None
+        return entry.record
+
     async def delete(self, collection: str, record_id: str, owner: str | None) -> bool:
         with self._lock:
             entries = self._collections.get(collection)

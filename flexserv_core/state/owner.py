@@ -10,6 +10,8 @@ if TYPE_CHECKING:
 
 #: Where the API-key guard leaves the caller's identity in the request's state.
 OWNER_STATE_KEY = "flexserv_owner"
+#: Where it marks a caller whose key has the operations scope.
+OPERATIONS_STATE_KEY = "flexserv_operations"
 
 
 def key_identity(secret: bytes) -> str:
@@ -23,3 +25,11 @@ def request_owner(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
     API key's identity, or ``None`` on a server without API keys (or a public route)."""
     owner = connection.scope.get("state", {}).get(OWNER_STATE_KEY)
     return owner if isinstance(owner, str) else None
+
+
+def request_reads_any_owner(connection: ASGIConnection[Any, Any, Any, Any]) -> bool:
+    """Whether the request's API key has the ``operations`` scope: it may read what
+    every key created (``Collection.get(..., any_owner=True)``), as operators must, while
+    it still creates records of its own. ``False`` without API keys (every record is
+    then ``None``'s, readable by all) and for keys without that scope."""
+    return connection.scope.get("state", {}).get(OPERATIONS_STATE_KEY) is True

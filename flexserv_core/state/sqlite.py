@@ -206,6 +206,17 @@ class SqliteBackend(StateBackend):
         row = await self._run(select)
         return None if row is None else Record.from_row(row)
 
+    async def get_any_owner(self, collection: str, record_id: str, *, now: float) -> Record | None:
+        def select(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
+            row: tuple[Any, ...] | None = conn.execute(
+                f"SELECT {_COLUMNS} FROM records WHERE collection = ? AND id = ? AND {_LIVE}",
+                (collection, record_id, now),
+            ).fetchone()
+            return row
+
+        row = await self._run(select)
+        return None if row is None else Record.from_row(row)
+
     async def delete(self, collection: str, record_id: str, owner: str | None) -> bool:
         def remove(conn: sqlite3.Connection) -> list[str | None]:
             rows = conn.execute(

@@ -80,8 +80,13 @@ class Collection:
             chunks = bounded(blob, limit)
         return await self.store.backend.put(record, encoded, self.limits, now=now, blob=chunks, replace=replace)
 
-    async def get(self, record_id: str, *, owner: str | None) -> Record | None:
-        """The owner's live record of that id, or ``None``."""
+    async def get(self, record_id: str, *, owner: str | None, any_owner: bool = False) -> Record | None:
+        """The owner's live record of that id, or ``None``. With ``any_owner`` (a
+        request of an operations key: :func:`~flexserv_core.request_reads_any_owner`),
+        the live record whoever owns it; ``record.owner`` names its owner, for
+        :meth:`delete`."""
+        if any_owner:
+            return await self.store.backend.get_any_owner(self.name, record_id, now=self.store.clock())
         return await self.store.backend.get(self.name, record_id, owner, now=self.store.clock())
 
     async def delete(self, record_id: str, *, owner: str | None) -> bool:

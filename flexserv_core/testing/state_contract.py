@@ -99,6 +99,19 @@ class StateBackendContract:
         assert (await notes.list(owner=BOB)).records == []
         assert await notes.get(mine.id, owner=ALICE) is not None
 
+    async def test_an_operations_read_sees_every_owner(self, store: StateStore, clock: ManualClock) -> None:
+        notes = store.collection("notes")
+        mine = await notes.put({"who": "alice"}, owner=ALICE, ttl=10)
+        anonymous = await notes.put({"who": "nobody"}, owner=None)
+        found = await notes.get(mine.id, owner=BOB, any_owner=True)
+        assert found is not None and found.owner == ALICE and found.payload == {"who": "alice"}
+        found = await notes.get(anonymous.id, owner=BOB, any_owner=True)
+        assert found is not None and found.owner is None
+        assert await notes.get("nothing", owner=BOB, any_owner=True) is None
+        assert await store.collection("other").get(mine.id, owner=ALICE, any_owner=True) is None
+        clock.advance(10)
+        assert await notes.get(mine.id, owner=BOB, any_owner=True) is None  # expired for everyone
+
     async def test_records_expire(self, store: StateStore, clock: ManualClock) -> None:
         notes = store.collection("notes", CollectionLimits(max_age=100))
         short = await notes.put({"n": 1}, owner=None, ttl=10)

@@ -47,7 +47,7 @@ def test_facade_has_what_plugins_need() -> None:
         "ContextLengthExceeded", "NotFound", "ModelNotFound", "PayloadTooLarge", "TooManyRequests",
         "ServiceUnavailable", "ModelLoadError", "UsageError", "__version__",
         "StateStore", "Collection", "CollectionLimits", "Record", "RecordPage", "StateBackend",
-        "StateUnavailable", "QuotaExceeded", "request_owner", "redact_url", "plan_eviction", "resolved_state_url",
+        "StateUnavailable", "QuotaExceeded", "request_owner", "request_reads_any_owner", "redact_url", "plan_eviction", "resolved_state_url",
         # a text route outside the core (the Responses API plugin)
         "TextSession", "check_chat_request", "ChatCompletionRequest", "ResponseFormat", "JsonSchemaFormat",
         "Tool", "FunctionDefinition", "ToolChoice", "NamedToolChoice", "NamedFunction", "ToolCallDelta",

@@ -226,6 +226,15 @@ class PostgresBackend(StateBackend):
             row = await cursor.fetchone()
         return None if row is None else Record.from_row(row)
 
+    async def get_any_owner(self, collection: str, record_id: str, *, now: float) -> Record | None:
+        async with self._connection() as conn:
+            cursor = await conn.execute(
+                f"SELECT {_COLUMNS} FROM {RECORDS} WHERE collection = %s AND id = %s AND {_LIVE}",
+                (collection, record_id, now),
+            )
+            row = await cursor.fetchone()
+        return None if row is None else Record.from_row(row)
+
     async def delete(self, collection: str, record_id: str, owner: str | None) -> bool:
         async with self._connection() as conn:
             cursor = await conn.execute(
