@@ -2,7 +2,9 @@
 
 OpenAI's shapes. Files live in the state layer's ``files`` collection: the
 record's payload is the metadata, its blob the bytes. Every read and delete is
-scoped to the caller's API key (``request_owner``): another key's file is a 404.
+scoped to the caller's API key (``request_owner``): another key's file is a 404,
+except for a key with the operations scope, which retrieves, downloads, reads and
+deletes any file by its id (listing shows each key its own files).
 """
 
 from __future__ import annotations
@@ -15,11 +17,20 @@ from litestar.exceptions import ClientException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.response import Stream
 
-from flexserv_core import FlexServer, InvalidRequest, PayloadTooLarge, Settings, request_owner, sniff_media_type
+from flexserv_core import (
+    FlexServer,
+    InvalidRequest,
+    PayloadTooLarge,
+    Settings,
+    request_owner,
+    request_reads_any_owner,
+    sniff_media_type,
+)
 from flexserv_files.content import PURPOSES, CheckedUpload
 from flexserv_files.multipart import Field, FileEnd, FilePart, boundary_of, form_events
 from flexserv_files.names import check_file_id, check_filename, not_found
 from flexserv_files.settings import FilesSettings
+from flexserv_files.spool import Spool, spool_dir
 from flexserv_files.store import files_of
 
 #: Room for the form's fields and boundaries on top of the file itself.
@@ -50,7 +61,7 @@ def _purpose(fields: dict[str, str]) -> str:
     purpose = fields.get("purpose")
     if purpose is None:
         raise InvalidRequest(
-            "Missing 'purpose': send it as a form field before the 'file' part.",
+            "Missing 'purpose': send it as a form field with the 'file' part.",
             param="purpose",
             code="missing_purpose",
         )
@@ -95,6 +106,11 @@ def _too_large(limit: int) -> PayloadTooLarge:
 
 
 async def upload(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
+    """The form's parts may come in any order (``purpose`` after ``file`` too): the
+    file's bytes are spooled to an unnamed temporary file under the cache directory
+    as they arrive (counted against the size limit), and stored once the form is
+    complete and its fields checked. The temporary file has no name on disk, so an
+    upload cut short (or a crash) leaves nothing behind."""
     server = server_of(request)
     limits = server.settings.get(FilesSettings)
     announced = request.content_length
@@ -102,27 +118,29 @@ async def upload(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
         raise _too_large(limits.files_max_bytes)
     events = form_events(_body(request, limits.files_max_bytes), boundary_of(request.headers.get("content-type", "")))
     fields: dict[str, str] = {}
-    record = None
-    async for event in events:
-        if isinstance(event, Field):
-            fields[event.name] = event.value
-        elif isinstance(event, FilePart):
-            if event.name != "file" or record is not None:
-                raise InvalidRequest(
-                    f"Unexpected file part '{event.name[:50]}': send one part named 'file'.", param="file"
-                )
-            purpose = _purpose(fields)
-            payload = {"filename": check_filename(event.filename), "purpose": purpose}
-            checked = CheckedUpload(purpose, limits.files_max_bytes)
-            record = await files_of(server).put(
-                payload,
-                owner=request_owner(request),
-                ttl=_ttl(fields, limits.files_retention),
-                blob=checked.wrap(_file_data(events)),
-                max_blob_bytes=limits.files_max_bytes,
-            )
-    if record is None:
-        raise InvalidRequest("Missing the 'file' part: upload the file as multipart field 'file'.", param="file")
+    async with Spool(spool_dir(server), limits.files_max_bytes) as spool:
+        filename: str | None = None
+        async for event in events:
+            if isinstance(event, Field):
+                fields[event.name] = event.value
+            elif isinstance(event, FilePart):
+                if event.name != "file" or filename is not None:
+                    raise InvalidRequest(
+                        f"Unexpected file part '{event.name[:50]}': send one part named 'file'.", param="file"
+                    )
+                filename = check_filename(event.filename)
+                await spool.write_all(_file_data(events))
+        if filename is None:
+            raise InvalidRequest("Missing the 'file' part: upload the file as multipart field 'file'.", param="file")
+        purpose = _purpose(fields)
+        checked = CheckedUpload(purpose, limits.files_max_bytes)
+        record = await files_of(server).put(
+            {"filename": filename, "purpose": purpose},
+            owner=request_owner(request),
+            ttl=_ttl(fields, limits.files_retention),
+            blob=checked.wrap(spool.chunks()),
+            max_blob_bytes=limits.files_max_bytes,
+        )
     return Response(file_object(record), status_code=200)
 
 
@@ -189,8 +207,11 @@ def _file_id(request: Request[Any, Any, Any]) -> str:
 
 
 async def _record(request: Request[Any, Any, Any]) -> Any:
+    """The file the path names, if the caller may see it: its own, or any with an operations key."""
     file_id = _file_id(request)
-    record = await files_of(server_of(request)).get(file_id, owner=request_owner(request))
+    record = await files_of(server_of(request)).get(
+        file_id, owner=request_owner(request), any_owner=request_reads_any_owner(request)
+    )
     if record is None:
         raise not_found(file_id)
     return record
@@ -219,11 +240,11 @@ async def file_content(request: Request[Any, Any, Any]) -> Stream:
 
 @delete("/v1/files/{file_id:str}", status_code=200, summary="Delete a file", opt={"scope": "inference"})
 async def delete_file(request: Request[Any, Any, Any]) -> dict[str, Any]:
-    file_id = _file_id(request)
-    deleted = await files_of(server_of(request)).delete(file_id, owner=request_owner(request))
+    record = await _record(request)
+    deleted = await files_of(server_of(request)).delete(record.id, owner=record.owner)
     if not deleted:
-        raise not_found(file_id)
-    return {"id": file_id, "object": "file", "deleted": True}
+        raise not_found(record.id)
+    return {"id": record.id, "object": "file", "deleted": True}
 
 
 def routes(settings: Settings) -> list[Any]:

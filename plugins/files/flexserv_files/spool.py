@@ -1,0 +1,87 @@
+"""An upload's bytes on disk while its form is still arriving: bounded, nameless, gone when closed.
+
+The multipart form may carry ``purpose`` (and ``expires_after``) after the file, so
+nothing can be checked or stored until the form ends; the file is written here
+meanwhile, never held in memory. The file is created without a name (``O_TMPFILE``
+where the system has it, else unlinked at once by :func:`tempfile.TemporaryFile`),
+so a cut upload, an error or a crash leaves nothing in the directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+from flexserv_core import FlexServer, PayloadTooLarge, default_cache_dir
+
+#: Bytes written and read back at once.
+READ_CHUNK = 256 * 1024
+
+
+def spool_dir(server: FlexServer) -> Path:
+    """Under the cache directory (the store's own disk), not the system's temporary one."""
+    path = default_cache_dir(server.settings) / "files-spool"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class Spool:
+    """``async with Spool(directory, limit) as spool``: :meth:`write_all`, then :meth:`chunks`."""
+
+    def __init__(self, directory: Path, limit: int) -> None:
+        self.directory = directory
+        self.limit = limit
+        self.size = 0
+        self._file: IO[bytes] | None = None
+
+    async def __aenter__(self) -> Spool:
+        self._file = await asyncio.to_thread(tempfile.TemporaryFile, dir=self.directory)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._file is not None:
+            await asyncio.to_thread(self._file.close)
+            self._file = None
+
+    @property
+    def file(self) -> IO[bytes]:
+        assert self._file is not None, "enter the spool first"
+        return self._file
+
+    async def write_all(self, chunks: AsyncIterator[bytes]) -> None:
+        """Write every chunk, counting them against the limit (413 naming it past it);
+        small chunks are gathered into writes of :data:`READ_CHUNK` bytes or more."""
+        pending = bytearray()
+        async for chunk in chunks:
+            self.size += len(chunk)
+            if self.size > self.limit:
+                raise PayloadTooLarge(
+                    f"The file is larger than this server's limit of {self.limit} bytes (--files-max-bytes).",
+                    param="file",
+                    code="file_too_large",
+                )
+            pending += chunk
+            if len(pending) >= READ_CHUNK:
+                await asyncio.to_thread(self.file.write, bytes(pending))
+                pending.clear()
+        if pending:
+            await asyncio.to_thread(self.file.write, bytes(pending))
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The spooled bytes from the start."""
+        await asyncio.to_thread(self._rewind)
+        while True:
+            chunk: Any = await asyncio.to_thread(self.file.read, READ_CHUNK)
+            if not chunk:
+                return
+            yield chunk
+
+    def _rewind(self) -> None:
+        self.file.flush()
+        self.file.seek(0)
