@@ -460,6 +460,15 @@ async def load_image(url: str, param: str, context: RequestContext) -> ImageInpu
     return _items(pm, hook, results, ImageInput)[0] if results else None
 
 
+async def load_document(file: dict[str, Any], param: str, max_chars: int, context: RequestContext) -> str | None:
+    """The first plugin's text for the document ``file`` names, checked to be a ``str``."""
+    hook = "flexserv_load_document"
+    pm = context.server.pm
+    kwargs = {"file": file, "param": param, "max_chars": max_chars, "context": context}
+    results = await acall_hook(pm, hook, kwargs, firstresult=True)
+    return _items(pm, hook, results, str)[0] if results else None
+
+
 def health(server: FlexServer) -> dict[str, Any]:
     """Plugin facts merged; on a shared key the earlier in call order wins."""
     hook = "flexserv_health"

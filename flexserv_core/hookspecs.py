@@ -28,8 +28,8 @@ Hook policy (one rule for every hook; :mod:`flexserv_core.hooks` enforces it):
   other than ``None``; **collect all** hooks run every implementation and drop
   ``None`` results.
 * **Async.** Only ``flexserv_startup``, ``flexserv_shutdown``,
-  ``flexserv_preprocess_request`` and ``flexserv_load_image`` (:data:`ASYNC_HOOKS`) may
-  return an awaitable; the core awaits each before calling the next. An ``async def``
+  ``flexserv_preprocess_request``, ``flexserv_load_image`` and ``flexserv_load_document``
+  (:data:`ASYNC_HOOKS`) may return an awaitable; the core awaits each before calling the next. An ``async def``
   implementation of any other hook is refused when the plugin registers (start-up
   stops naming the plugin and its distribution); one that returns an awaitable
   anyway is a plugin error when called.
@@ -42,7 +42,7 @@ Hook policy (one rule for every hook; :mod:`flexserv_core.hooks` enforces it):
   models, probes, metrics collectors, routes, startup) the error stops the server: ``flexserv run`` prints it
   (with ``-p no:NAME`` to start without the plugin) and exits non-zero (3 before
   serving, 1 when ``flexserv_startup`` fails). At request time (preprocess, template kwargs, resolve model,
-  load audio, load image, health) it is logged with the plugin and distribution and the client
+  load audio, load image, load document, health) it is logged with the plugin and distribution and the client
   gets an OpenAI-shaped 500 (``type: "server_error"``, ``code: "internal_error"``)
   that names no plugin.
   Observer hooks (``flexserv_shutdown``, ``flexserv_model_event``) log the error
@@ -88,7 +88,15 @@ hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 #: The hooks whose implementations may be ``async def`` (or return an awaitable).
-ASYNC_HOOKS = frozenset({"flexserv_startup", "flexserv_shutdown", "flexserv_preprocess_request", "flexserv_load_image"})
+ASYNC_HOOKS = frozenset(
+    {
+        "flexserv_startup",
+        "flexserv_shutdown",
+        "flexserv_preprocess_request",
+        "flexserv_load_image",
+        "flexserv_load_document",
+    }
+)
 
 
 # --- configuration -----------------------------------------------------------------
@@ -396,6 +404,40 @@ def flexserv_load_image(url: str, param: str, context: RequestContext) -> ImageI
     :param context: this request's context (``context.server.settings`` holds the settings).
 
     First result; may be async; return an :class:`~flexserv_core.ImageInput` (the RGB picture, the sha256 of its bytes), ``None`` means "not a URL I load".
+    """
+
+
+@hookspec(firstresult=True)
+def flexserv_load_document(file: dict[str, Any], param: str, max_chars: int, context: RequestContext) -> str | None:
+    """Read the document of a chat request's ``file`` content part as text for the prompt.
+
+    Called by the text session for each ``{"type": "file", "file": {...}}`` part of a
+    chat (or Responses ``input_file``) request, in order, once the request's model
+    is known and before images are loaded and the prompt is rendered; the text
+    returned replaces the part in the prompt (set off from its neighbours by blank
+    lines). It runs on the event loop: read and OCR in worker threads, and bound the
+    work in bytes, pages and time. The first-party ``ocr`` plugin implements it
+    (text layers of PDFs, OCR of scanned pages and images, pages after ``--- page N
+    of M ---`` lines). Raise :class:`flexserv_core.InvalidRequest` (or another
+    :class:`flexserv_core.FlexServError`: ``NotFound`` for a file id the caller may
+    not read, ``ContextLengthExceeded`` for a text longer than ``max_chars``) with
+    ``param``. With no plugin implementing it, a file part is a 400
+    ``document_input_unavailable`` naming the ``ocr`` plugin; with plugins that all
+    return ``None``, a 400 ``invalid_file``.
+
+    :param file: the part's ``file`` object as the client sent it (untrusted):
+        ``file_id`` (an upload of ``/v1/files``, to be read only if the caller's API
+        key may) or ``file_data`` (base64 or a ``data:`` URL), and ``filename``.
+    :param param: the path to name in errors, e.g. ``messages[0].content[1].file``.
+    :param max_chars: the most characters the text may have: what is left of the
+        model's context (at most :data:`~flexserv_core.api.chat_documents.CHARS_PER_TOKEN`
+        characters a token) after the request's earlier documents. A longer text is
+        a 400 ``context_length_exceeded`` naming the limit (the rendered prompt's
+        tokens are checked against the context again afterwards).
+    :param context: this request's context; ``context.request`` is the HTTP request
+        (whose API key owns the files it may read: ``request_owner``).
+
+    First result; may be async; return the document's text, ``None`` means "not a file I read".
     """
 
 

@@ -39,7 +39,9 @@ class UnsupportedMediaType(FlexServError):
 
 def request_context(request: Request[Any, Any, Any], endpoint: str) -> RequestContext:
     """The request's context; its ``request_id`` is the edge's (``X-Request-Id``)."""
-    context = RequestContext(endpoint=endpoint, server=request.app.state.flexserv, headers=dict(request.headers))
+    context = RequestContext(
+        endpoint=endpoint, server=request.app.state.flexserv, headers=dict(request.headers), request=request
+    )
     request_id = current_request_id()
     if request_id is not None:
         context.request_id = request_id

@@ -105,13 +105,25 @@ class ImageURL(Struct, kw_only=True):
     detail: Literal["auto", "low", "high"] | None = None
 
 
+class FileReference(Struct, kw_only=True):
+    """``file`` of a document part: an uploaded file's ``file_id``, or the document
+    inline as ``file_data`` (base64 or a ``data:`` URL) with an optional ``filename``."""
+
+    file_id: str | None = None
+    file_data: str | None = None
+    filename: str | None = None
+
+
 class ContentPart(Struct, kw_only=True):
-    """One part of a message's content: ``{"type": "text", "text": ...}``, or (for
-    vision-language models, in user messages) ``{"type": "image_url", "image_url": {"url": ...}}``."""
+    """One part of a message's content: ``{"type": "text", "text": ...}``, or (in user
+    messages) ``{"type": "image_url", "image_url": {"url": ...}}`` for vision-language
+    models and ``{"type": "file", "file": {"file_id": ...}}`` for a document, whose
+    text goes into the prompt (read by a plugin: see ``flexserv_load_document``)."""
 
     type: str
     text: str | None = None
     image_url: ImageURL | None = None
+    file: FileReference | None = None
 
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]

@@ -7,7 +7,9 @@ order:
 1. **metrics**: the request's clock starts when the session opens;
 2. **lease**: the model is resolved, loaded if needed and held until the session
    closes (``async with``);
-3. **images**: the chat request's image parts are loaded (an argument of the plan);
+3. **documents and images**: the chat request's file parts are read as text (through
+   the ``flexserv_load_document`` hook, bounded by the model's context) and its image
+   parts loaded (arguments of the plan);
 4. **plan**: the prompt is rendered or tokenized, tools and the output constraint
    are planned, limits are checked and the ``n`` choices get their sampling params;
 5. **prepare**: the constraint is compiled by the platform's constraint service
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from flexserv_core.api.chat_documents import load_documents
 from flexserv_core.api.chat_images import load_images
 from flexserv_core.api.disconnect import until_disconnect
 from flexserv_core.api.message_rules import check_messages
@@ -149,10 +152,11 @@ class TextSession:
     # --- steps 3-7 ------------------------------------------------------------------
 
     async def chat(self, body: ChatCompletionRequest) -> TextPlan:
-        """Images, plan, prepare, deadlines and metrics for a chat request."""
+        """Documents, images, plan, prepare, deadlines and metrics for a chat request."""
         try:
+            documents = await load_documents(self.model, body.messages, self.context)
             images = await load_images(self.model, self.spec, body.messages, self.context)
-            prompt_ids, jobs, tools = await chat_plan(self.model, self.spec, body, self.context, images)
+            prompt_ids, jobs, tools = await chat_plan(self.model, self.spec, body, self.context, images, documents)
             await prepare_jobs(jobs)
         except FlexServError as exc:
             raise self._mapped(exc) from None

@@ -16,6 +16,7 @@ from litestar import MediaType, Request, Response, post
 from msgspec import Meta, Struct
 
 from flexserv_core.api.body import parse_body, request_context
+from flexserv_core.api.chat_documents import load_documents
 from flexserv_core.api.message_rules import check_messages
 from flexserv_core.api.text_bounds import check_chat_bounds, check_prompt_chars
 from flexserv_core.api.text_request import chat_prompt
@@ -91,7 +92,8 @@ async def _prompt_ids(
     )
     check_chat_bounds(chat, core)
     check_messages(chat.messages)
-    ids, _plan = await chat_prompt(model, spec, chat, context, off_loop=True)
+    documents = await load_documents(model, chat.messages, context)  # counted as chat renders them
+    ids, _plan = await chat_prompt(model, spec, chat, context, documents=documents, off_loop=True)
     return ids
 
 
