@@ -54,12 +54,47 @@ class OcrPage(msgspec.Struct, kw_only=True):
         return sum(line.confidence for line in self.lines) / len(self.lines)
 
 
+class OcrBudget:
+    """The OCR time one request may spend (``--ocr-timeout``): the engine's time on its
+    pages (each page's share of its micro-batch) and the time its pages take to decode
+    or render, measured where that work runs. Time spent waiting (for the engine, behind
+    other requests' pages, or for a worker thread) is not counted, so a busy server
+    queues a request rather than failing it. Shared by the event loop and the worker
+    threads that add to it."""
+
+    def __init__(self, limit: float) -> None:
+        self.limit = limit
+        self._spent = 0.0
+        self._lock = threading.Lock()
+
+    def add(self, seconds: float) -> None:
+        with self._lock:
+            self._spent += seconds
+
+    @property
+    def spent(self) -> float:
+        return self._spent
+
+    @property
+    def left(self) -> float:
+        """Seconds left (zero or less: none)."""
+        return self.limit - self._spent
+
+    @property
+    def exhausted(self) -> bool:
+        return self._spent >= self.limit
+
+
 class PageJob(msgspec.Struct, kw_only=True):
-    """One page image to read, and when its request stops waiting (``time.monotonic``)."""
+    """One page image to read, and its request's OCR time budget (``None``: unbounded)."""
 
     image: Any  # PIL.Image.Image, RGB
     languages: list[str] | None = None
-    deadline: float = float("inf")
+    budget: OcrBudget | None = None
+
+    @property
+    def seconds_left(self) -> float:
+        return float("inf") if self.budget is None else self.budget.left
 
 
 class OcrTimeLimit(InvalidRequest):
@@ -125,22 +160,25 @@ class OcrModel(LoadedModel):
         return await self.batcher.submit(job)
 
     def _run_batch(self, jobs: Sequence[PageJob]) -> list[OcrPage | BaseException]:
-        now = time.monotonic()
-        live = [job for job in jobs if job.deadline > now]
+        dropped = {id(job) for job in jobs if job.budget is not None and job.budget.exhausted}
+        live = [job for job in jobs if id(job) not in dropped]
         started = time.perf_counter()
         results = iter(self.read_pages(live) if live else [])
         elapsed = time.perf_counter() - started
+        share = elapsed / len(live) if live else 0.0
         out: list[OcrPage | BaseException] = []
         for job in jobs:
-            if job.deadline <= now:
+            if id(job) in dropped:
                 out.append(OcrTimeLimit("The OCR time limit passed before this page was read.", param=None))
                 continue
+            if job.budget is not None:
+                job.budget.add(share)
             lines = next(results)
             if isinstance(lines, BaseException):
                 out.append(lines)
                 continue
             width, height = job.image.size
-            out.append(OcrPage(width=width, height=height, lines=reading_order(lines), seconds=elapsed / len(live)))
+            out.append(OcrPage(width=width, height=height, lines=reading_order(lines), seconds=share))
         with self._counts_lock:
             self.pages_read += len(live)
             self.seconds_reading += elapsed

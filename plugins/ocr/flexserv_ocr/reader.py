@@ -2,8 +2,10 @@
 
 Pages are prepared (decoded, rendered) in worker threads and read by the model's
 micro-batcher, a few pages of one request in flight at once, so rendering the
-next page overlaps reading this one. Everything runs under the request's time
-limit; cancelling the caller (a client that went away) cancels every page.
+next page overlaps reading this one. Everything runs under the request's OCR time
+budget (:class:`~flexserv_ocr.kinds.OcrBudget`: the time spent preparing and
+reading its pages, not the time it waits behind other requests); cancelling the
+caller (a client that went away) cancels every page.
 """
 
 from __future__ import annotations
@@ -12,19 +14,22 @@ import asyncio
 import base64
 import binascii
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from flexserv_core import PDF_MEDIA_TYPE as PDF
 from flexserv_core import InvalidRequest
 from flexserv_core import sniff_media_type as sniff
 from flexserv_ocr.errors import InputTooLarge, InvalidDocument, TooManyPages
 from flexserv_ocr.images import decode_image
-from flexserv_ocr.kinds import OcrModel, OcrPage, OcrTimeLimit, PageJob
+from flexserv_ocr.kinds import OcrBudget, OcrModel, OcrPage, OcrTimeLimit, PageJob
 from flexserv_ocr.pdf import PdfDocument, select_pages
 from flexserv_ocr.settings import OcrSettings
 
 #: Pages of one request prepared or being read at once.
 PAGES_IN_FLIGHT = 2
+T = TypeVar("T")
 
 
 @dataclass
@@ -92,21 +97,43 @@ class DocumentReader:
         self.limits = limits
         self.options = options
         self.dpi = check_dpi(options.dpi, limits)
-        self.deadline = time.monotonic() + limits.ocr_timeout
+        self.budget = OcrBudget(limits.ocr_timeout)
         self.pages_budget = limits.ocr_max_pages
         if model is not None:
             model.check_languages(options.languages)
 
     async def read_all(self, inputs: list[tuple[bytes, str]]) -> list[ReadDocument]:
-        """Each ``(bytes, param)`` input read into a :class:`ReadDocument`, within the time limit."""
+        """Each ``(bytes, param)`` input read into a :class:`ReadDocument`, within the OCR time budget."""
         try:
-            async with asyncio.timeout(max(0.0, self.deadline - time.monotonic())):
-                return [await self.read_one(data, param) for data, param in inputs]
-        except TimeoutError:
-            raise OcrTimeLimit(
-                f"Reading the document took longer than this server allows ({self.limits.ocr_timeout:g} s, "
-                "--ocr-timeout); select fewer pages or a lower 'dpi'."
-            ) from None
+            return [await self.read_one(data, param) for data, param in inputs]
+        except OcrTimeLimit:
+            raise self._time_limit() from None
+
+    def _time_limit(self) -> OcrTimeLimit:
+        return OcrTimeLimit(
+            f"Reading the document took longer than this server allows ({self.limits.ocr_timeout:g} s of OCR, "
+            "--ocr-timeout); select fewer pages or a lower 'dpi'."
+        )
+
+    def _check_time(self) -> None:
+        if self.budget.exhausted:
+            raise self._time_limit()
+
+    async def _timed(self, work: Callable[..., T], *args: Any) -> T:
+        """``work(*args)`` in a worker thread, its running time (not its wait for a
+        thread) counted against the request's OCR time."""
+        self._check_time()
+
+        def run() -> T:
+            started = time.perf_counter()
+            try:
+                return work(*args)
+            finally:
+                self.budget.add(time.perf_counter() - started)
+
+        result = await asyncio.to_thread(run)
+        self._check_time()
+        return result
 
     async def read_one(self, data: bytes, param: str) -> ReadDocument:
         check_size(data, self.limits, param)
@@ -122,7 +149,7 @@ class DocumentReader:
         if self.options.pages is not None:
             raise InvalidRequest("'pages' selects pages of a PDF; this input is an image.", param="pages")
         self._spend_pages(1)
-        image = await asyncio.to_thread(decode_image, data, self.limits.ocr_max_pixels, f"'{param}'")
+        image = await self._timed(decode_image, data, self.limits.ocr_max_pixels, f"'{param}'")
         page = await self._ocr(image)
         return ReadDocument(media_type=media_type, pages=[page], numbers=[1])
 
@@ -137,8 +164,10 @@ class DocumentReader:
     async def _ocr(self, image: object) -> OcrPage:
         if self.model is None:
             raise InvalidRequest("This page has no text layer and no OCR model reads it.", code="ocr_unavailable")
-        job = PageJob(image=image, languages=self.options.languages, deadline=self.deadline)
-        return await self.model.read(job)
+        self._check_time()
+        page = await self.model.read(PageJob(image=image, languages=self.options.languages, budget=self.budget))
+        self._check_time()
+        return page
 
     async def _read_pdf(self, data: bytes, param: str) -> ReadDocument:
         doc = await asyncio.to_thread(PdfDocument, data, max_document_pages=self.limits.ocr_max_document_pages)
@@ -150,10 +179,10 @@ class DocumentReader:
             async def one(index: int) -> OcrPage:
                 async with slots:
                     if not self.options.force_ocr:
-                        layer = await asyncio.to_thread(doc.text_layer, index, self.dpi)
+                        layer = await self._timed(doc.text_layer, index, self.dpi)
                         if layer is not None:
                             return layer
-                    image = await asyncio.to_thread(doc.render, index, self.dpi, self.limits.ocr_max_pixels)
+                    image = await self._timed(doc.render, index, self.dpi, self.limits.ocr_max_pixels)
                     return await self._ocr(image)
 
             async with asyncio.TaskGroup() as group:

@@ -34,8 +34,9 @@ class OcrSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         float,
         msgspec.Meta(
             gt=0,
-            description="Seconds one OCR request may spend reading pages; past it the remaining pages are "
-            "dropped and the request gets a 422 ocr_time_limit.",
+            description="Seconds of OCR one request may spend (rendering, decoding and reading its pages; time "
+            "waiting behind other requests is not counted); past it the remaining pages are dropped and the "
+            "request gets a 422 ocr_time_limit.",
             extra={"metavar": "SECONDS"},
         ),
     ] = 120.0

@@ -10,7 +10,6 @@ import io
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -81,10 +80,10 @@ class TesseractModel(OcrModel):
         names = [ISO_TO_TESSERACT.get(lang, lang) for lang in languages or ["eng"]]
         return "+".join(dict.fromkeys(names))
 
-    def _read(self, image: Any, languages: list[str] | None, deadline: float) -> list[OcrLine]:
+    def _read(self, image: Any, languages: list[str] | None, remaining: float) -> list[OcrLine]:
+        """``remaining``: the seconds of its request's OCR time left when the page started."""
         buffer = io.BytesIO()
         image.save(buffer, format="PNG")
-        remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise OcrTimeLimit("The OCR time limit passed before this page was read.")
         try:
@@ -107,7 +106,7 @@ class TesseractModel(OcrModel):
         return self._read(image, languages, float("inf"))
 
     def read_pages(self, jobs: Sequence[PageJob]) -> list[list[OcrLine] | BaseException]:
-        futures = [self._pool.submit(self._read, job.image, job.languages, job.deadline) for job in jobs]
+        futures = [self._pool.submit(self._read, job.image, job.languages, job.seconds_left) for job in jobs]
         out: list[list[OcrLine] | BaseException] = []
         for future in futures:
             try:
