@@ -19,6 +19,7 @@ from flexserv_core import (
     plan_eviction,
     redact_url,
     request_owner,
+    request_reads_any_owner,
 )
 from flexserv_core.errors import QuotaExceeded
 from flexserv_core.state.memory import MemoryBackend
@@ -38,7 +39,7 @@ class OwnerPlugin:
             owner = request_owner(request)
             await notes.put({"by": owner}, owner=owner)
             page = await notes.list(owner=owner)
-            return {"owner": owner, "count": len(page.records)}
+            return {"owner": owner, "count": len(page.records), "reads_any": request_reads_any_owner(request)}
 
         return [notes]
 
@@ -92,5 +93,17 @@ async def test_without_api_keys_the_owner_is_none() -> None:
     app = make_app([OwnerPlugin()], settings={"state_url": "memory://"})
     async with app_client(app) as client:
         body = (await client.get("/v1/notes")).json()
-    assert body == {"owner": None, "count": 1}
+    assert body == {"owner": None, "count": 1, "reads_any": False}
     assert isinstance(client, httpx.AsyncClient)
+
+
+async def test_keys_with_the_operations_scope_read_every_owner(tmp_path: Any) -> None:
+    keys = tmp_path / "keys.txt"
+    keys.write_text("user-key inference\nops-key inference,operations\nall-key\n")
+    app = make_app([OwnerPlugin()], settings={"api_keys_file": str(keys), "state_url": "memory://"})
+    async with app_client(app) as client:
+        reads = {
+            key: (await client.get("/v1/notes", headers={"Authorization": f"Bearer {key}"})).json()["reads_any"]
+            for key in ("user-key", "ops-key", "all-key")
+        }
+    assert reads == {"user-key": False, "ops-key": True, "all-key": True}
