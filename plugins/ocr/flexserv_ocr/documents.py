@@ -71,19 +71,22 @@ async def read_reference(
     return docs[0], spec.name
 
 
-async def document_text(request: Request[Any, Any, Any], reference: Mapping[str, Any], *, max_chars: int) -> str:
+async def document_text(
+    request: Request[Any, Any, Any], reference: Mapping[str, Any], *, max_chars: int, param: str = "file"
+) -> str:
     """The text of the document ``reference`` names (an OpenAI ``file`` content part's
     ``file`` object: ``file_id`` or ``file_data``), pages after ``--- page N of M ---``
     markers; a 400 ``context_length_exceeded`` naming ``max_chars`` when it is longer.
 
     PDF pages with a text layer are read from it, other pages and images by the
-    default OCR model. The file must belong to the request's API key."""
-    doc, _ = await read_reference(request, reference)
+    default OCR model. The file must be one the request's API key may read.
+    ``param`` is the part's path in errors (``messages[0].content[1].file``)."""
+    doc, _ = await read_reference(request, reference, param=param)
     text = marked_text(doc)
     if len(text) > max_chars:
         raise ContextLengthExceeded(
             f"The document's text is {len(text)} characters ({len(doc.pages)} pages); this model takes at most "
             f"{max_chars} characters of documents. Send fewer pages.",
-            param="file",
+            param=param,
         )
     return text

@@ -1,7 +1,8 @@
 """Reading an uploaded file's bytes by id: the files plugin's ``files`` collection of the state layer.
 
 The collection belongs to the files plugin; this plugin only reads it, as the
-caller (``request_owner``): another API key's file is a 404 here too.
+caller (``request_owner``): another API key's file is a 404 here too, except for a
+key with the operations scope (``request_reads_any_owner``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 from litestar import Request
 
-from flexserv_core import FlexServer, InvalidRequest, NotFound, request_owner
+from flexserv_core import FlexServer, InvalidRequest, NotFound, request_owner, request_reads_any_owner
 from flexserv_ocr.errors import InputTooLarge
 
 #: The files plugin's state collection and its ids (file- and 32 hex digits).
@@ -27,7 +28,7 @@ async def file_bytes(request: Request[Any, Any, Any], file_id: str, *, limit: in
         )
     server: FlexServer = request.app.state.flexserv
     files = server.store.collection(FILES_COLLECTION)
-    record = await files.get(file_id, owner=request_owner(request))
+    record = await files.get(file_id, owner=request_owner(request), any_owner=request_reads_any_owner(request))
     if record is None or not record.has_blob:
         raise NotFound(f"No such file: '{file_id}'.", param=param, code="file_not_found")
     if (record.blob_size or 0) > limit:

@@ -7,9 +7,10 @@ from typing import Any
 import msgspec
 from litestar.types import ControllerRouterHandler
 
-from flexserv_core import Backend, FlexServer, ModelSpec, Settings, hookimpl
+from flexserv_core import Backend, FlexServer, ModelSpec, RequestContext, Settings, hookimpl
 from flexserv_ocr import extract, routes
 from flexserv_ocr.backends import RapidOcrBackend, TesseractBackend, offered_models
+from flexserv_ocr.documents import document_text
 from flexserv_ocr.kinds import OCR
 from flexserv_ocr.metrics import counts_for
 from flexserv_ocr.settings import OcrSettings
@@ -47,3 +48,13 @@ def flexserv_health(server: FlexServer) -> dict[str, Any]:
     if spec is None:
         return {"ocr_model": None}
     return {"ocr_model": {"model_id": spec.name, "state": server.registry.state_of(spec.name).value}}
+
+
+@hookimpl
+async def flexserv_load_document(
+    file: dict[str, Any], param: str, max_chars: int, context: RequestContext
+) -> str | None:
+    """Chat and Responses ``file`` parts: the document's text (text layer or OCR), pages marked."""
+    if context.request is None:  # no client, so no API key to read files as
+        return None
+    return await document_text(context.request, file, max_chars=max_chars, param=param)

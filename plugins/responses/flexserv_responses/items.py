@@ -2,7 +2,7 @@
 
 Each item is checked here, so an error names its ``input[i]...`` path. Served:
 messages (``role`` + string content or ``input_text``/``output_text``/``refusal``
-parts; ``type: "message"`` optional), ``function_call`` and
+parts, and in user messages ``input_image`` and ``input_file``; ``type: "message"`` optional), ``function_call`` and
 ``function_call_output``. ``reasoning`` items a client sends back are dropped,
 as chat templates drop past reasoning.
 """
@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flexserv_core import InvalidRequest
-from flexserv_responses.images import chat_content, input_image
+from flexserv_responses.images import chat_content, input_file, input_image
 from flexserv_responses.schemas import (
     FunctionCall,
     FunctionCallOutput,
+    InputFile,
     InputImage,
     InputItem,
     InputMessage,
@@ -67,7 +68,9 @@ def _string(item: dict[str, Any], key: str, param: str) -> str:
     return value
 
 
-def _content(value: Any, param: str, images: bool = False) -> tuple[str, list[InputText | OutputText | InputImage]]:
+def _content(
+    value: Any, param: str, media: bool = False
+) -> tuple[str, list[InputText | OutputText | InputImage | InputFile]]:
     if isinstance(value, str):
         return value, [InputText(text=value)]
     if not isinstance(value, list):
@@ -75,12 +78,15 @@ def _content(value: Any, param: str, images: bool = False) -> tuple[str, list[In
             f"'{param}' must be a string or a list of content parts.", param=param, code="invalid_value"
         )
     texts: list[str] = []
-    parts: list[InputText | OutputText | InputImage] = []
+    parts: list[InputText | OutputText | InputImage | InputFile] = []
     for j, part in enumerate(value):
         where = f"{param}[{j}]"
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind == "input_image" and images:
+        if kind == "input_image" and media:
             parts.append(input_image(part, where))
+            continue
+        if kind == "input_file" and media:
+            parts.append(input_file(part, where))
             continue
         if kind not in TEXT_PARTS:
             raise unsupported(
@@ -112,7 +118,7 @@ def _add_item(conversation: Conversation, item: dict[str, Any], param: str) -> N
             raise InvalidRequest(
                 f"'{param}.role' must be one of {', '.join(ROLES)}.", param=f"{param}.role", code="invalid_value"
             )
-        text, parts = _content(item.get("content"), f"{param}.content", images=role == "user")
+        text, parts = _content(item.get("content"), f"{param}.content", media=role == "user")
         content = chat_content(text, parts)
         conversation.messages.append({"role": "system" if role == "developer" else role, "content": content})
         conversation.items.append(InputMessage(id=item.get("id") or item_id("msg"), role=role, content=parts))

@@ -80,6 +80,14 @@ class InputImage(Struct, kw_only=True, tag="input_image", tag_field="type"):
     detail: str = "auto"
 
 
+class InputFile(Struct, kw_only=True, omit_defaults=True, tag="input_file", tag_field="type"):
+    """A document: an uploaded file's ``file_id``, or ``file_data`` inline (``filename`` optional)."""
+
+    file_id: str | None = None
+    file_data: str | None = None
+    filename: str | None = None
+
+
 class OutputMessage(Struct, kw_only=True, tag="message", tag_field="type"):
     id: str
     role: Literal["assistant"] = "assistant"
@@ -93,7 +101,7 @@ class InputMessage(Struct, kw_only=True, tag="message", tag_field="type"):
     id: str
     role: str
     status: ResponseStatus = "completed"
-    content: list[InputText | OutputText | InputImage] = []
+    content: list[InputText | OutputText | InputImage | InputFile] = []
 
 
 class ReasoningItem(Struct, kw_only=True, tag="reasoning", tag_field="type"):
