@@ -1,8 +1,9 @@
 """OpenAI's rules for chat messages, role by role, checked before a model is acquired.
 
 * ``system`` / ``developer``: ``content`` is required: a string or text parts.
-* ``user``: ``content`` is required: a string or parts (only text parts are served;
-  others are refused when the prompt is built).
+* ``user``: ``content`` is required: a string or parts (text parts; ``image_url``
+  parts for models that take images and ``file`` parts, read when the session
+  opens; other types are refused when the prompt is built).
 * ``assistant``: ``content`` (a string, or text / refusal parts) or ``tool_calls``
   is required; ``content`` may be null when it made tool calls.
 * ``tool``: ``content`` (a string or text parts) and ``tool_call_id`` are required.
