@@ -16,6 +16,7 @@ from flexserv_core import ContextLengthExceeded, FlexServer, InvalidRequest
 from flexserv_ocr.errors import EngineNotInstalled
 from flexserv_ocr.files import file_bytes
 from flexserv_ocr.kinds import OCR, OcrModel
+from flexserv_ocr.metrics import counts_for
 from flexserv_ocr.reader import DocumentReader, ReadDocument, ReadOptions, decode_base64
 from flexserv_ocr.settings import OcrSettings
 
@@ -68,6 +69,9 @@ async def read_reference(
     async with server.registry.acquire(spec.name, OcrModel) as lease:
         reader = DocumentReader(lease.model, limits, options or ReadOptions())
         docs = await until_disconnect(request, reader.read_all([(data, param)]))
+    counts = counts_for(server.settings)  # pages read for chat and extraction count as /v1/ocr's do
+    for page in docs[0].pages:
+        counts.add(spec.name, page.source, page.seconds)
     return docs[0], spec.name
 
 

@@ -37,7 +37,7 @@ EXPECTED = (
 def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("chat-documents")
     keys = root / "keys.txt"
-    keys.write_text(f"{KEYS['alice']} inference\n{KEYS['bob']} inference\n{KEYS['ops']} inference,operations\n")
+    keys.write_text(f"{KEYS['alice']} inference\n{KEYS['bob']} inference\n{KEYS['ops']}\n")  # ops: every scope
     settings = {"state_url": f"sqlite:///{root / 'state.db'}", "api_keys_file": str(keys)}
     with ServedApp(make_app(["ocr", "files", "transformers", "responses"], settings=settings)) as url:
         yield url
@@ -86,6 +86,8 @@ def test_chat_about_an_uploaded_pdf(base_url: str, uploaded: str, expected_token
     assert answer.choices[0].message.content is not None and answer.usage is not None and plain.usage is not None
     assert answer.usage.prompt_tokens == expected_tokens
     assert answer.usage.prompt_tokens > plain.usage.prompt_tokens + 40  # the document's ~60 tokens are there
+    metrics = httpx.get(f"{base_url}/metrics", headers={"Authorization": f"Bearer {KEYS['ops']}"}, timeout=30).text
+    assert 'flexserv:ocr_pages_total{model="rapidocr",source="text_layer"}' in metrics  # its pages are counted
 
 
 def test_inline_file_data_and_streaming(base_url: str, expected_tokens: int) -> None:
