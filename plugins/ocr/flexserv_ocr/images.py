@@ -56,4 +56,4 @@ def to_rgb(image: Any) -> Any:
         background = Image.new("RGB", rgba.size, "white")
         background.paste(rgba, mask=rgba.getchannel("A"))
         return background
-    return image.convert("RGB")
+    return image if image.mode == "RGB" else image.convert("RGB")

@@ -57,9 +57,12 @@ class RapidOcrModel(OcrModel):
         logging.getLogger("RapidOCR").setLevel(logging.WARNING)
 
     def read_page(self, image: Any, languages: list[str] | None) -> list[OcrLine]:
-        # RapidOCR takes OpenCV's BGR channel order for arrays
-        array = np.ascontiguousarray(np.asarray(image.convert("RGB"))[:, :, ::-1])
-        return lines_from_output(self.engine(array))
+        import cv2  # RapidOCR's own dependency
+
+        # RapidOCR takes OpenCV's BGR channel order for arrays: one pass over the pixels
+        # (no RGB copy of an RGB page, no strided flip then a contiguous copy)
+        rgb = np.asarray(image if image.mode == "RGB" else image.convert("RGB"))
+        return lines_from_output(self.engine(cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)))
 
     def unload(self) -> None:
         super().unload()
