@@ -67,7 +67,7 @@ def expected_tokens(base_url: str) -> int:
     return count
 
 
-def ask(file: dict[str, Any]) -> list[dict[str, Any]]:
+def ask(file: dict[str, Any]) -> Any:  # the SDK's message TypedDicts have no file-data-as-dict form
     return [{"role": "user", "content": [{"type": "text", "text": QUESTION}, {"type": "file", "file": file}]}]
 
 
@@ -103,14 +103,10 @@ def test_inline_file_data_and_streaming(base_url: str, expected_tokens: int) -> 
 def test_responses_input_file(base_url: str, uploaded: str, expected_tokens: int) -> None:
     alice = sdk(base_url, "alice")
     for file in ({"file_id": uploaded}, {"file_data": data_url(PDF, "application/pdf"), "filename": "a.pdf"}):
+        content: Any = [{"type": "input_text", "text": QUESTION}, {"type": "input_file", **file}]
         response = alice.responses.create(
             model="SmolLM2-135M-Instruct",
-            input=[
-                {
-                    "role": "user",
-                    "content": [{"type": "input_text", "text": QUESTION}, {"type": "input_file", **file}],
-                }
-            ],
+            input=[{"role": "user", "content": content}],
             max_output_tokens=16,
             temperature=0,
         )
