@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from flexserv_ocr.testing import INVOICE_LINES, data_url, text_pdf
+from flexserv_ocr.testing import INVOICE_LINES, data_url, image_pdf, render_lines, text_pdf
 
 from flexserv_core.testing import ServedApp, make_app
 
@@ -98,6 +98,16 @@ def test_inline_file_data_and_streaming(base_url: str, expected_tokens: int) -> 
     chunks = list(chat(alice, inline, stream=True, stream_options={"include_usage": True}))
     usage = chunks[-1].usage
     assert usage is not None and usage.prompt_tokens == expected_tokens
+
+
+def test_a_scanned_pdf_is_read_by_ocr(base_url: str, expected_tokens: int) -> None:
+    """No text layer: the page is OCRed, and its text reaches the prompt as the text layer's would."""
+    scan = image_pdf([render_lines(INVOICE_LINES[:2]), render_lines(INVOICE_LINES[2:])])
+    answer = chat(sdk(base_url, "alice"), {"file_data": data_url(scan, "application/pdf")})
+    # RapidOCR reads these rendered lines exactly (test_accuracy.py), so the prompt is the same
+    assert answer.usage is not None and answer.usage.prompt_tokens == expected_tokens
+    metrics = httpx.get(f"{base_url}/metrics", headers={"Authorization": f"Bearer {KEYS['ops']}"}, timeout=30).text
+    assert 'flexserv:ocr_pages_total{model="rapidocr",source="ocr"} 2.0' in metrics
 
 
 def test_responses_input_file(base_url: str, uploaded: str, expected_tokens: int) -> None:
