@@ -1,7 +1,8 @@
 """Tesseract through its command line (Debian's ``tesseract-ocr``): TSV words grouped into lines.
 
 Each page is its own process, so the pages of one micro-batch run in parallel
-(one process per core) and a page past its deadline is killed, not waited for.
+(one process per core) and a page that runs past what is left of its request's OCR time
+is killed, not waited for.
 """
 
 from __future__ import annotations
