@@ -73,10 +73,18 @@ def test_releasable_blocks_and_the_blocks_a_lone_sequence_needs() -> None:
     assert BlockManager(16, BS, window=9).window_blocks == 3  # 9 positions back from 8: 0..8
     assert BlockManager(16, BS, window=10).window_blocks == 4  # from 11: 2..11, 3 blocks, and 12 needs a 4th
     assert BlockManager(16, BS, window=1).window_blocks == 1
+    one = BlockManager(16, 1, window=WINDOW)  # one-token blocks: nothing before position 0
+    assert [one.releasable(n) for n in (0, 7, 8, 9)] == [0, 0, 1, 2]
     plain = BlockManager(16, BS)
     assert plain.releasable(10_000) == 0 and plain.window_blocks is None
-    with pytest.raises(ValueError, match="window"):
+    with pytest.raises(ValueError, match="window must be positive"):
         BlockManager(16, BS, window=0)
+
+
+def test_releasing_a_hole_is_an_error() -> None:
+    bm = BlockManager(4, BS, window=WINDOW)
+    with pytest.raises(RuntimeError, match="a hole of a block table"):
+        bm.release([HOLE])
 
 
 @pytest.mark.parametrize("caching", [True, False])
@@ -120,8 +128,11 @@ def test_a_pool_of_one_window_serves_a_lone_sequence_of_any_length(make_seq: Mak
     assert len(seq.tokens) == 120
 
 
-def test_preempting_and_readmitting_windowed_sequences_releases_each_block_once(make_seq: MakeSeq) -> None:
-    sch = scheduler(6)
+@pytest.mark.parametrize("caching", [True, False])
+def test_preempting_and_readmitting_windowed_sequences_releases_each_block_once(
+    make_seq: MakeSeq, caching: bool
+) -> None:
+    sch = scheduler(6, caching=caching)
     seqs = [make_seq(list(range(100 * i + 1, 100 * i + 31))) for i in range(3)]
     for seq in seqs:
         sch.add(seq)
