@@ -261,8 +261,7 @@ def build_tiny_family(
         eos_token_id=eos,
         pad_token_id=bos,
         tie_word_embeddings=tie,
-        **sizes,
-        **{**fam.config, **(config or {})},
+        **{**sizes, **fam.config, **(config or {})},
     )
     model = getattr(transformers, fam.model_class)(config).eval()
     _randomize(model, seed)
