@@ -150,6 +150,19 @@ async def test_a_pool_smaller_than_the_context_serves_it_whole() -> None:
         exact.close()
 
 
+async def test_without_the_prefix_cache_given_back_blocks_are_free_at_once() -> None:
+    model, ref, prompts = build("Mistral (windowed)")
+    engine = engine_for(model, kv_cache_blocks=3, prefix_caching=False)  # exactly a window's blocks
+    try:
+        assert engine.max_sequence_tokens == 256
+        got = await asyncio.gather(*(greedy(engine, p, 30) for p in prompts[:2]))
+        assert list(got) == [reference(ref, p, 30) for p in prompts[:2]]
+        stats = engine.stats()["kv_cache"]
+        assert (stats["used_blocks"], stats["cached_blocks"], stats["free_blocks"]) == (0, 0, 3)
+    finally:
+        engine.close()
+
+
 async def test_prefix_cache_hits_across_the_window_stay_exact_after_the_head_is_evicted() -> None:
     model, ref, prompts = build("Mistral (windowed)")
     first, n = prompts[0], 24
