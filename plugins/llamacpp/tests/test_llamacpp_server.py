@@ -348,7 +348,7 @@ async def test_repetition_penalty_breaks_a_loop(server: tuple[str, Any]) -> None
         plain = await text()
         assert plain.count("apple") >= 4  # greedy continues the loop
         penalised = await text(repetition_penalty=2.0)
-        assert penalised != plain and penalised.count("apple") < 2
+        assert "apple" not in penalised  # the prompt's tokens count from the first token on
         assert await text(repetition_penalty=1.0) == plain
 
 

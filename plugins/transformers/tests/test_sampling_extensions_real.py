@@ -88,7 +88,7 @@ def test_repetition_penalty_breaks_a_loop(sdk: openai.OpenAI) -> None:
     plain = complete(sdk, max_tokens=10, temperature=0).text
     assert plain.count("apple") >= 4  # greedy continues the loop
     penalised = complete(sdk, max_tokens=10, temperature=0, extra_body={"repetition_penalty": 2.0}).text
-    assert penalised != plain and penalised.count("apple") < 2
+    assert "apple" not in penalised  # the prompt's tokens count from the first token on
     same = complete(sdk, max_tokens=10, temperature=0, extra_body={"repetition_penalty": 1.0}).text
     assert same == plain
 
