@@ -107,3 +107,24 @@ async def test_the_fixture_client_streams_when_asked(flexserv_openai: Any, fake:
     m = model(fake)
     await wait_until_async(lambda: m.cancelled_sequences == 1, timeout=5)
     assert m.tokens_emitted < 50
+
+
+async def test_the_transport_returns_a_read_once_the_app_is_done() -> None:
+    import httpx
+
+    from flexserv_core.testing.asgi_stream import StreamingASGITransport
+
+    done: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        assert (await receive())["body"] == b"ping"
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"x-a", b"1")]})
+        await send({"type": "http.response.body", "body": b"po", "more_body": True})
+        await send({"type": "http.response.body", "body": b"ng", "more_body": False})
+        assert (await receive())["type"] == "http.disconnect"  # the response is complete
+        await asyncio.sleep(0.05)  # work after the last byte (metrics, clean-up)
+        done.append("after")
+
+    async with httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://t") as client:
+        r = await client.post("/x", content=b"ping")
+    assert (r.status_code, r.headers["x-a"], r.content, done) == (200, "1", b"pong", ["after"])
