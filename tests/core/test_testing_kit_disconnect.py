@@ -127,4 +127,4 @@ async def test_the_transport_returns_a_read_once_the_app_is_done() -> None:
 
     async with httpx.AsyncClient(transport=StreamingASGITransport(app), base_url="http://t") as client:
         r = await client.post("/x", content=b"ping")
-    assert (r.status_code, r.headers["x-a"], r.content, done) == (200, "1", b"pong", ["after"])
+        assert (r.status_code, r.headers["x-a"], r.content, done) == (200, "1", b"pong", ["after"])
