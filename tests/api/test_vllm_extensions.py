@@ -194,6 +194,9 @@ def test_dropped_fields_are_named_in_a_header(sdk: openai.OpenAI) -> None:
     assert [c for c in raw.parse()]  # the stream itself is whole
     clean = sdk.chat.completions.with_raw_response.create(model=EXT, messages=USER, max_tokens=2)
     assert HEADER not in clean.headers
+    with pytest.raises(openai.BadRequestError) as info:  # an error response says so too
+        sdk.chat.completions.create(model=EXT, messages=USER, max_tokens=2, extra_body={"min_p": 7, "beam": 1})
+    assert info.value.response.headers[HEADER] == "beam"
 
 
 def test_the_header_is_bounded_and_safe(served: tuple[str, Any, Any]) -> None:
