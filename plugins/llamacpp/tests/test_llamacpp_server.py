@@ -365,6 +365,13 @@ async def test_guided_fields_constrain_the_output(server: tuple[str, Any]) -> No
             extra_body={"guided_choice": ["yes", "no"]},
         )
         assert choice.choices[0].message.content in ("yes", "no")
+        grammar = await client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Is the sky blue?"}],
+            max_tokens=5,
+            extra_body={"guided_grammar": 'start: "Yes, sir" | "No, sir"'},
+        )
+        assert grammar.choices[0].message.content in ("Yes, sir", "No, sir")
         regex = await client.completions.create(
             model=MODEL, prompt="My phone number is", max_tokens=12, extra_body={"guided_regex": r" \d{3}-\d{4}"}
         )

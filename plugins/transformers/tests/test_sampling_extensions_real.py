@@ -101,6 +101,13 @@ def test_guided_fields_constrain_the_output(sdk: openai.OpenAI) -> None:
         extra_body={"guided_choice": ["yes", "no"]},
     )
     assert choice.choices[0].message.content in ("yes", "no")
+    grammar = sdk.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Is the sky blue?"}],
+        max_tokens=5,
+        extra_body={"guided_grammar": 'start: "Yes, sir" | "No, sir"'},  # Lark, as structured_outputs.grammar
+    )
+    assert grammar.choices[0].message.content in ("Yes, sir", "No, sir")
     regex = complete(sdk, "My phone number is", max_tokens=12, extra_body={"guided_regex": r" \d{3}-\d{4}"}).text
     assert re.fullmatch(r" \d{3}-\d{4}", regex), regex
     schema = {
