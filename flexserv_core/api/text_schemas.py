@@ -36,9 +36,10 @@ MinP = Annotated[
 RepetitionPenalty = Annotated[
     float,
     Meta(
-        gt=0.0,
-        description="Divide positive / multiply negative logits of tokens already in the prompt or output (1: off)."
-        " Extension.",
+        ge=0.01,
+        le=100.0,
+        description="Divide positive / multiply negative logits of tokens already in the prompt or output (1: off;"
+        " 0.01-100, which keeps logits finite). Extension.",
     ),
 ]
 MinTokens = Annotated[

@@ -90,6 +90,8 @@ BAD_VALUES: list[tuple[str, Any]] = [
     ("min_p", 1.5),
     ("repetition_penalty", 0),
     ("repetition_penalty", -1.0),
+    ("repetition_penalty", 1e-300),  # float32 makes it 0: logits / 0
+    ("repetition_penalty", 1e300),
     ("min_tokens", -1),
     ("min_tokens", 1.5),
     ("ignore_eos", "yes"),
