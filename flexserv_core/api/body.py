@@ -23,6 +23,7 @@ from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from flexserv_core import hooks
 from flexserv_core.api.field_warnings import UNKNOWN_FIELDS
 from flexserv_core.api.openai_params import check_openai_parameters
+from flexserv_core.edge.ignored_fields import note_ignored
 from flexserv_core.edge.request_id import current_request_id
 from flexserv_core.errors import FlexServError, InvalidRequest, PayloadTooLarge, quote
 from flexserv_core.request_context import RequestContext
@@ -145,6 +146,7 @@ def validate(
         path = unknown[0]
         raise InvalidRequest(f"Unrecognized request argument supplied: {path}", param=path, code="unexpected_field")
     UNKNOWN_FIELDS.warn(endpoint, unknown)
+    note_ignored(unknown)  # the client learns of them too (X-FlexServ-Ignored-Fields)
     known = frozenset(schema.__struct_fields__)  # not the tuple: a body may carry 10^5 keys
     for key in [k for k in body if k not in known]:
         del body[key]

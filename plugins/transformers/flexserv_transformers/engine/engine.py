@@ -188,6 +188,7 @@ class PagedEngine:
             device=self.device,
             grammar=grammar,
             media=media,
+            eos_token_ids=self.eos_token_ids,
         )
         limit = self.settings.transformers_max_batch_size + self.settings.transformers_max_queued_requests
         with self._wake:

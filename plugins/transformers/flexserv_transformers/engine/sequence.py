@@ -37,13 +37,21 @@ class Sequence:
         device: str = "cpu",
         grammar: TokenMatcher | None = None,
         media: PromptMedia | None = None,
+        eos_token_ids: frozenset[int] = frozenset(),
     ) -> None:
         self.id = next(_ids)
         self.prompt_len = len(prompt_ids)
         self.tokens = list(prompt_ids)
         self.params = params
         self.max_total_tokens = max_total_tokens
-        self.sampler = SamplerState(params, vocab_size=vocab_size, device=device, grammar=grammar)
+        self.sampler = SamplerState(
+            params,
+            vocab_size=vocab_size,
+            device=device,
+            grammar=grammar,
+            prompt_ids=prompt_ids,
+            eos_token_ids=eos_token_ids,
+        )
         self.loop = loop
         self.queue = queue
         self.blocks: list[int] = []  # block table: position p is in blocks[p // block_size]
