@@ -11,6 +11,7 @@ from flexserv_core._version import VERSION as __version__
 from flexserv_core.api.wire_schemas import ErrorResponse
 from flexserv_core.backends.base import (
     RESERVED_TEMPLATE_KWARGS,
+    SAMPLING_EXTENSIONS,
     Backend,
     Constraint,
     ConstraintKind,
@@ -109,6 +110,7 @@ __all__ = [
     "PROJECT_NAME",
     "READY",
     "RESERVED_TEMPLATE_KWARGS",
+    "SAMPLING_EXTENSIONS",
     "Backend",
     "BatchRunner",
     "BlockedMasks",

@@ -27,15 +27,18 @@ class StopMatcher:
         #: Whether a stop string was found; nothing more is released after it.
         self.stopped = False
 
-    def feed(self, piece: str) -> str:
+    def feed(self, piece: str, *, check: bool = True) -> str:
         """Add ``piece``; return the text now safe to emit (may be empty).
 
         When a stop string completes, returns the text before it, sets
         :attr:`stopped`, and drops the stop string and everything after it.
+        With ``check`` false (before ``min_tokens``), stop strings are not looked
+        for: ``piece`` and whatever was held are released as they are.
         """
         if self.stopped:
             return ""
-        if not self.stops:
+        if not self.stops or not check:
+            piece, self._held = self._held + piece, ""
             self.released += len(piece)
             return piece
         text = self._held + piece

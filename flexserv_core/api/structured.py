@@ -5,7 +5,9 @@ object, token ids that are integers in the vocabulary); the backend compiles the
 constraint in :meth:`TextGenerationModel.prepare` and answers 400 for one it
 cannot enforce. ``structured_outputs`` is FlexServ's extension (vLLM's name and
 fields): ``{"json": schema}``, ``{"json_object": true}``, ``{"regex": pattern}``,
-``{"choice": [strings]}`` or ``{"grammar": lark}``.
+``{"choice": [strings]}`` or ``{"grammar": lark}``. vLLM's older spellings of the
+same, the top-level ``guided_json``, ``guided_regex``, ``guided_choice`` and
+``guided_grammar``, map onto it (:func:`guided_constraint`); errors name them.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from flexserv_core.api.text_schemas import LogitBias, ResponseFormat, Structured
 from flexserv_core.backends.base import Constraint
 from flexserv_core.errors import InvalidRequest
 
-__all__ = ["check_logit_bias", "json_schema_constraint", "request_constraint"]
+__all__ = ["GUIDED_FIELDS", "check_logit_bias", "guided_constraint", "json_schema_constraint", "request_constraint"]
+
+#: vLLM's request fields for structured outputs, before ``structured_outputs``.
+GUIDED_FIELDS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
 
 
 def json_schema_constraint(schema: Any, param: str) -> Constraint:
@@ -65,11 +70,47 @@ def _structured_outputs(so: StructuredOutputs) -> Constraint:
     return Constraint(kind="grammar", spec=so.grammar or "", param=param)
 
 
+def guided_constraint(body: Any) -> Constraint | None:
+    """The constraint of a request's ``guided_*`` fields (``body``: a chat or
+    completions request), if it sets one; setting several is a 400."""
+    given = [name for name in GUIDED_FIELDS if getattr(body, name, None) is not None]
+    if not given:
+        return None
+    if len(given) > 1:
+        raise InvalidRequest(
+            f"Send only one of {', '.join(repr(n) for n in GUIDED_FIELDS)} (got {', '.join(given)}).",
+            param=given[1],
+        )
+    name = given[0]
+    value = getattr(body, name)
+    if name == "guided_json":
+        if isinstance(value, str):  # vLLM takes the schema as JSON text too
+            try:
+                value = json.loads(value)
+            except ValueError as exc:
+                raise InvalidRequest(f"'guided_json' is a string but not JSON: {exc}.", param=name) from None
+        return json_schema_constraint(value, name)
+    if name == "guided_regex":
+        return Constraint(kind="regex", spec=value, param=name)
+    if name == "guided_choice":
+        return Constraint(kind="choice", spec=json.dumps(value), param=name)
+    return Constraint(kind="grammar", spec=value, param=name)
+
+
 def request_constraint(
-    response_format: ResponseFormat | None, structured_outputs: StructuredOutputs | None
+    response_format: ResponseFormat | None,
+    structured_outputs: StructuredOutputs | None,
+    guided: Constraint | None = None,
 ) -> Constraint | None:
-    """The request's output constraint, if any; both fields at once is a 400."""
+    """The request's output constraint, if any: from ``response_format``,
+    ``structured_outputs`` or the ``guided_*`` fields (``guided``, see
+    :func:`guided_constraint`); two of them at once is a 400."""
     from_format = _response_format(response_format) if response_format is not None else None
+    if guided is not None:
+        if structured_outputs is not None or from_format is not None:
+            other = "structured_outputs" if structured_outputs is not None else "response_format"
+            raise InvalidRequest(f"Use either '{other}' or '{guided.param}', not both.", param=guided.param)
+        return guided
     if structured_outputs is None:
         return from_format
     if from_format is not None:

@@ -116,7 +116,8 @@ async def run_choice(job: ChoiceJob) -> AsyncGenerator[ChoiceEvent, None]:
                     top = list(delta.top_logprobs or ())[: job.params.top_logprobs]
                     sampled = SampledToken(delta.text, delta.logprob, top)
             aligner.add(sampled, delta.text)
-            text = matcher.feed(delta.text)
+            # vLLM's min_tokens: no stop string ends a choice before it has more tokens
+            text = matcher.feed(delta.text, check=count > job.params.min_tokens)
             if matcher.stopped:
                 finish = "stop"
                 stop_event = ChoiceEvent(job.index, text, aligner.cut(matcher.released))

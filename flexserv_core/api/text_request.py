@@ -15,7 +15,7 @@ import msgspec
 from flexserv_core import hooks
 from flexserv_core.api.chat_documents import Documents
 from flexserv_core.api.chat_images import Images
-from flexserv_core.api.structured import check_logit_bias, request_constraint
+from flexserv_core.api.structured import check_logit_bias, guided_constraint, request_constraint
 from flexserv_core.api.text_bounds import default_budget
 from flexserv_core.api.text_generation import ChoiceJob, ChoiceResult
 from flexserv_core.api.text_schemas import ChatCompletionRequest, ChatMessage, CompletionRequest
@@ -78,7 +78,20 @@ def sampling_params(
         top_logprobs=top_logprobs,
         constraint=constraint,
         logit_bias=logit_bias,
+        min_p=body.min_p or 0.0,
+        repetition_penalty=1.0 if body.repetition_penalty is None else body.repetition_penalty,
+        min_tokens=body.min_tokens or 0,
+        ignore_eos=bool(body.ignore_eos),
     )
+
+
+def check_min_tokens(body: ChatCompletionRequest | CompletionRequest, max_tokens: int, max_tokens_param: str) -> None:
+    """``min_tokens`` may not exceed the budget (vLLM's rule), given or defaulted."""
+    if body.min_tokens is not None and body.min_tokens > max_tokens:
+        raise InvalidRequest(
+            f"'min_tokens' ({body.min_tokens}) must be at most the request's '{max_tokens_param}' ({max_tokens}).",
+            param="min_tokens",
+        )
 
 
 async def prepare_jobs(jobs: list[ChoiceJob]) -> None:
@@ -228,11 +241,12 @@ async def chat_plan(
     plan ``n`` choices: ``(prompt_ids, jobs, tool plan)``; the plan is ``None`` without tools."""
     check_chat(body)
     prompt_ids, plan = await chat_prompt(model, spec, body, context, images, documents=documents)
-    constraint = request_constraint(body.response_format, body.structured_outputs)
+    constraint = request_constraint(body.response_format, body.structured_outputs, guided_constraint(body))
     if plan is not None and plan.constraint is not None:
         if constraint is not None:
             raise InvalidRequest(
-                "A required or named 'tool_choice' cannot be combined with 'response_format' or 'structured_outputs'.",
+                "A required or named 'tool_choice' cannot be combined with 'response_format', 'structured_outputs'"
+                " or 'guided_*'.",
                 param="tool_choice",
             )
         constraint = plan.constraint
@@ -246,6 +260,7 @@ async def chat_plan(
     )
     if requested is None:
         max_tokens = default_budget(max_tokens, body.n or 1, context.server.settings.core)
+    check_min_tokens(body, max_tokens, max_tokens_param)
     logprobs = bool(body.logprobs)
     top = (body.top_logprobs or 0) if logprobs else 0
     stops = stop_strings(body.stop)
@@ -316,7 +331,7 @@ def completion_jobs(
             f"At most {MAX_SEQUENCES} sequences (prompts x max(n, best_of)) per request; this asks for {len(prompts) * n}.",
             param="prompt",
         )
-    constraint = request_constraint(None, body.structured_outputs)
+    constraint = request_constraint(None, body.structured_outputs, guided_constraint(body))
     logit_bias = check_logit_bias(body.logit_bias, model.limits.vocab_size)
     # best_of ranks candidates by their cumulative logprob, so they need their logprobs
     logprobs = body.logprobs is not None or n > (body.n or 1)
@@ -334,6 +349,7 @@ def completion_jobs(
         )
         if body.max_tokens is None:
             max_tokens = default_budget(max_tokens, len(prompts) * n, core)
+        check_min_tokens(body, max_tokens, "max_tokens")
         for i in range(n):
             params = sampling_params(
                 body,

@@ -29,6 +29,22 @@ StopString = Annotated[str, Meta(min_length=1)]
 #: How many stop strings, and how long, is bounded by settings (text_bounds), not here.
 Stop = StopString | list[StopString]
 TopK = Annotated[int, Meta(ge=-1, description="Sample from the k most likely tokens (0 or -1: no limit). Extension.")]
+MinP = Annotated[
+    float,
+    Meta(ge=0.0, le=1.0, description="Drop tokens less likely than min_p x the most likely one (0: off). Extension."),
+]
+RepetitionPenalty = Annotated[
+    float,
+    Meta(
+        ge=0.01,
+        le=100.0,
+        description="Divide positive / multiply negative logits of tokens already in the prompt or output (1: off;"
+        " 0.01-100, which keeps logits finite). Extension.",
+    ),
+]
+MinTokens = Annotated[
+    int, Meta(ge=0, description="No end of sequence or stop string before this many tokens. Extension.")
+]
 
 
 #: OpenAI's logit_bias: token id (as a string key) -> -100..100 (checked in ``structured``, to name the key).
@@ -142,7 +158,8 @@ class ChatMessage(Struct, kw_only=True):
 
 
 class _SamplingFields(Struct, kw_only=True):
-    """Fields chat and completions share."""
+    """Fields chat and completions share; ``top_k`` to ``guided_grammar`` are vLLM's
+    extensions (``guided_*``: the older spellings of ``structured_outputs``)."""
 
     model: str | None = None
     max_tokens: PositiveInt | None = None
@@ -159,6 +176,15 @@ class _SamplingFields(Struct, kw_only=True):
     logit_bias: LogitBias | None = None
     structured_outputs: StructuredOutputs | None = None
     user: str | None = None
+    min_p: MinP | None = None
+    repetition_penalty: RepetitionPenalty | None = None
+    min_tokens: MinTokens | None = None
+    ignore_eos: bool | None = None
+    #: a schema, or (as vLLM takes it) the schema as JSON text
+    guided_json: dict[str, Any] | bool | str | None = None
+    guided_regex: Annotated[str, Meta(min_length=1)] | None = None
+    guided_choice: Annotated[list[Annotated[str, Meta(min_length=1)]], Meta(min_length=1)] | None = None
+    guided_grammar: Annotated[str, Meta(min_length=1)] | None = None
 
 
 class ChatCompletionRequest(_SamplingFields, kw_only=True):

@@ -194,6 +194,12 @@ class SamplingParams(msgspec.Struct, kw_only=True):
 
     ``logit_bias``: token id -> value added to its logit before sampling (OpenAI's
     -100..100). ``constraint``: the output must match it (EOS only where it is complete).
+
+    ``min_p``, ``repetition_penalty``, ``min_tokens`` and ``ignore_eos`` are vLLM's
+    extensions (see :data:`SAMPLING_EXTENSIONS`); at their defaults they are off. A
+    backend that implements them says so in
+    :attr:`TextGenerationModel.sampling_extensions`; requests using one it does not
+    list are refused with a 400 naming the parameter before ``generate`` is called.
     """
 
     max_tokens: int
@@ -206,6 +212,19 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     logprobs: bool = False
     top_logprobs: int = 0
     logit_bias: dict[int, float] | None = None
+    #: Keep only tokens whose probability is at least ``min_p`` times the most
+    #: likely token's, after temperature and before top-k/top-p (``0``: off).
+    min_p: float = 0.0
+    #: For every token already in the prompt or the output: a positive logit is
+    #: divided by it, a negative one multiplied (``1``: off), before the other penalties.
+    repetition_penalty: float = 1.0
+    #: The end-of-sequence tokens are not sampled before this many tokens are
+    #: generated (unless a constraint allows nothing else); the API layer also holds
+    #: stop strings back until then.
+    min_tokens: int = 0
+    #: The end-of-sequence tokens are never sampled (unless a constraint allows
+    #: nothing else): the sequence runs to ``max_tokens``.
+    ignore_eos: bool = False
     constraint: Constraint | None = None
     #: ``constraint`` compiled for the model's :attr:`~TextGenerationModel.constraint_vocabulary`
     #: (set by the platform before ``generate`` is called): each sequence takes its
@@ -219,6 +238,22 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0 or self.top_k == 1
+
+    @property
+    def suppresses_eos(self) -> bool:
+        """Whether end-of-sequence tokens are masked at some step (``min_tokens``/``ignore_eos``)."""
+        return self.ignore_eos or self.min_tokens > 0
+
+    def extensions_used(self) -> list[str]:
+        """The :data:`SAMPLING_EXTENSIONS` these params set to other than their off value."""
+        return [name for name in SAMPLING_EXTENSIONS if getattr(self, name) != _EXTENSION_OFF[name]]
+
+
+#: :class:`SamplingParams` fields (vLLM's sampling extensions) a backend must list in
+#: :attr:`TextGenerationModel.sampling_extensions` to be given: a request setting one
+#: that the model's backend does not list is a 400 naming it, never silently ignored.
+SAMPLING_EXTENSIONS: tuple[str, ...] = ("min_p", "repetition_penalty", "min_tokens", "ignore_eos")
+_EXTENSION_OFF: dict[str, object] = {"min_p": 0.0, "repetition_penalty": 1.0, "min_tokens": 0, "ignore_eos": False}
 
 
 class TopLogprob(msgspec.Struct):
@@ -327,6 +362,11 @@ class TextGenerationModel(LoadedModel):
     #: ``structured_outputs`` and required tool calls; ``None`` (the default): such
     #: requests get a 400 naming the parameter before anything is generated.
     constraint_vocabulary: ConstraintVocabulary | None = None
+    #: The :data:`SAMPLING_EXTENSIONS` (``min_p``, ``repetition_penalty``,
+    #: ``min_tokens``, ``ignore_eos``) whose :class:`SamplingParams` fields
+    #: :meth:`generate` honours. A request that sets another one gets a 400 naming it
+    #: before anything is generated; the default is none.
+    sampling_extensions: frozenset[str] = frozenset()
 
     @abc.abstractmethod
     def render_chat(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any]) -> list[int]:

@@ -17,8 +17,16 @@ async def prepare_params(model: TextGenerationModel, params: SamplingParams) -> 
     The text session calls this once per request (the choices share it); a plugin
     that calls ``model.generate`` itself (a document extractor, a tool) calls it
     too. A model without a :attr:`~TextGenerationModel.constraint_vocabulary` gets
-    a 400 naming the constraint's parameter.
+    a 400 naming the constraint's parameter, and a sampling extension (``min_p``...)
+    the model's backend does not list in its
+    :attr:`~TextGenerationModel.sampling_extensions` a 400 naming it.
     """
+    unsupported = [name for name in params.extensions_used() if name not in model.sampling_extensions]
+    if unsupported:
+        raise UnsupportedParameter(
+            f"The model '{model.spec.name}' does not support '{unsupported[0]}': its backend does not implement it.",
+            param=unsupported[0],
+        )
     constraint = params.constraint
     if constraint is not None and params.grammar is None:
         vocabulary = model.constraint_vocabulary

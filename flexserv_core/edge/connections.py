@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
 import httptools
+import uvicorn
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from flexserv_core.settings import CoreSettings
@@ -58,6 +59,39 @@ class ConnectionLimits:
             body_timeout=core.body_timeout,
             max_connections=core.max_connections,
         )
+
+
+#: uvicorn's internals the protocol below overrides or calls. They are private, so
+#: pyproject.toml pins the uvicorn releases it was tested with, and this check makes
+#: any other release that lacks one fail at import, loudly: an override uvicorn no
+#: longer calls (the body timer lives in ``_start_asgi_task``) would otherwise drop a
+#: bound silently.
+UVICORN_INTERNALS: Final = (
+    "_start_asgi_task",
+    "_unset_keepalive_if_required",
+    "_should_upgrade",
+    "_unsupported_upgrade_warning",
+    "handle_websocket_upgrade",
+    "send_400_response",
+    "on_message_begin",
+    "on_url",
+    "on_header",
+    "on_headers_complete",
+    "on_message_complete",
+    "on_response_complete",
+)
+
+
+def missing_uvicorn_internals(protocol: type = HttpToolsProtocol) -> list[str]:
+    """The :data:`UVICORN_INTERNALS` ``protocol`` does not define (none, for a supported uvicorn)."""
+    return [name for name in UVICORN_INTERNALS if not callable(getattr(protocol, name, None))]
+
+
+if _missing := missing_uvicorn_internals():
+    raise ImportError(
+        f"uvicorn {uvicorn.__version__} lacks HttpToolsProtocol.{', '.join(_missing)}, which FlexServ's connection"
+        " limits build on: install the uvicorn release flexserv-core's requirements name."
+    )
 
 
 class _HeadTooLarge(Exception):

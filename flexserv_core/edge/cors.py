@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from litestar.config.cors import CORSConfig
 
+from flexserv_core.edge import ignored_fields
 from flexserv_core.edge.request_id import HEADER
 from flexserv_core.settings import CoreSettings
 
@@ -17,5 +18,5 @@ def cors_config(core: CoreSettings) -> CORSConfig | None:
         allow_headers=list(core.cors_allow_headers),
         allow_credentials=core.cors_allow_credentials,
         # Browsers hide response headers from scripts unless exposed.
-        expose_headers=[HEADER],
+        expose_headers=[HEADER, ignored_fields.HEADER],
     )

@@ -15,6 +15,8 @@ from typing import Any, Final
 
 from litestar.types import Message, Scope
 
+from flexserv_core.edge import ignored_fields
+
 HEADER: Final = "x-request-id"
 MAX_LENGTH: Final = 128
 # Letters, digits and the punctuation ids commonly use (UUIDs, ULIDs, trace ids);
@@ -44,17 +46,24 @@ def _header(scope: Scope) -> str | None:
 
 
 async def with_request_id(app: Callable[..., Awaitable[None]], scope: Any, receive: Any, send: Any) -> None:
-    """Run ``app`` for one HTTP request with its id set, and add the id to the response."""
+    """Run ``app`` for one HTTP request with its id set, and add the id to the response
+    (and the request fields it ignored, :mod:`.ignored_fields`)."""
     if scope["type"] != "http":
         await app(scope, receive, send)
         return
     request_id = accept_or_generate(_header(scope))
     encoded = request_id.encode()
 
+    ignored, ignored_token = ignored_fields.collecting()
+
     async def send_with_id(message: Message) -> None:
         if message["type"] == "http.response.start":
             headers = [(k, v) for k, v in message.get("headers", ()) if k.lower() != HEADER.encode()]
-            message["headers"] = [*headers, (HEADER.encode(), encoded)]
+            headers.append((HEADER.encode(), encoded))
+            value = ignored_fields.header_value(ignored)
+            if value is not None:
+                headers.append((ignored_fields.HEADER.encode(), value.encode()))
+            message["headers"] = headers
         await send(message)
 
     token = _current.set(request_id)
@@ -62,3 +71,4 @@ async def with_request_id(app: Callable[..., Awaitable[None]], scope: Any, recei
         await app(scope, receive, send_with_id)
     finally:
         _current.reset(token)
+        ignored_fields.stop_collecting(ignored_token)

@@ -14,6 +14,7 @@ from flexserv_core import hooks
 from flexserv_core.app import create_app
 from flexserv_core.plugin_manager import FlexServPluginManager, PluginSelection
 from flexserv_core.settings import Settings, decode_model_tables, describe_fields
+from flexserv_core.testing.asgi_stream import StreamingASGITransport
 
 BASE_URL = "http://flexserv.test"
 
@@ -62,39 +63,46 @@ def make_app(
     return create_app(resolved, pm)
 
 
-def _asgi_transport(app: Litestar) -> httpx.ASGITransport:
+def _asgi_transport(app: Litestar, *, streaming: bool = False) -> httpx.AsyncBaseTransport:
     # httpx types the ASGI app with plain mappings; Litestar's stricter scope types are compatible.
     asgi: Any = app
-    return httpx.ASGITransport(app=asgi)
+    return StreamingASGITransport(asgi) if streaming else httpx.ASGITransport(app=asgi)
 
 
 @asynccontextmanager
-async def app_client(app: Litestar) -> AsyncIterator[httpx.AsyncClient]:
+async def app_client(app: Litestar, *, streaming: bool = False) -> AsyncIterator[httpx.AsyncClient]:
     """An httpx client over ASGI with the app's lifespan running, in the caller's
-    event loop (so tests can interleave their own tasks with the app's)."""
+    event loop (so tests can interleave their own tasks with the app's).
+
+    ``streaming``: responses arrive as the app sends them, and closing one early (or
+    cancelling a request that has no answer yet) is a client disconnect the app sees
+    (:class:`~flexserv_core.testing.asgi_stream.StreamingASGITransport`); without it,
+    httpx's transport buffers each response whole, so nothing can be disconnected."""
     async with (
         app.lifespan(),
-        httpx.AsyncClient(transport=_asgi_transport(app), base_url=BASE_URL, timeout=120) as client,
+        httpx.AsyncClient(
+            transport=_asgi_transport(app, streaming=streaming), base_url=BASE_URL, timeout=120
+        ) as client,
     ):
         yield client
 
 
 @asynccontextmanager
-async def running_app_client(app: Litestar) -> AsyncIterator[httpx.AsyncClient]:
+async def running_app_client(app: Litestar, *, streaming: bool = False) -> AsyncIterator[httpx.AsyncClient]:
     """Like :func:`app_client`, but the app is entered and exited in a task of its
     own, so this context may be entered in one task and left in another.
 
     Litestar's lifespan holds an anyio cancel scope that must be exited by the task
     that entered it, while pytest runs an async fixture's setup and teardown in
     different tasks: fixtures use this one, plain ``async with`` blocks in a test
-    use :func:`app_client`.
+    use :func:`app_client`. ``streaming`` as there.
     """
     ready: asyncio.Future[httpx.AsyncClient] = asyncio.get_running_loop().create_future()
     done = asyncio.Event()
 
     async def hold_app() -> None:
         try:
-            async with app_client(app) as client:
+            async with app_client(app, streaming=streaming) as client:
                 ready.set_result(client)
                 await done.wait()
         except BaseException as exc:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import msgspec
@@ -61,6 +61,10 @@ class FakeTextModel(TextGenerationModel):
     end-of-sequence delta (empty text, ``finish_reason="stop"``); with
     ``fail_after=k`` it raises ``RuntimeError`` after ``k`` tokens (a backend bug).
 
+    It honours ``min_tokens`` and ``ignore_eos`` (no end of sequence before or at
+    all), and lists them in :attr:`sampling_extensions`; ``sampling_extensions=``
+    makes it list others (which it records in ``params_log`` and otherwise ignores).
+
     With ``params.logprobs`` each token has logprob -0.5 and, for
     ``params.top_logprobs=k``, ``k`` alternatives: the sampled character, then
     letters of :data:`FAKE_ALTERNATIVES` at -1.0, -2.0, ... Every generation is
@@ -79,8 +83,10 @@ class FakeTextModel(TextGenerationModel):
         script: str = FAKE_SCRIPT,
         eos_after: int | None = None,
         fail_after: int | None = None,
+        sampling_extensions: Iterable[str] = ("min_tokens", "ignore_eos"),
     ) -> None:
         super().__init__(spec, device="cpu", dtype="none")
+        self.sampling_extensions = frozenset(sampling_extensions)
         self.limits = TextLimits(
             context_length=context_length,
             vocab_size=0x110000,  # token ids are code points
@@ -129,7 +135,7 @@ class FakeTextModel(TextGenerationModel):
                     await asyncio.sleep(self.token_delay)
                 if self.fail_after is not None and i == self.fail_after:
                     raise RuntimeError(f"fake backend failure after {i} tokens")
-                if self.eos_after is not None and i == self.eos_after:
+                if self.eos_after is not None and i >= max(self.eos_after, params.min_tokens) and not params.ignore_eos:
                     self.tokens_emitted += 1
                     yield TokenDelta(token_id=0, text="", finish_reason="stop")
                     break
@@ -171,8 +177,8 @@ class FakeTextBackend(Backend):
     def __init__(
         self, *, load_delay: float = 0.0, token_delay: float = 0.0, fail: str | None = None, **model_options: Any
     ) -> None:
-        """``model_options`` go to each :class:`FakeTextModel` (``script``, ``eos_after``, ``fail_after``, and
-        the limits ``context_length``, ``max_max_tokens``, ``default_max_tokens``)."""
+        """``model_options`` go to each :class:`FakeTextModel` (``script``, ``eos_after``, ``fail_after``,
+        ``sampling_extensions``, and the limits ``context_length``, ``max_max_tokens``, ``default_max_tokens``)."""
         self.load_delay = load_delay
         self.token_delay = token_delay
         self.fail = fail

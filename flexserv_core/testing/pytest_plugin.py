@@ -122,11 +122,18 @@ def pytest_pycollect_makeitem_flexserv_asyncio(  # pytest registers only "pytest
             item.add_marker("asyncio")
 
 
+@pytest.fixture
+def flexserv_streaming() -> bool:
+    """``True``: ``flexserv_client`` streams responses, and closing one early is a
+    client disconnect (see :func:`app_client`); default ``False`` (buffered)."""
+    return False
+
+
 @_async_fixture
-async def flexserv_client(flexserv_app: Litestar) -> AsyncIterator[Any]:
+async def flexserv_client(flexserv_app: Litestar, flexserv_streaming: bool) -> AsyncIterator[Any]:
     """httpx client over ASGI, lifespan running (in a task of its own, see
     :func:`running_app_client`: fixture setup and teardown run in different tasks)."""
-    async with running_app_client(flexserv_app) as client:
+    async with running_app_client(flexserv_app, streaming=flexserv_streaming) as client:
         yield client
 
 

@@ -169,7 +169,7 @@ class LlamaEngine:
         seq = Sequence(
             prompt=list(prompt),
             params=params,
-            sampler=Sampler(params, self.runtime.n_vocab),
+            sampler=Sampler(params, self.runtime.n_vocab, prompt=prompt, eos=self.eog),
             max_total=min(len(prompt) + params.max_tokens, self.context_length),
             loop=asyncio.get_running_loop(),
             queue=asyncio.Queue(),

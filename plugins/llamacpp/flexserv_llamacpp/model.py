@@ -12,6 +12,7 @@ from typing import Any
 
 from flexserv_core import (
     RESERVED_TEMPLATE_KWARGS,
+    SAMPLING_EXTENSIONS,
     ChatTemplates,
     ConstraintVocabulary,
     EngineStats,
@@ -55,6 +56,9 @@ def constraint_vocabulary(runtime: LlamaRuntime) -> ConstraintVocabulary | None:
 
 class LlamaCppTextModel(TextGenerationModel):
     """A GGUF served by llama.cpp with continuous batching."""
+
+    #: all of them, in :mod:`flexserv_llamacpp.sampling`
+    sampling_extensions = frozenset(SAMPLING_EXTENSIONS)
 
     def __init__(
         self,

@@ -4,19 +4,26 @@ The semantics are the transformers backend's (``flexserv_transformers.sampling``
 so a request means the same on either backend:
 
 0. ``logit_bias`` is added; a constrained row's disallowed tokens become ``-inf``;
-1. penalties over *generated* tokens (OpenAI semantics):
+   under ``ignore_eos``, or before ``min_tokens`` tokens, so do the end-of-generation
+   tokens, unless nothing else is left (a complete constrained output);
+1. penalties: ``repetition_penalty`` over the prompt and the generated tokens (a
+   seen token's positive logit divided by it, a negative one multiplied), then
+   OpenAI's over *generated* tokens:
    ``logit -= presence_penalty * (count > 0) + frequency_penalty * count``;
 2. temperature (a greedy row, ``temperature == 0`` or ``top_k == 1``, uses 1);
-3. greedy rows take the argmax; others keep the top-k, then the smallest set of
-   most likely tokens whose probability reaches ``top_p``, and draw once from the
-   row's own generator (seeded by ``seed``, else from OS entropy).
+3. greedy rows take the argmax; others drop the tokens less likely than ``min_p``
+   times the most likely one, keep the top-k, then the smallest set of most likely
+   tokens whose probability reaches ``top_p``, and draw once from the row's own
+   generator (seeded by ``seed``, else from OS entropy).
 
-Logprobs are the log-softmax after steps 0-2, before top-k/top-p truncation.
+Logprobs are the log-softmax after steps 0-2, before min-p/top-k/top-p truncation.
 """
 
 from __future__ import annotations
 
+import math
 import secrets
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -39,10 +46,30 @@ def _log_softmax(x: np.ndarray) -> np.ndarray:
 class Sampler:
     """One sequence's sampling state: parameters, generator, generated-token counts."""
 
-    __slots__ = ("bias_ids", "bias_values", "counts", "params", "rng", "seed")
+    __slots__ = ("bias_ids", "bias_values", "counts", "eos", "generated", "params", "rng", "seed", "seen")
 
-    def __init__(self, params: SamplingParams, vocab_size: int) -> None:
+    def __init__(
+        self,
+        params: SamplingParams,
+        vocab_size: int,
+        *,
+        prompt: Sequence[int] = (),
+        eos: Iterable[int] = (),
+    ) -> None:
+        """``prompt`` feeds ``repetition_penalty``; ``eos`` (the end-of-generation
+        tokens) are what ``min_tokens``/``ignore_eos`` hold back."""
         self.params = params
+        self.generated = 0
+        #: tokens of the prompt and the output so far (``repetition_penalty`` only)
+        self.seen: np.ndarray | None = None
+        if params.repetition_penalty != 1.0:
+            self.seen = np.zeros(vocab_size, dtype=bool)
+            ids = np.fromiter((t for t in prompt if 0 <= t < vocab_size), dtype=np.int64)
+            self.seen[ids] = True
+        self.eos: np.ndarray | None = None
+        if params.suppresses_eos:
+            held = sorted(t for t in set(eos) if 0 <= t < vocab_size)
+            self.eos = np.array(held, dtype=np.int64) if held else None
         self.bias_ids: np.ndarray | None = None
         self.bias_values: np.ndarray | None = None
         if params.logit_bias:
@@ -53,24 +80,42 @@ class Sampler:
         self.rng = None if params.greedy else np.random.default_rng(self.seed)
         self.counts: dict[int, int] | None = {} if (params.presence_penalty or params.frequency_penalty) else None
 
+    @property
+    def holds_eos(self) -> bool:
+        """Whether the end-of-generation tokens are masked at this step."""
+        return self.eos is not None and (self.params.ignore_eos or self.generated < self.params.min_tokens)
+
     def observe(self, token: int) -> None:
         """Record a generated token (once per token the sequence keeps)."""
+        self.generated += 1
         if self.counts is not None:
             self.counts[token] = self.counts.get(token, 0) + 1
+        if self.seen is not None and 0 <= token < self.seen.size:
+            self.seen[token] = True
 
     def pick(self, logits: np.ndarray, blocked: np.ndarray | None = None) -> Pick:
         """The next token from one row of logits (not modified). ``blocked``: a
         boolean mask of the tokens a constraint forbids now (``None``: none)."""
         p = self.params
         want_logprobs = p.logprobs or p.top_logprobs > 0
-        plain = self.bias_ids is None and blocked is None and self.counts is None
-        if plain and p.greedy and not want_logprobs:
+        holds_eos = self.holds_eos
+        plain = self.bias_ids is None and blocked is None and self.counts is None and self.seen is None
+        if plain and not holds_eos and p.greedy and not want_logprobs:
             return int(np.argmax(logits)), None, None
         x = np.array(logits, dtype=np.float32)
         if self.bias_ids is not None and self.bias_values is not None:
             np.add.at(x, self.bias_ids, self.bias_values)
         if blocked is not None:
             x[blocked] = -np.inf
+        if holds_eos:
+            assert self.eos is not None
+            kept = x[self.eos].copy()
+            x[self.eos] = -np.inf
+            if not np.isfinite(x).any():  # a constraint allows nothing but the end
+                x[self.eos] = kept
+        if self.seen is not None:
+            seen = x[self.seen]
+            x[self.seen] = np.where(seen > 0, seen / p.repetition_penalty, seen * p.repetition_penalty)
         if self.counts:
             ids = np.fromiter(self.counts.keys(), dtype=np.int64, count=len(self.counts))
             counts = np.fromiter(self.counts.values(), dtype=np.float32, count=len(self.counts))
@@ -93,6 +138,8 @@ class Sampler:
         assert self.rng is not None
         p = self.params
         vocab = x.size
+        if p.min_p > 0.0:  # copy: ``x`` also gives the logprobs, which min-p does not cut
+            x = np.where(x < float(x.max()) + math.log(p.min_p), -np.inf, x).astype(np.float32)
         k = p.top_k if 0 < p.top_k < vocab else vocab
         if k < vocab or p.top_p < 1.0:
             # candidates: the k best, found without sorting the whole vocabulary when a

@@ -291,3 +291,108 @@ async def test_constrained_output_parse_and_a_required_tool_call(server: tuple[s
         import json
 
         assert isinstance(json.loads(text)["a"], int)
+
+
+# --- vLLM's sampling extensions and guided_* fields --------------------------------------
+
+REPETITIVE = "apple, apple, apple, apple, apple, apple,"
+
+
+async def test_top_k_1_and_min_p_1_are_greedy(server: tuple[str, Any]) -> None:
+    url, _ = server
+    prompt = "The best thing about Paris is"
+    async with sdk(url) as client:
+
+        async def text(**kwargs: Any) -> str:
+            r = await client.completions.create(model=MODEL, prompt=prompt, max_tokens=12, **kwargs)
+            return r.choices[0].text
+
+        greedy = await text(temperature=0)
+        hot = [await text(temperature=1.5, seed=seed) for seed in (1, 2)]
+        assert any(t != greedy for t in hot)  # a seeded hot draw wanders off the greedy path...
+        for extra in ({"top_k": 1}, {"min_p": 1.0}):  # ...unless only the best token is left
+            for seed in (1, 2):
+                assert await text(temperature=1.5, seed=seed, extra_body=extra) == greedy, extra
+
+
+async def test_min_tokens_and_ignore_eos_generate_past_the_end(server: tuple[str, Any]) -> None:
+    url, _ = server
+    async with sdk(url) as client:
+        plain = await client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=40, temperature=0)
+        assert plain.choices[0].finish_reason == "stop" and plain.usage and plain.usage.completion_tokens < 10
+        held = await client.chat.completions.create(
+            model=MODEL, messages=QUESTION, max_tokens=40, temperature=0, extra_body={"min_tokens": 20}
+        )
+        assert held.usage and held.usage.completion_tokens >= 20
+        forever = await client.chat.completions.create(
+            model=MODEL,
+            messages=QUESTION,
+            max_tokens=20,
+            temperature=0,
+            extra_body={"min_tokens": 20, "ignore_eos": True},
+        )
+        assert forever.usage and forever.usage.completion_tokens == 20
+        assert forever.choices[0].finish_reason == "length"
+
+
+async def test_repetition_penalty_breaks_a_loop(server: tuple[str, Any]) -> None:
+    url, _ = server
+    async with sdk(url) as client:
+
+        async def text(**extra: Any) -> str:
+            r = await client.completions.create(
+                model=MODEL, prompt=REPETITIVE, max_tokens=10, temperature=0, extra_body=extra or None
+            )
+            return r.choices[0].text
+
+        plain = await text()
+        assert plain.count("apple") >= 4  # greedy continues the loop
+        penalised = await text(repetition_penalty=2.0)
+        assert "apple" not in penalised  # the prompt's tokens count from the first token on
+        assert await text(repetition_penalty=1.0) == plain
+
+
+async def test_guided_fields_constrain_the_output(server: tuple[str, Any]) -> None:
+    import json
+    import re
+
+    url, _ = server
+    async with sdk(url) as client:
+        choice = await client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Is the sky blue?"}],
+            max_tokens=5,
+            extra_body={"guided_choice": ["yes", "no"]},
+        )
+        assert choice.choices[0].message.content in ("yes", "no")
+        grammar = await client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Is the sky blue?"}],
+            max_tokens=5,
+            extra_body={"guided_grammar": 'start: "Yes, sir" | "No, sir"'},
+        )
+        assert grammar.choices[0].message.content in ("Yes, sir", "No, sir")
+        regex = await client.completions.create(
+            model=MODEL, prompt="My phone number is", max_tokens=12, extra_body={"guided_regex": r" \d{3}-\d{4}"}
+        )
+        assert re.fullmatch(r" \d{3}-\d{4}", regex.choices[0].text), regex.choices[0].text
+        schema = {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 12}, "sunny": {"type": "boolean"}},
+            "required": ["city", "sunny"],
+            "additionalProperties": False,
+        }
+        out = await client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Describe the weather in Paris as JSON."}],
+            max_tokens=40,
+            temperature=0,
+            extra_body={"guided_json": json.dumps(schema)},
+        )
+        data = json.loads(out.choices[0].message.content or "")
+        assert set(data) == {"city", "sunny"} and isinstance(data["sunny"], bool)
+        with pytest.raises(openai.BadRequestError) as info:
+            await client.chat.completions.create(
+                model=MODEL, messages=QUESTION, max_tokens=10, extra_body={"min_p": 1.5}
+            )
+        assert info.value.body["param"] == "min_p"  # type: ignore[index]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from flexserv_llamacpp.sampling import Sampler
 
 from flexserv_core import SamplingParams
@@ -100,3 +101,49 @@ def test_a_blocked_mask_restricts_the_pick() -> None:
     blocked[[10, 20]] = False
     assert Sampler(params(temperature=0), V).pick(row, blocked)[0] == (10 if row[10] > row[20] else 20)
     assert {Sampler(params(temperature=2.0, seed=s), V).pick(row, blocked)[0] for s in range(20)} <= {10, 20}
+
+
+# --- vLLM's extensions -----------------------------------------------------------------
+
+
+def test_min_p_drops_the_unlikely_tokens() -> None:
+    row = np.zeros(V, dtype=np.float32)
+    row[:3] = [4.0, 3.5, 1.0]  # p1/p0 = e^-0.5 = 0.61
+    s = Sampler(params(temperature=1.0, min_p=0.5, seed=1), V)
+    assert {s.pick(row)[0] for _ in range(300)} == {0, 1}
+    off = Sampler(params(temperature=1.0, seed=1), V)
+    assert len({off.pick(row)[0] for _ in range(300)}) > 2
+
+
+def test_repetition_penalty_covers_the_prompt_and_the_output() -> None:
+    row = np.zeros(V, dtype=np.float32)
+    row[:4] = [3.0, 2.0, -1.0, -1.5]
+    s = Sampler(params(temperature=0, repetition_penalty=2.0, logprobs=True, top_logprobs=4), V, prompt=[0, 2])
+    token, _, top = s.pick(row)
+    assert token == 1  # 3.0 / 2 = 1.5 < 2.0
+    x = row.copy()
+    x[0], x[2] = 1.5, -2.0  # a negative logit is multiplied
+    lp = x - np.log(np.exp(x - x.max()).sum()) - x.max()
+    assert dict(top or [])[0] == pytest.approx(float(lp[0]), abs=1e-5)
+    s.observe(1)  # generated tokens count too: 2.0 / 2 = 1.0 < 1.5
+    assert s.pick(row)[0] == 0
+    assert Sampler(params(temperature=0), V).pick(row)[0] == 0
+
+
+def test_min_tokens_and_ignore_eos_hold_the_end_of_generation_back() -> None:
+    row = np.zeros(V, dtype=np.float32)
+    row[1], row[2] = 1.0, 9.0  # 2 ends the generation
+    s = Sampler(params(temperature=0, min_tokens=2), V, eos=[2])
+    picks = []
+    for _ in range(3):
+        picks.append(s.pick(row)[0])
+        s.observe(picks[-1])
+    assert picks == [1, 1, 2]
+    forever = Sampler(params(temperature=0, ignore_eos=True), V, eos=[2])
+    for _ in range(5):
+        assert forever.pick(row)[0] == 1
+        forever.observe(1)
+    assert Sampler(params(temperature=0), V, eos=[2]).pick(row)[0] == 2
+    only_end = np.full(V, -np.inf, dtype=np.float32)
+    only_end[2] = 0.0  # a constraint that allows nothing but the end keeps it
+    assert Sampler(params(temperature=0, ignore_eos=True), V, eos=[2]).pick(only_end)[0] == 2

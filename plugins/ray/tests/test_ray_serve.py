@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import openai
+import psutil
 import pytest
 
 # A plain import: `make setup` installs this plugin and so Ray; a missing Ray fails, never skips.
@@ -31,7 +32,7 @@ from flexserv_ray.options import RayOptions, deployment_options
 from flexserv_ray.proxy_errors import proxy_env
 from ray import serve
 
-from flexserv_core.testing import free_port, make_plugin_manager, make_settings
+from flexserv_core.testing import free_port, make_plugin_manager, make_settings, wait_until_async
 
 pytestmark = pytest.mark.slow
 
@@ -117,6 +118,33 @@ def replica_actors() -> list[Any]:
 
 def replica_ids() -> set[str]:
     return {a.name.rsplit("#", 1)[-1] for a in replica_actors()}
+
+
+def routed_models() -> dict[str, set[str]]:
+    """Replica id -> its multiplexed models, as Ray's controller last broadcast them to
+    the routers (the proxy's router picks replicas by exactly this): the long-poll
+    snapshot a router receives, asked for with a snapshot id no router has (-1), so
+    the controller answers at once."""
+    from flexserv_ray.options import DEPLOYMENT_NAME
+    from ray.serve._private.common import DeploymentID
+    from ray.serve._private.long_poll import LongPollNamespace
+    from ray.serve.context import _get_global_client
+
+    key = (LongPollNamespace.DEPLOYMENT_TARGETS, DeploymentID(name=DEPLOYMENT_NAME, app_name=APP))
+    controller = _get_global_client()._controller
+    updates = ray.get(controller.listen_for_change.remote({key: -1}), timeout=30)
+    if not isinstance(updates, dict) or key not in updates:
+        return {}
+    return {r.replica_id.unique_id: set(r.multiplexed_model_ids) for r in updates[key].object_snapshot.running_replicas}
+
+
+async def wait_until_routed(replica: str, model: str, timeout: float = 30) -> None:
+    """Until the routers have been told that ``replica`` holds ``model`` (bounded)."""
+    deadline = time.monotonic() + timeout
+    while model not in (seen := await asyncio.to_thread(routed_models)).get(replica, set()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"after {timeout} s the routers still see {seen}, not {model} on {replica}")
+        await asyncio.sleep(0.1)
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -244,7 +272,7 @@ async def test_a_killed_replica_is_replaced_and_its_streams_end_with_an_error_ev
         running = [asyncio.create_task(raw_stream(http, "fake-a", 40, started)) for _ in range(10)]  # ~2 s each
         await all_started(started, 10)
         os.kill(victim.pid, signal.SIGKILL)
-        await asyncio.sleep(0.2)
+        await wait_until_async(lambda: not psutil.pid_exists(victim.pid), timeout=30, interval=0.05)
         after = await asyncio.gather(*(stream_chat(client, "fake-a", 5) for _ in range(10)))
         # No connection error: every stream of the first wave ends as an event stream.
         first_wave = await asyncio.gather(*running)
@@ -324,9 +352,9 @@ async def test_multiplexing_routes_each_model_to_the_replica_holding_it(deployed
 
     async with client_for(base) as client:
         first_a, _, _ = await stream_chat(client, "fake-a", 2, extra_headers=headers("fake-a"))
-        await asyncio.sleep(2)  # the replica reports its models to the router
+        await wait_until_routed(first_a, "fake-a")  # the replica has reported its model to the routers
         first_b, _, _ = await stream_chat(client, "fake-b", 2, extra_headers=headers("fake-b"))
-        await asyncio.sleep(2)
+        await wait_until_routed(first_b, "fake-b")
         assert first_a != first_b  # fake-b went to the replica with the fewest models
         for _ in range(6):
             a, b = await asyncio.gather(

@@ -198,6 +198,12 @@ An architecture not listed may work: the paged engine checks at load that every
 attention layer goes through its attention function and asks for nothing it does
 not implement, and refuses the model otherwise.
 
+A model with a sliding window on **every** layer (Mistral v0.1; Qwen2 when
+`max_window_layers` is 0) has the KV blocks that fall out of its window given back
+while a sequence runs, so its whole context is served from a pool that holds one
+window and `/v1/models` reports that context as `max_model_len`; models with a
+global layer keep every block (see the transformers plugin's README).
+
 | Architecture | transformers classes | Attention | Paged engine | Simple engine |
 |---|---|---|---|---|
 """

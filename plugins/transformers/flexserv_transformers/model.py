@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from flexserv_core import (
     RESERVED_TEMPLATE_KWARGS,
+    SAMPLING_EXTENSIONS,
     EngineStats,
     InvalidRequest,
     SamplingParams,
@@ -53,6 +54,9 @@ class TransformersTextModel(TextGenerationModel):
             hold for one sequence (its KV cache); prompt ids must be below the rows
             of the input embedding.
     """
+
+    #: all of them, in :mod:`flexserv_transformers.sampling` (both engines sample there)
+    sampling_extensions = frozenset(SAMPLING_EXTENSIONS)
 
     def __init__(
         self,

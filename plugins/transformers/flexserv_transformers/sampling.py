@@ -8,16 +8,21 @@ batching engine agree on semantics. Rows of ``logits`` are sequences; each has a
 Order of processing (as ``transformers``' logits processors do it):
 
 0. ``logit_bias`` is added, then the row's grammar (if it has a constraint)
-   sets every token it does not allow to ``-inf`` (:mod:`.grammar`);
-1. penalties (OpenAI semantics, over *generated* tokens only):
+   sets every token it does not allow to ``-inf`` (:mod:`.grammar`); under
+   ``ignore_eos``, or before ``min_tokens`` tokens, the end-of-sequence tokens
+   become ``-inf`` too, unless nothing else is left (a complete constrained output);
+1. penalties: ``repetition_penalty`` (vLLM's, over the prompt *and* the generated
+   tokens: a seen token's positive logit is divided by it, a negative one
+   multiplied), then OpenAI's over *generated* tokens only:
    ``logit -= presence_penalty * (count > 0) + frequency_penalty * count``;
 2. temperature: ``logits / temperature`` (a greedy row uses 1);
 3. greedy rows (``temperature == 0`` or ``top_k == 1``) take the argmax;
-4. other rows: top-k, then top-p (the smallest set of most likely tokens whose
+4. other rows: min-p (tokens less likely than ``min_p`` times the most likely
+   one go), top-k, then top-p (the smallest set of most likely tokens whose
    probability reaches ``top_p``), then one draw from the row's generator.
 
 **Logprobs** are the log-softmax of the logits after steps 1-2, i.e. of the
-penalised, temperature-scaled distribution, *before* top-k/top-p truncation (a
+penalised, temperature-scaled distribution, *before* min-p/top-k/top-p truncation (a
 truncated distribution gives ``-inf`` to most tokens, which JSON cannot carry
 and which says nothing about the alternatives). With no penalties and
 temperature 1 or 0 they are the model's own log-probabilities.
@@ -28,8 +33,9 @@ the process-wide RNG is never touched and never shared between requests.
 
 from __future__ import annotations
 
+import math
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 
@@ -43,7 +49,7 @@ __all__ = ["SamplerState", "sample_next"]
 class SamplerState:
     """The per-sequence sampling state: parameters, generator, token counts."""
 
-    __slots__ = ("bias", "counts", "generator", "grammar", "params", "seed")
+    __slots__ = ("bias", "counts", "eos", "generated", "generator", "grammar", "params", "seed", "seen")
 
     def __init__(
         self,
@@ -52,9 +58,25 @@ class SamplerState:
         vocab_size: int,
         device: torch.device | str = "cpu",
         grammar: TokenMatcher | None = None,
+        prompt_ids: Sequence[int] = (),
+        eos_token_ids: Iterable[int] = (),
     ) -> None:
+        """``prompt_ids`` feed ``repetition_penalty``; ``eos_token_ids`` are what
+        ``min_tokens``/``ignore_eos`` hold back."""
         self.params = params
         self.grammar = grammar
+        self.generated = 0
+        #: tokens of the prompt and the output so far (``repetition_penalty`` only)
+        self.seen: torch.Tensor | None = None
+        if params.repetition_penalty != 1.0:
+            self.seen = torch.zeros(vocab_size, dtype=torch.bool, device=device)
+            seen = [t for t in prompt_ids if 0 <= t < vocab_size]
+            if seen:
+                self.seen[torch.tensor(seen, dtype=torch.long, device=device)] = True
+        self.eos: torch.Tensor | None = None
+        if params.suppresses_eos:
+            eos = sorted(t for t in set(eos_token_ids) if 0 <= t < vocab_size)
+            self.eos = torch.tensor(eos, dtype=torch.long, device=device) if eos else None
         self.bias: torch.Tensor | None = None
         if params.logit_bias:
             self.bias = torch.zeros(vocab_size, dtype=torch.float32, device=device)
@@ -74,17 +96,60 @@ class SamplerState:
     def uses_penalties(self) -> bool:
         return self.counts is not None
 
+    @property
+    def holds_eos(self) -> bool:
+        """Whether the end-of-sequence tokens are masked at this step."""
+        return self.eos is not None and (self.params.ignore_eos or self.generated < self.params.min_tokens)
+
     def observe(self, token_id: int) -> None:
         """Record a generated token (call once per token the sequence emits); it
         also advances the grammar, so state and tokens never diverge."""
+        self.generated += 1
         if self.counts is not None:
             self.counts[token_id] += 1
+        if self.seen is not None and 0 <= token_id < self.seen.shape[0]:
+            self.seen[token_id] = True
         if self.grammar is not None:
             self.grammar.advance(token_id)
 
 
 def _column(values: list[float], like: torch.Tensor) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float32, device=like.device).unsqueeze(1)
+
+
+def _hold_eos(logits: torch.Tensor, states: Sequence[SamplerState]) -> torch.Tensor:
+    """``-inf`` for the end-of-sequence tokens of the rows that hold them back, except
+    in a row where nothing else would be left (a constraint that only allows the end)."""
+    logits = logits.clone()
+    for i, state in enumerate(states):
+        if not state.holds_eos:
+            continue
+        assert state.eos is not None
+        row = logits[i]
+        kept = row[state.eos].clone()
+        row[state.eos] = float("-inf")
+        if not bool(torch.isfinite(row).any()):
+            row[state.eos] = kept
+    return logits
+
+
+def _repetition_penalty(logits: torch.Tensor, states: Sequence[SamplerState]) -> torch.Tensor:
+    """vLLM's (and transformers') repetition penalty, per row: a token already seen
+    gets ``logit / penalty`` when positive, ``logit * penalty`` otherwise."""
+    penalties = _column([s.params.repetition_penalty if s.seen is not None else 1.0 for s in states], logits)
+    seen = torch.stack(
+        [s.seen if s.seen is not None else torch.zeros_like(logits[0], dtype=torch.bool) for s in states]
+    )
+    penalised = torch.where(logits > 0, logits / penalties, logits * penalties)
+    return torch.where(seen, penalised, logits)
+
+
+def _filter_min_p(logits: torch.Tensor, min_p: list[float]) -> torch.Tensor:
+    """``-inf`` for the tokens whose probability is below ``min_p`` x the row's most
+    likely token's (``0`` = off): ``logit < max_logit + log(min_p)``."""
+    floor = _column([math.log(p) if p > 0.0 else float("-inf") for p in min_p], logits)
+    best = logits.max(dim=-1, keepdim=True).values
+    return logits.masked_fill(logits < best + floor, float("-inf"))
 
 
 def _filter_top_k_top_p(logits: torch.Tensor, top_k: list[int], top_p: list[float]) -> torch.Tensor:
@@ -119,6 +184,10 @@ def sample_next(
         logits = logits + torch.stack([s.bias if s.bias is not None else zeros for s in states])
     if masks is not None or any(s.grammar is not None for s in states):
         logits = apply_blocked_masks(logits, [s.grammar for s in states], masks)
+    if any(s.holds_eos for s in states):
+        logits = _hold_eos(logits, states)
+    if any(s.seen is not None for s in states):
+        logits = _repetition_penalty(logits, states)
     if any(s.uses_penalties for s in states):
         zeros = torch.zeros(logits.shape[-1], dtype=torch.float32, device=logits.device)
         counts = torch.stack([s.counts if s.counts is not None else zeros for s in states])
@@ -133,6 +202,8 @@ def sample_next(
     if sampled_rows:
         rows = torch.tensor(sampled_rows, device=logits.device)
         candidates = logits.index_select(0, rows)
+        if any(params[i].min_p > 0.0 for i in sampled_rows):
+            candidates = _filter_min_p(candidates, [params[i].min_p for i in sampled_rows])
         if any(params[i].top_k > 0 or params[i].top_p < 1.0 for i in sampled_rows):
             candidates = _filter_top_k_top_p(
                 candidates, [params[i].top_k for i in sampled_rows], [params[i].top_p for i in sampled_rows]

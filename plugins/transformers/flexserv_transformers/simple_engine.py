@@ -121,7 +121,14 @@ class SimpleEngine:
         media: PromptMedia | None = None,
     ) -> AsyncGenerator[EngineToken, None]:
         assert 0 < len(prompt_ids) < self.max_sequence_tokens, "the API layer checks prompts against TextLimits"
-        sampler = SamplerState(params, vocab_size=self._em.vocab_size, device=self._em.device, grammar=grammar)
+        sampler = SamplerState(
+            params,
+            vocab_size=self._em.vocab_size,
+            device=self._em.device,
+            grammar=grammar,
+            prompt_ids=prompt_ids,
+            eos_token_ids=self._em.eos_token_ids,
+        )
         seq = _Sequence(list(prompt_ids), params, sampler, asyncio.get_running_loop())
         seq.media = media
         with self._cv:

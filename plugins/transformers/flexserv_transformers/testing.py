@@ -54,12 +54,14 @@ SMOLLM2_MISSING = (
 class StepSequence:
     """What the engine's ``ModelRunner`` reads of a sequence, for driving it step by
     step without a scheduler (parity tests, forward benchmarks): its tokens, the KV
-    blocks it owns and how many tokens are already in them."""
+    blocks it owns and how many tokens are already in them (and how many leading
+    table entries a windowed model released: none here)."""
 
     tokens: list[int]
     blocks: list[int]
     num_computed: int = 0
     media: Any = None
+    num_released: int = 0
 
 
 #: At a divergence between two greedy runs in float32, the reference's two best
@@ -226,7 +228,12 @@ def build_tiny_llama(
 
 
 def build_tiny_family(
-    name: str, *, seed: int = 0, path: str | Path | None = None, tie: bool = False
+    name: str,
+    *,
+    seed: int = 0,
+    path: str | Path | None = None,
+    tie: bool = False,
+    config: dict[str, Any] | None = None,
 ) -> tuple[Any, Any]:
     """A tiny seeded float32 checkpoint of the architecture ``name`` of
     :data:`flexserv_transformers.families.FAMILIES`, with the tiny tokenizer:
@@ -235,7 +242,8 @@ def build_tiny_family(
     The config is the family's class with its tiny sizes, the tokenizer's vocabulary
     and special ids, and a 256-token context. The output embeddings are the input
     ones only with ``tie``: tied random embeddings make a tiny model (Gemma's, whose
-    embeddings are scaled up) repeat its last token, which no attention error changes."""
+    embeddings are scaled up) repeat its last token, which no attention error changes.
+    ``config`` overrides entries of the family's tiny configuration."""
     import transformers
 
     from flexserv_transformers.families import family
@@ -253,8 +261,7 @@ def build_tiny_family(
         eos_token_id=eos,
         pad_token_id=bos,
         tie_word_embeddings=tie,
-        **sizes,
-        **fam.config,
+        **{**sizes, **fam.config, **(config or {})},
     )
     model = getattr(transformers, fam.model_class)(config).eval()
     _randomize(model, seed)

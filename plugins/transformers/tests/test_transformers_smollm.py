@@ -259,3 +259,33 @@ async def test_concurrent_streams_interleave(smollm, collect):
 def test_limits(smollm):
     assert smollm.limits.context_length == 8192 and smollm.engine.stats()["engine"] == "simple"
     assert smollm.limits.vocab_size == 49152
+
+
+def reference_generate(model, prompt_ids: list[int], max_new_tokens: int, **kwargs) -> list[int]:
+    hf = model.engine_model.model
+    with torch.inference_mode():
+        out = hf.generate(
+            torch.tensor([prompt_ids], device=hf.device),
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=min(model.eos_token_ids),
+            **kwargs,
+        )
+    return out[0, len(prompt_ids) :].tolist()
+
+
+async def test_simple_engine_repetition_penalty_and_min_tokens_match_generate(smollm, collect):
+    """transformers' own repetition penalty (prompt and output) and min_new_tokens
+    (no EOS before) mean what vLLM's repetition_penalty and min_tokens do."""
+    loop = smollm.encode("apple, apple, apple, apple, apple, apple,")
+    penalised = await collect(smollm, loop, max_tokens=12, temperature=0, repetition_penalty=1.5)
+    assert [d.token_id for d in penalised] == reference_generate(smollm, loop, 12, repetition_penalty=1.5)
+    question = smollm.render_chat(CHATS[0], {})
+    short = await collect(smollm, question, max_tokens=40, temperature=0)
+    assert short[-1].finish_reason == "stop" and len(short) < 10
+    held = await collect(smollm, question, max_tokens=40, temperature=0, min_tokens=15)
+    reference = reference_generate(smollm, question, 40, min_new_tokens=15)
+    assert [d.token_id for d in held] == reference and len(held) >= 15
+    forever = await collect(smollm, question, max_tokens=20, temperature=0, ignore_eos=True)
+    assert len(forever) == 20 and forever[-1].finish_reason == "length"
+    assert not set(smollm.eos_token_ids) & {d.token_id for d in forever}

@@ -18,6 +18,24 @@ pre-touched size only while the live sequences need more than it holds, and the
 prefix cache keeps what fits there (LRU: a system prompt every request shares is
 held or recently released, so it is the last to go).
 
+**Windowed models.** When every attention layer of the model has a sliding window
+(Mistral v0.1, Qwen2 with ``use_sliding_window`` on every layer), the manager is
+given the largest of those windows (``window``, in tokens). A query at position
+``p`` reads keys from ``p - window + 1`` on, so once a sequence has computed
+``n`` tokens its blocks wholly before ``n - window + 1`` are never read again
+(:meth:`BlockManager.releasable`): the scheduler releases them and marks their
+table entries :data:`HOLE`. A released block keeps its content and its key, so
+it stays in the prefix cache like any unreferenced block. Its content is
+complete: every position of it was computed, from the very prefix its chained
+key names. A windowed lookup therefore needs only the blocks inside the window
+of the first position it will compute, not the whole prefix: skipping ``h``
+blocks needs blocks ``releasable(h * block_size)`` to ``h - 1`` cached, and the
+sequence's table starts with holes up to there (:meth:`cached_prefix_blocks`,
+:meth:`match_prefix`). Evicting the oldest blocks first (the LRU order in which
+a sequence's out-of-window blocks were released) costs such a lookup nothing.
+Models with a global layer (Gemma 2 and 3, GPT-OSS) have no ``window`` and keep
+every block: nothing above applies to them.
+
 Only the engine thread touches a :class:`BlockManager`, so it needs no lock.
 """
 
@@ -31,6 +49,10 @@ import msgspec
 #: Key of a full block: (key of the previous block or None, the block's token ids;
 #: an image token is its image's digest instead, see ``Sequence.key_content``).
 BlockKey = tuple[object, tuple[int | str, ...]]
+
+#: A block-table entry whose block was released because it fell out of every
+#: layer's window; positions in it are never read (see the module docstring).
+HOLE = -1
 
 
 class BlockStats(msgspec.Struct, kw_only=True):
@@ -60,17 +82,23 @@ class BlockManager:
         enable_prefix_caching: bool = True,
         resident_blocks: int | None = None,
         touched_blocks: int = 0,
+        window: int | None = None,
     ) -> None:
         """``resident_blocks`` (default: all) are the pre-touched ones; ``touched_blocks``
-        carries a larger touched region over from a previous manager of the same pool."""
+        carries a larger touched region over from a previous manager of the same pool.
+        ``window``: the model's sliding window when every layer has one (the largest),
+        else ``None`` (every block of a sequence is kept)."""
         if num_blocks < 1 or block_size < 1:
             raise ValueError("num_blocks and block_size must be positive")
+        if window is not None and window < 1:
+            raise ValueError("window must be positive")
         resident = num_blocks if resident_blocks is None else resident_blocks
         if not 0 <= resident <= num_blocks or not 0 <= touched_blocks <= num_blocks:
             raise ValueError("resident_blocks and touched_blocks must be within 0..num_blocks")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
+        self.window = window
         self.resident_blocks = resident
         self._touched = max(resident, touched_blocks)  # blocks [0, _touched) have been written
         self._free: list[int] = list(
@@ -100,6 +128,25 @@ class BlockManager:
     def used(self) -> int:
         return self.num_blocks - self.available
 
+    # --- windowed models --------------------------------------------------------------
+
+    def releasable(self, num_computed: int) -> int:
+        """How many leading blocks of a sequence with ``num_computed`` tokens computed
+        no query at ``num_computed`` or later reads: those wholly before
+        ``num_computed - window + 1``. Always 0 without a window."""
+        if self.window is None:
+            return 0
+        return max(0, num_computed - self.window + 1) // self.block_size
+
+    @property
+    def window_blocks(self) -> int | None:
+        """The most blocks one sequence of a windowed model holds at once while it
+        decodes (``ceil((window - 1) / block_size) + 1``): a pool of at least this
+        many serves a lone sequence of any length. ``None`` without a window."""
+        if self.window is None:
+            return None
+        return -(-(self.window - 1) // self.block_size) + 1
+
     def stats(self) -> BlockStats:
         return BlockStats(
             block_size=self.block_size,
@@ -128,22 +175,38 @@ class BlockManager:
             prev = hash(key)
         return keys
 
+    def _prefix_span(self, keys: Sequence[BlockKey]) -> tuple[int, int]:
+        """``(lo, h)``: the most leading blocks ``h`` of ``keys`` a sequence may skip
+        computing, and the first of them it needs, ``lo``: every block in
+        ``lo..h-1`` is cached. ``lo`` is 0 (the whole prefix) unless the model is
+        windowed, where it is :meth:`releasable` ``(h * block_size)``."""
+        best = (0, 0)
+        start = 0  # first block of the run of cached blocks ending at the current one
+        for i, key in enumerate(keys):
+            if key not in self._by_key:
+                if self.window is None:
+                    break
+                start = i + 1
+                continue
+            lo = self.releasable((i + 1) * self.block_size)
+            if start <= lo:
+                best = (lo, i + 1)
+        return best
+
     def cached_prefix_blocks(self, keys: Sequence[BlockKey]) -> int:
-        """How many leading ``keys`` are cached now (no references taken)."""
+        """How many leading ``keys`` a sequence may skip computing now, their needed
+        blocks being cached (no references taken)."""
         if not self.enable_prefix_caching:
             return 0
-        n = 0
-        for key in keys:
-            if key not in self._by_key:
-                break
-            n += 1
-        return n
+        return self._prefix_span(keys)[1]
 
     def unheld_prefix_blocks(self, keys: Sequence[BlockKey]) -> int:
-        """How many blocks of the leading cached run of ``keys`` nobody holds: they
-        count in ``available`` now, and matching them takes them out of it."""
+        """How many blocks that matching ``keys`` (all skippable, see
+        :meth:`cached_prefix_blocks`) would take nobody holds: they count in
+        ``available`` now, and matching them takes them out of it."""
+        lo = self.releasable(len(keys) * self.block_size)
         n = 0
-        for key in keys:
+        for key in keys[lo:]:
             block = self._by_key.get(key)
             if block is None:
                 break
@@ -151,23 +214,24 @@ class BlockManager:
         return n
 
     def match_prefix(self, keys: Sequence[BlockKey], *, count: bool = True) -> list[int]:
-        """Take a reference on the longest cached run of blocks matching ``keys``
-        (the caller passes only blocks it may skip computing) and return their ids.
+        """Take a reference on the blocks of the longest run of ``keys`` a sequence
+        may skip computing (the caller passes only blocks it may skip) and return
+        its block table for them: a windowed model's starts with :data:`HOLE`
+        entries for the blocks before the window, which it does not need.
 
         ``count=False`` leaves the lookup out of the hit statistics, for a caller
         that records it with :meth:`count_prefix_lookup` once the blocks are used."""
         if not self.enable_prefix_caching:
             return []
-        hits: list[int] = []
-        for key in keys:
-            block = self._by_key.get(key)
-            if block is None:
-                break
+        lo, h = self._prefix_span(keys)
+        table = [HOLE] * lo
+        for key in keys[lo:h]:
+            block = self._by_key[key]
             self._acquire(block)
-            hits.append(block)
+            table.append(block)
         if count:
-            self.count_prefix_lookup(len(keys), len(hits))
-        return hits
+            self.count_prefix_lookup(len(keys), h)
+        return table
 
     def count_prefix_lookup(self, queried: int, hit: int) -> None:
         """Add a lookup of ``queried`` blocks, ``hit`` of them found, to the statistics."""
@@ -223,8 +287,11 @@ class BlockManager:
     def release(self, blocks: Sequence[int]) -> None:
         """Drop one reference on each block; unreferenced blocks become free, or
         evictable when they hold a cached prefix. Released in reverse order so a
-        sequence's tail blocks are evicted before its head (the shared part)."""
+        sequence's tail blocks are evicted before its head (the shared part).
+        A :data:`HOLE` is never passed: its block was released already."""
         for block in reversed(blocks):
+            if block < 0:
+                raise RuntimeError("a hole of a block table (a block released already) was released")
             refs = self._refs[block] - 1
             if refs < 0:
                 raise RuntimeError(f"block {block} released more often than acquired")

@@ -96,21 +96,25 @@ class PagedEngine:
         self._threads = IntraOpThreads(s.transformers_single_thread_step_tokens if device.type == "cpu" else 0)
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.eos_token_ids = frozenset(eos_token_ids)
+        self.runner = ModelRunner(model, cache)
+        why = self.runner.unservable()
+        if why is not None:
+            raise ModelLoadError(unservable_message(name, model, why))
+        #: Every attention layer's sliding window, the largest, when all have one
+        #: (the probe's record): blocks behind it are given back (see ``.blocks``).
+        self.kv_window = self.runner.window
         self.block_manager = BlockManager(
             num_blocks,
             s.transformers_kv_block_size,
             enable_prefix_caching=s.transformers_prefix_caching,
             resident_blocks=resident_blocks,
+            window=self.kv_window,
         )
         self.scheduler = Scheduler(
             self.block_manager,
             max_batch_size=s.transformers_max_batch_size,
             max_batch_tokens=s.transformers_max_batch_tokens,
         )
-        self.runner = ModelRunner(model, cache)
-        why = self.runner.unservable()
-        if why is not None:
-            raise ModelLoadError(unservable_message(name, model, why))
         self._inbox: list[Sequence] = []
         self._wake = threading.Condition()
         self._active = 0  # submitted and not finished; guarded by _wake
@@ -155,7 +159,13 @@ class PagedEngine:
 
     @property
     def max_sequence_tokens(self) -> int:
-        """The model's context, or the whole KV cache when that is smaller."""
+        """The model's context, or the whole KV cache when that is smaller; a model
+        windowed on every layer gets its whole context from a pool that holds one
+        window (``BlockManager.window_blocks``), as it never holds more per sequence."""
+        bm = self.block_manager
+        window_blocks = bm.window_blocks
+        if window_blocks is not None and bm.num_blocks >= window_blocks:
+            return self.context_length
         return min(self.context_length, self.capacity_tokens)
 
     def _submit(
@@ -178,6 +188,7 @@ class PagedEngine:
             device=self.device,
             grammar=grammar,
             media=media,
+            eos_token_ids=self.eos_token_ids,
         )
         limit = self.settings.transformers_max_batch_size + self.settings.transformers_max_queued_requests
         with self._wake:
@@ -247,6 +258,7 @@ class PagedEngine:
             "images_encoded": self.runner.images_encoded,
             "intra_op_threads": self._threads.current,
             "kv_cache": {
+                "window": self.kv_window,
                 "block_size": blocks.block_size,
                 "total_blocks": blocks.total_blocks,
                 "used_blocks": blocks.used_blocks,
@@ -350,6 +362,7 @@ class PagedEngine:
             enable_prefix_caching=s.transformers_prefix_caching,
             resident_blocks=old.resident_blocks,
             touched_blocks=old.touched_blocks,  # the pool's memory stays written
+            window=old.window,
         )
         self.scheduler = Scheduler(
             self.block_manager,
@@ -377,7 +390,7 @@ class PagedEngine:
             if seq.cancelled:
                 self._done(seq)
                 continue
-            seq.blocks, seq.num_computed, seq.num_registered = [], 0, 0
+            seq.blocks, seq.num_computed, seq.num_registered, seq.num_released = [], 0, 0, 0
             self.scheduler.add(seq)
         return True
 

@@ -12,6 +12,11 @@ the layer's new query/key/value for all those tokens, and it
    tables, multi-token chunks (prefills) one SDPA call each with a causal mask
    offset by the already-cached length.
 
+A windowed model's sequences give back the blocks that fell out of every layer's
+window (:mod:`.blocks`), so their tables do not start at block 0: a chunk's
+``first_block`` and a decode row's trimmed table say where they start, and a
+layer without a window (which would read the released blocks) fails loudly.
+
 The per-step layout (:class:`StepLayout`) reaches the function through the model's
 ``**kwargs`` (``flexserv_step=...``), so nothing global changes per request. When
 that kwarg is absent (a plain ``model.generate`` on the same model) the function
@@ -93,18 +98,23 @@ class PrefillChunk:
     q_start: int  # offset of its first new token in the flattened row
     q_len: int
     ctx_len: int  # cached + new tokens it attends over
-    blocks: torch.Tensor  # [n_blocks] block ids covering ctx_len
+    blocks: torch.Tensor  # [n_blocks] block ids covering ctx_len from block first_block on
+    first_block: int = 0  # blocks before it were released (out of every layer's window)
 
 
 @dataclass(slots=True)
 class DecodeBatch:
-    """The single-token sequences of a step, attended to in one batched SDPA call."""
+    """The single-token sequences of a step, attended to in one batched SDPA call.
+
+    A windowed model's tables start at each sequence's first block still held, and
+    ``lens`` counts from there: only a windowed layer may read them (``trimmed``)."""
 
     rows: torch.Tensor  # [B] offsets of single-token sequences in the row
     blocks: torch.Tensor  # [B, max_blocks] padded block tables
     mask: torch.Tensor  # [B, 1, 1, max_blocks * block_size], True = attend
     is_whole_row: bool  # every token of the row is a decode: skip the index ops
-    lens: torch.Tensor | None = None  # [B] context length of each sequence (for windowed masks)
+    lens: torch.Tensor | None = None  # [B] context length of each sequence from its table's start
+    trimmed: bool = False  # some table leaves out released leading blocks
     windowed: dict[int, torch.Tensor] = field(default_factory=dict)  # window -> mask, built once per step
 
     def window_mask(self, window: int) -> torch.Tensor:
@@ -126,8 +136,9 @@ class StepLayout:
     slots: torch.Tensor  # [T] cache slot of each new token
     decode: DecodeBatch | None  # None when no sequence decodes a single token
     prefills: list[PrefillChunk]
-    #: When a set, the index of each layer whose attention ran (the load-time probe's record).
-    layers_seen: set[int] | None = None
+    #: When a dict, each layer whose attention ran and the sliding window it asked for
+    #: (the load-time probe's record).
+    layers_seen: dict[int, int | None] | None = None
 
 
 #: Arguments that reach the attention function and change nothing in it:
@@ -186,7 +197,7 @@ def paged_attention_forward(
     # nn.Module.__getattr__ types as Tensor | Module.
     layer = cast(int, module.layer_idx)
     if step.layers_seen is not None:
-        step.layers_seen.add(layer)
+        step.layers_seen[layer] = sliding_window
     cache = step.cache
     k_blocks, v_blocks = cache.keys[layer], cache.values[layer]
     _, bs, kv_heads, head_dim = k_blocks.shape
@@ -211,6 +222,8 @@ def paged_attention_forward(
         flat_table = decode.blocks.view(-1)
         k = k_blocks.index_select(0, flat_table).view(batch, length, kv_heads, head_dim).transpose(1, 2)
         v = v_blocks.index_select(0, flat_table).view(batch, length, kv_heads, head_dim).transpose(1, 2)
+        if sliding_window is None and decode.trimmed:
+            raise _released_blocks_read(module)
         mask = decode.mask if sliding_window is None else decode.window_mask(sliding_window)
         o = logits.attend(q, k, v, mask, sink_heads=(kv_heads, n_rep))  # [B, kvH, n_rep, D]
         o = o.reshape(batch, heads, head_dim)
@@ -226,8 +239,11 @@ def paged_attention_forward(
         window = sliding_window if sliding_window is not None and sliding_window < ctx else None
         # Blocks wholly before the window of the chunk's first token are not read.
         skip = 0 if window is None else max(0, past - window + 1) // bs
+        if skip < chunk.first_block:
+            raise _released_blocks_read(module)
+        skip -= chunk.first_block
         blocks = chunk.blocks[skip:] if skip else chunk.blocks
-        first, length = skip * bs, blocks.shape[0] * bs
+        first, length = (chunk.first_block + skip) * bs, blocks.shape[0] * bs
         k = k_blocks.index_select(0, blocks).view(1, length, kv_heads, head_dim)[:, : ctx - first].transpose(1, 2)
         v = v_blocks.index_select(0, blocks).view(1, length, kv_heads, head_dim)[:, : ctx - first].transpose(1, 2)
         if n_rep > 1:
@@ -243,6 +259,13 @@ def paged_attention_forward(
         o = logits.attend(q, k, v, prefill_mask, sink_heads=(heads, 1))
         out[0, s : s + n] = o[0].transpose(0, 1)
     return out, None
+
+
+def _released_blocks_read(module: torch.nn.Module) -> RuntimeError:
+    return RuntimeError(
+        f"{type(module).__name__} (layer {module.layer_idx}) attends beyond the window the engine keeps "
+        "blocks for: the engine took the model for windowed on every layer"
+    )
 
 
 @dataclass(slots=True)

@@ -45,6 +45,18 @@ class ModelRunner:
         self._offsets = torch.arange(cache.block_size, device=self.device)
         #: Prompts whose images went through the vision encoder (a cache hit on them does not).
         self.images_encoded = 0
+        #: The sliding window each attention layer asked for in the load-time probe
+        #: (:meth:`unservable`); ``None`` for a layer that attends globally.
+        self.layer_windows: dict[int, int | None] = {}
+
+    @property
+    def window(self) -> int | None:
+        """The largest sliding window when every attention layer has one (the most
+        positions back any layer reads), else ``None``. Known after :meth:`unservable`."""
+        windows = list(self.layer_windows.values())
+        if not windows or len(windows) < kv_geometry(self.model)[0] or any(w is None for w in windows):
+            return None
+        return max(w for w in windows if w is not None)
 
     @torch.inference_mode()
     def unservable(self) -> str | None:
@@ -52,7 +64,8 @@ class ModelRunner:
 
         Runs a two-token prefill into block 0 (cleared before it is handed out) and
         checks that every attention layer called the paged attention with the step's
-        layout and asked for nothing it does not implement. A model whose attention
+        layout and asked for nothing it does not implement, recording the sliding
+        window each asked for (:attr:`window`). A model whose attention
         does not go through transformers' attention interface (its layers do not
         pass the model's keyword arguments on, or compute attention themselves)
         would otherwise fail, or be wrong, on every request."""
@@ -63,7 +76,7 @@ class ModelRunner:
             slots=self._tensor(list(range(n))),
             decode=None,
             prefills=[PrefillChunk(q_start=0, q_len=n, ctx_len=n, blocks=self._tensor([0]))],
-            layers_seen=set(),
+            layers_seen={},
         )
         ids = self._tensor([list(range(n))])
         try:
@@ -79,7 +92,8 @@ class ModelRunner:
             return str(exc)
         except Exception as exc:
             return f"its forward fails under the paged attention ({type(exc).__name__}: {exc})"
-        seen = layout.layers_seen or set()
+        seen = layout.layers_seen or {}
+        self.layer_windows = dict(seen)
         if len(seen) < num_layers:
             return f"only {len(seen)} of its {num_layers} attention layers call the paged attention"
         return None
@@ -92,7 +106,10 @@ class ModelRunner:
 
     def layout(self, plan: list[tuple[Sequence, int]]) -> tuple[torch.Tensor, torch.Tensor, StepLayout, list[int]]:
         """Input ids, positions, the attention layout, and the row offsets whose
-        logits are needed (the last new token of each sequence that completes)."""
+        logits are needed (the last new token of each sequence that completes).
+
+        A sequence's attention reads its table from its first block still held
+        (``num_released``: a windowed model releases the blocks behind its window)."""
         bs = self.cache.block_size
         ids: list[int] = []
         positions: list[int] = []
@@ -102,6 +119,7 @@ class ModelRunner:
         decode_lens: list[int] = []
         prefills: list[PrefillChunk] = []
         keep: list[int] = []
+        trimmed = False
         for seq, n in plan:
             start, row = seq.num_computed, len(ids)
             ids.extend(seq.tokens[start : start + n])
@@ -109,13 +127,17 @@ class ModelRunner:
             blocks = seq.blocks
             slots.extend(blocks[p // bs] * bs + p % bs for p in range(start, start + n))
             ctx = start + n
-            used = blocks[: -(-ctx // bs)]
+            base = seq.num_released
+            used = blocks[base : -(-ctx // bs)]
             if n == 1:
                 decode_rows.append(row)
                 decode_tables.append(used)
-                decode_lens.append(ctx)
+                decode_lens.append(ctx - base * bs)
+                trimmed = trimmed or base > 0
             else:
-                prefills.append(PrefillChunk(q_start=row, q_len=n, ctx_len=ctx, blocks=self._tensor(used)))
+                prefills.append(
+                    PrefillChunk(q_start=row, q_len=n, ctx_len=ctx, blocks=self._tensor(used), first_block=base)
+                )
             if ctx == len(seq.tokens):
                 keep.append(row + n - 1)
         slot_tensor = self._tensor(slots)
@@ -131,6 +153,7 @@ class ModelRunner:
                 mask=(span[None, :] < lens[:, None]).view(len(decode_rows), 1, 1, width * bs),
                 is_whole_row=len(decode_rows) == len(ids),
                 lens=lens,
+                trimmed=trimmed,
             )
         layout = StepLayout(cache=self.cache, slots=slot_tensor, decode=decode, prefills=prefills)
         return self._tensor(ids), self._tensor(positions), layout, keep

@@ -17,6 +17,11 @@ Policy, in order:
   admitted sequence (its blocks are released, and it is recomputed later, mostly
   from the prefix cache); a lone sequence always fits, as requests larger than
   the whole cache are refused at submission.
+* A windowed model's sequence (every layer has a sliding window, see
+  :mod:`.blocks`) gives its blocks back as they fall out of the window, after
+  each step and at admission: it holds about ``window / block_size`` blocks
+  plus its current chunk's, however long it grows, so a lone sequence fits in
+  :attr:`BlockManager.window_blocks` blocks whatever its length.
 
 Runs on the engine thread only.
 """
@@ -25,7 +30,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from flexserv_transformers.engine.blocks import BlockKey, BlockManager
+from flexserv_transformers.engine.blocks import HOLE, BlockKey, BlockManager
 from flexserv_transformers.engine.sequence import Sequence
 
 
@@ -90,8 +95,9 @@ class Scheduler:
         self._release(seq)
 
     def _release(self, seq: Sequence) -> None:
-        self.blocks.release(seq.blocks)
+        self.blocks.release(seq.blocks[seq.num_released :])
         seq.blocks = []
+        seq.num_released = 0
         seq.num_computed = 0
         seq.num_registered = 0
         seq.prefix_lookup = None  # it used none of the blocks it matched
@@ -136,6 +142,7 @@ class Scheduler:
             self.waiting.popleft()
             if self.blocks.enable_prefix_caching:
                 seq.blocks = self.blocks.match_prefix(seq.block_keys[:skippable], count=False)
+                seq.num_released = self.blocks.releasable(len(seq.blocks) * bs)  # its leading holes
                 seq.prefix_lookup = (skippable, len(seq.blocks))
                 seq.num_registered = len(seq.blocks)  # counted in blocks
                 seq.num_computed = len(seq.blocks) * bs
@@ -183,7 +190,8 @@ class Scheduler:
         return list(plan.values())
 
     def after_step(self, plan: list[tuple[Sequence, int]]) -> None:
-        """Advance computed counts and publish newly full blocks to the prefix cache."""
+        """Advance computed counts, publish newly full blocks to the prefix cache,
+        and give back the blocks that fell out of a windowed model's window."""
         bs = self.block_size
         caching = self.blocks.enable_prefix_caching
         for seq, n in plan:
@@ -191,11 +199,15 @@ class Scheduler:
             if seq.prefix_lookup is not None:
                 self.blocks.count_prefix_lookup(*seq.prefix_lookup)
                 seq.prefix_lookup = None
-            if not caching:
-                continue
             full = seq.num_computed // bs
-            if full > seq.num_registered:
+            if caching and full > seq.num_registered:
                 extend_keys(seq, bs, full)
                 for i in range(seq.num_registered, full):
                     seq.blocks[i] = self.blocks.register_full_block(seq.blocks[i], seq.block_keys[i])
                 seq.num_registered = full
+            # Registered first: a released block stays in the prefix cache (see .blocks).
+            gone = self.blocks.releasable(seq.num_computed)
+            if gone > seq.num_released:
+                self.blocks.release(seq.blocks[seq.num_released : gone])
+                seq.blocks[seq.num_released : gone] = [HOLE] * (gone - seq.num_released)
+                seq.num_released = gone

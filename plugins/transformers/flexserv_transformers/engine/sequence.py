@@ -37,17 +37,28 @@ class Sequence:
         device: str = "cpu",
         grammar: TokenMatcher | None = None,
         media: PromptMedia | None = None,
+        eos_token_ids: frozenset[int] = frozenset(),
     ) -> None:
         self.id = next(_ids)
         self.prompt_len = len(prompt_ids)
         self.tokens = list(prompt_ids)
         self.params = params
         self.max_total_tokens = max_total_tokens
-        self.sampler = SamplerState(params, vocab_size=vocab_size, device=device, grammar=grammar)
+        self.sampler = SamplerState(
+            params,
+            vocab_size=vocab_size,
+            device=device,
+            grammar=grammar,
+            prompt_ids=prompt_ids,
+            eos_token_ids=eos_token_ids,
+        )
         self.loop = loop
         self.queue = queue
-        self.blocks: list[int] = []
+        self.blocks: list[int] = []  # block table: position p is in blocks[p // block_size]
         self.num_computed = 0  # tokens whose K/V sit in ``blocks``
+        #: Leading table entries released because they fell out of every layer's window
+        #: (windowed models only): ``blocks[:num_released]`` are holes (``blocks.HOLE``).
+        self.num_released = 0
         self.block_keys: list[BlockKey] = []  # keys of full blocks (grows as tokens do)
         self.num_registered = 0  # leading full blocks registered with the prefix cache
         #: (blocks queried, blocks hit) of its admission's prefix lookup, until its first

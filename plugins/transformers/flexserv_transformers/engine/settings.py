@@ -32,7 +32,8 @@ class EngineSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     transformers_kv_cache_memory: Annotated[
         float,
         msgspec.Meta(
-            description="KV-cache budget in MiB: bounds the context and the concurrency; only "
+            description="KV-cache budget in MiB: bounds the concurrency, and the context unless every layer of the "
+            "model has a sliding window; only "
             f"--transformers-kv-cache-resident of it is touched at load; 0: {CPU_KV_CACHE_MIB:.0f} on CPU, "
             f"{GPU_KV_CACHE_MIB:.0f} on a GPU.",
             ge=0,
