@@ -45,12 +45,14 @@ from flexserv_core.constraints import (
     prepare_params,
 )
 from flexserv_core.errors import (
+    ClientDisconnected,
     ContextLengthExceeded,
     FlexServError,
     GatewayTimeout,
     InvalidRequest,
     ModelLoadError,
     ModelNotFound,
+    NoAudioDecoder,
     NotFound,
     PayloadTooLarge,
     PluginCommandError,
@@ -63,6 +65,7 @@ from flexserv_core.errors import (
     ServiceUnavailable,
     StateUnavailable,
     TooManyRequests,
+    UnsupportedMediaType,
     UnsupportedParameter,
     UsageError,
 )
@@ -80,7 +83,6 @@ from flexserv_core.resources import (
     RamInfo,
     ResourceProbe,
     SystemResourceSnapshot,
-    get_cpu_info,
     get_gpu_info,
     get_max_vram_used_pct,
     get_ram_info,
@@ -89,10 +91,8 @@ from flexserv_core.resources import (
 from flexserv_core.server import FlexServer
 from flexserv_core.settings import (
     CoreSettings,
-    SettingField,
     Settings,
     default_cache_dir,
-    describe_fields,
     resolve_settings,
 )
 from flexserv_core.stash import Stash, StashKey
@@ -116,6 +116,7 @@ __all__ = [
     "BlockedMasks",
     "ChatCompletionRequest",
     "ChatTemplates",
+    "ClientDisconnected",
     "Collection",
     "CollectionLimits",
     "Command",
@@ -156,6 +157,7 @@ __all__ = [
     "ModelState",
     "NamedFunction",
     "NamedToolChoice",
+    "NoAudioDecoder",
     "NotFound",
     "ParsedToolCall",
     "ParsedToolOutput",
@@ -178,7 +180,6 @@ __all__ = [
     "SSEGenerator",
     "SamplingParams",
     "ServiceUnavailable",
-    "SettingField",
     "Settings",
     "Stash",
     "StashKey",
@@ -209,6 +210,7 @@ __all__ = [
     "TranscriptionTask",
     "TranscriptionWord",
     "UnloadResult",
+    "UnsupportedMediaType",
     "UnsupportedParameter",
     "UsageError",
     "__version__",
@@ -217,9 +219,7 @@ __all__ = [
     "create_app",
     "create_plugin_manager",
     "default_cache_dir",
-    "describe_fields",
     "fill_blocked_masks",
-    "get_cpu_info",
     "get_gpu_info",
     "get_max_vram_used_pct",
     "get_ram_info",
