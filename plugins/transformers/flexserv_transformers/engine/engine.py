@@ -438,9 +438,11 @@ class PagedEngine:
         400, before any token); return the rest of the plan, which runs as planned."""
         for seq, error in refused:
             log.warning("model '%s': refusing a sequence: %s", self.name, error.message)
-            self.scheduler.finish(seq)
-            self._done(seq)
-            seq.emit(error)
+            try:
+                self.scheduler.finish(seq)
+            finally:  # as in _emit: out of the running list, it is answered whatever happens
+                self._done(seq)
+                seq.emit(error)
         gone = {id(seq) for seq, _error in refused}
         return [(seq, n) for seq, n in plan if id(seq) not in gone]
 
@@ -457,10 +459,17 @@ class PagedEngine:
         elif seq.num_generated >= seq.params.max_tokens or len(seq.tokens) >= seq.max_total_tokens:
             finish = "length"
         pick.finish_reason = finish
-        if finish is not None:  # free first, so a client that saw its last token sees the blocks freed
+        if finish is None:
+            seq.emit(pick)
+            return
+        # free first, so a client that saw its last token sees the blocks freed; the
+        # sequence has left the running list, so a failing release must still answer it
+        # (the restart that follows fails only what is still running)
+        try:
             self.scheduler.finish(seq)
+        finally:
             self._done(seq)
-        seq.emit(pick)
+            seq.emit(pick)
 
     def _fail_all(self, message: str) -> None:
         with self._wake:

@@ -262,6 +262,33 @@ async def test_a_failed_step_fails_its_batch_restarts_and_serves_the_waiting(tin
         engine.close()
 
 
+async def test_a_release_failing_as_a_sequence_finishes_still_answers_it(tiny: tuple[Any, Any]) -> None:
+    """The finishing sequence has already left the running list when its blocks are
+    released: if that fails, the restart does not see it, so it must be answered there
+    (before, its client waited forever)."""
+    model, tok = tiny
+    engine = endless_engine(model, kv_block_size=4)
+    release = engine.scheduler.blocks.release
+    calls = {"n": 0}
+
+    def failing_once(blocks: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("block accounting broken (injected)")
+        release(blocks)
+
+    engine.scheduler.blocks.release = failing_once  # type: ignore[method-assign]
+    try:
+        prompt = prompt_of(tok, "hello there")
+        tokens = await asyncio.wait_for(run(engine, prompt, 4), 30)
+        assert tokens == reference_greedy(model, prompt, 4) and calls["n"] == 1
+        assert engine.restarts == 1 and engine._thread.is_alive()
+        assert await asyncio.wait_for(run(engine, prompt, 4), 30) == tokens
+        await until(lambda: idle(engine))
+    finally:
+        engine.close()
+
+
 async def test_an_engine_failing_every_step_stops_and_says_why(tiny: tuple[Any, Any]) -> None:
     from flexserv_core import ServiceUnavailable
 
