@@ -44,6 +44,7 @@ from flexserv_core.constraints import (
     fill_blocked_masks,
     prepare_params,
 )
+from flexserv_core.documents import DocumentContent, PageImage, TooManyPageImages
 from flexserv_core.errors import (
     ContextLengthExceeded,
     FlexServError,
@@ -127,6 +128,7 @@ __all__ = [
     "ContextLengthExceeded",
     "CoreSettings",
     "CpuCoreInfo",
+    "DocumentContent",
     "EmbeddingModel",
     "EmbeddingResult",
     "EngineStats",
@@ -157,6 +159,7 @@ __all__ = [
     "NamedFunction",
     "NamedToolChoice",
     "NotFound",
+    "PageImage",
     "ParsedToolCall",
     "ParsedToolOutput",
     "PayloadTooLarge",
@@ -191,6 +194,7 @@ __all__ = [
     "TextSession",
     "TokenDelta",
     "TokenMatcher",
+    "TooManyPageImages",
     "TooManyRequests",
     "Tool",
     "ToolCallDelta",
