@@ -119,7 +119,10 @@ class PdfDocument:
                 width_pt, height_pt = page.get_size()
                 scale = dpi / POINTS_PER_INCH
                 if width_pt * height_pt * scale * scale > max_pixels:
-                    scale = math.sqrt(max_pixels / (width_pt * height_pt)) * 0.999  # rounding must not tip it over
+                    scale = math.sqrt(max_pixels / (width_pt * height_pt))
+                    # PDFium rounds the bitmap's sides up: shrink until the rounded size fits
+                    while math.ceil(width_pt * scale) * math.ceil(height_pt * scale) > max_pixels:
+                        scale *= 0.998
                 bitmap = page.render(scale=scale)
                 try:
                     return bitmap.to_pil().convert("RGB")
