@@ -13,6 +13,7 @@ import io
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from flexserv_ocr.testing import INVOICE_LINES, data_url, image_pdf, png_bytes, render_lines, text_pdf
@@ -114,6 +115,9 @@ def test_a_scanned_pdf_reaches_a_vlm_as_page_images(served: tuple[str, Any]) -> 
     assert answer.usage.prompt_tokens == spelled.usage.prompt_tokens  # two images' tokens, the markers as text
     plain = chat(client, [text(QUESTION)])
     assert answer.usage.prompt_tokens > plain.usage.prompt_tokens + 2 * IMAGE_TOKENS
+    metrics = httpx.get(f"{url}/metrics", timeout=30).text
+    assert 'flexserv:ocr_pages_total{model="rapidocr",source="image"} 2.0' in metrics
+    assert 'source="ocr"' not in metrics  # nothing was OCRed
 
 
 def test_an_image_file_is_one_page_image(served: tuple[str, Any]) -> None:
