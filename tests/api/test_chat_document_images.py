@@ -200,3 +200,20 @@ async def test_a_plugin_with_the_old_four_arguments_still_serves_a_vlm() -> None
         r = await client.post(CHAT, json=user(text("Read:"), doc("any")))
         assert r.status_code == 200, r.text
         assert model.last_prompt == "user: Read:\n\n--- page 1 of 1 ---\nold\nassistant: "
+
+
+@pytest.mark.parametrize(
+    ("plugins", "settings"),
+    [(["tool-parsers"], {}), (["tool-parsers", "image-input"], {"max_document_page_images": 0})],
+    ids=["without-image-input", "setting-0"],
+)
+async def test_a_vlm_gets_text_without_the_image_plugin_or_with_the_setting_0(
+    plugins: list[str], settings: dict[str, Any]
+) -> None:
+    fake, pages = FakeBackendPlugin(), PagesPlugin()
+    async with app_client(make_app([fake, *plugins, pages], settings=settings)) as client:
+        model = await as_vlm(client, fake)
+        r = await client.post(CHAT, json=user(doc("scan-1")))
+        assert r.status_code == 200, r.text
+        assert model.last_prompt == "user: --- page 1 of 1 ---\n(ocr)\nassistant: "
+        assert pages.calls == [(False, 0)]
