@@ -46,12 +46,14 @@ from flexserv_core.constraints import (
 )
 from flexserv_core.documents import DocumentContent, PageImage, TooManyPageImages
 from flexserv_core.errors import (
+    ClientDisconnected,
     ContextLengthExceeded,
     FlexServError,
     GatewayTimeout,
     InvalidRequest,
     ModelLoadError,
     ModelNotFound,
+    NoAudioDecoder,
     NotFound,
     PayloadTooLarge,
     PluginCommandError,
@@ -64,6 +66,7 @@ from flexserv_core.errors import (
     ServiceUnavailable,
     StateUnavailable,
     TooManyRequests,
+    UnsupportedMediaType,
     UnsupportedParameter,
     UsageError,
 )
@@ -81,7 +84,6 @@ from flexserv_core.resources import (
     RamInfo,
     ResourceProbe,
     SystemResourceSnapshot,
-    get_cpu_info,
     get_gpu_info,
     get_max_vram_used_pct,
     get_ram_info,
@@ -90,10 +92,8 @@ from flexserv_core.resources import (
 from flexserv_core.server import FlexServer
 from flexserv_core.settings import (
     CoreSettings,
-    SettingField,
     Settings,
     default_cache_dir,
-    describe_fields,
     resolve_settings,
 )
 from flexserv_core.stash import Stash, StashKey
@@ -117,6 +117,7 @@ __all__ = [
     "BlockedMasks",
     "ChatCompletionRequest",
     "ChatTemplates",
+    "ClientDisconnected",
     "Collection",
     "CollectionLimits",
     "Command",
@@ -158,6 +159,7 @@ __all__ = [
     "ModelState",
     "NamedFunction",
     "NamedToolChoice",
+    "NoAudioDecoder",
     "NotFound",
     "PageImage",
     "ParsedToolCall",
@@ -181,7 +183,6 @@ __all__ = [
     "SSEGenerator",
     "SamplingParams",
     "ServiceUnavailable",
-    "SettingField",
     "Settings",
     "Stash",
     "StashKey",
@@ -213,6 +214,7 @@ __all__ = [
     "TranscriptionTask",
     "TranscriptionWord",
     "UnloadResult",
+    "UnsupportedMediaType",
     "UnsupportedParameter",
     "UsageError",
     "__version__",
@@ -221,9 +223,7 @@ __all__ = [
     "create_app",
     "create_plugin_manager",
     "default_cache_dir",
-    "describe_fields",
     "fill_blocked_masks",
-    "get_cpu_info",
     "get_gpu_info",
     "get_max_vram_used_pct",
     "get_ram_info",

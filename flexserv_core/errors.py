@@ -131,6 +131,30 @@ class GatewayTimeout(FlexServError):
     default_code = "timeout"
 
 
+class UnsupportedMediaType(FlexServError):
+    """A request body in a media type the route does not read (415)."""
+
+    status_code = 415
+    error_type = "invalid_request_error"
+    default_code = "unsupported_media_type"
+
+
+class ClientDisconnected(FlexServError):
+    """Raised by ``until_disconnect``: nobody reads this answer; the status is only for logs and metrics."""
+
+    status_code = 499
+    error_type = "invalid_request_error"
+    default_code = "client_closed_request"
+
+
+class NoAudioDecoder(FlexServError):
+    """No loaded plugin implements ``flexserv_load_audio``."""
+
+    status_code = 501
+    error_type = "server_error"
+    default_code = "audio_decoder_missing"
+
+
 class ModelLoadError(FlexServError):
     """A backend could not load a model; the message says why and what to do."""
 

@@ -25,18 +25,12 @@ from flexserv_core.api.field_warnings import UNKNOWN_FIELDS
 from flexserv_core.api.openai_params import check_openai_parameters
 from flexserv_core.edge.ignored_fields import note_ignored
 from flexserv_core.edge.request_id import current_request_id
-from flexserv_core.errors import FlexServError, InvalidRequest, PayloadTooLarge, quote
+from flexserv_core.errors import InvalidRequest, PayloadTooLarge, UnsupportedMediaType, quote
 from flexserv_core.request_context import RequestContext
 
 log = logging.getLogger(__name__)
 StructT = TypeVar("StructT", bound=msgspec.Struct)
 T = TypeVar("T")
-
-
-class UnsupportedMediaType(FlexServError):
-    status_code = 415
-    error_type = "invalid_request_error"
-    default_code = "unsupported_media_type"
 
 
 def request_context(request: Request[Any, Any, Any], endpoint: str) -> RequestContext:

@@ -21,18 +21,10 @@ from typing import Any, TypeVar
 
 from litestar import Request
 
-from flexserv_core.errors import FlexServError
+from flexserv_core.errors import ClientDisconnected
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class ClientDisconnected(FlexServError):
-    """Nobody reads this answer; the status is only for logs and metrics."""
-
-    status_code = 499
-    error_type = "invalid_request_error"
-    default_code = "client_closed_request"
 
 
 async def _disconnected(request: Request[Any, Any, Any]) -> None:

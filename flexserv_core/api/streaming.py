@@ -24,8 +24,8 @@ from litestar import Request
 from litestar.background_tasks import BackgroundTask
 from litestar.response import Stream
 
-from flexserv_core.api.disconnect import ClientDisconnected, until_disconnect
-from flexserv_core.errors import FlexServError, ServiceUnavailable
+from flexserv_core.api.disconnect import until_disconnect
+from flexserv_core.errors import ClientDisconnected, FlexServError, ServiceUnavailable
 from flexserv_core.server import FlexServer
 from flexserv_core.shutdown import ShutdownNotice, shutdown_notice
 

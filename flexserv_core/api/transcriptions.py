@@ -21,7 +21,7 @@ from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.handlers import HTTPRouteHandler
 
 from flexserv_core import hooks
-from flexserv_core.api.body import UnsupportedMediaType, validate
+from flexserv_core.api.body import validate
 from flexserv_core.api.disconnect import until_disconnect
 from flexserv_core.api.streaming import DONE, READY, SSEGenerator, error_event, sse_event, sse_response
 from flexserv_core.api.transcription_formats import render
@@ -33,7 +33,7 @@ from flexserv_core.api.wire_schemas import (
     TranslationForm,
 )
 from flexserv_core.backends.base import TranscriptionModel
-from flexserv_core.errors import FlexServError, InvalidRequest, PayloadTooLarge
+from flexserv_core.errors import InvalidRequest, NoAudioDecoder, PayloadTooLarge, UnsupportedMediaType
 from flexserv_core.plugin_manager import PluginStatus
 from flexserv_core.server import FlexServer
 from flexserv_core.settings import Settings
@@ -82,14 +82,6 @@ class TranslationRequest(msgspec.Struct, kw_only=True):
     prompt: str | None = None
     temperature: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.0
     response_format: ResponseFormat = "json"
-
-
-class NoAudioDecoder(FlexServError):
-    """No loaded plugin implements ``flexserv_load_audio``."""
-
-    status_code = 501
-    error_type = "server_error"
-    default_code = "audio_decoder_missing"
 
 
 def _too_large(limit: int) -> PayloadTooLarge:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from flexserv_core.api.disconnect import ClientDisconnected
+from flexserv_core.errors import ClientDisconnected
 
 if TYPE_CHECKING:
     from flexserv_core.api.text_generation import ChoiceJob

@@ -171,3 +171,68 @@ def test_a_shared_library_is_importable_only_by_its_dependents(tmp_path: Path) -
         assert "flexserv_torch.openmp" in deep
     finally:
         ROOT = saved
+
+
+#: The facade, exactly: adding a public name is a reviewed change to this list, not a
+#: side effect (the error message says which names differ).
+FACADE = {
+    "__version__", "Backend", "BatchRunner", "BlockedMasks", "ChatCompletionRequest", "ChatTemplates",
+    "check_chat_request", "ClientDisconnected", "Collection", "CollectionLimits", "Command",
+    "CommandContext", "CompiledConstraint", "Constraint", "ConstraintKind", "ConstraintVocabulary",
+    "ContextLengthExceeded", "convert_param", "CoreSettings", "CpuCoreInfo", "create_app",
+    "create_plugin_manager", "default_cache_dir", "EmbeddingModel", "EmbeddingResult", "EngineStats",
+    "ErrorResponse", "EvictionReason", "fill_blocked_masks", "FinishReason", "FlexServer", "FlexServError",
+    "FlexServPluginManager", "FunctionDefinition", "GatewayTimeout", "get_gpu_info",
+    "get_max_vram_used_pct", "get_ram_info", "get_system_resources", "GpuInfo", "hookimpl", "hookspec",
+    "ImageInput", "InvalidRequest", "JsonSchemaFormat", "Lease", "LoadedModel", "MicroBatcher",
+    "ModelEvent", "ModelEventType", "ModelInfo", "ModelKind", "ModelLoadError", "ModelNotFound",
+    "ModelRegistry", "ModelSpec", "ModelState", "NamedFunction", "NamedToolChoice", "NoAudioDecoder",
+    "NotFound", "open_request_context", "parse_body", "ParsedToolCall", "ParsedToolOutput",
+    "PayloadTooLarge", "PDF_MEDIA_TYPE", "Placement", "plan_eviction", "PluginCommandError", "PluginError",
+    "PluginHookError", "PluginLoadError", "PluginNotInstalled", "PluginStartupError", "prepare_params",
+    "ProgressCallback", "PROJECT_NAME", "QuotaExceeded", "RamInfo", "READY", "Record", "RecordPage",
+    "redact_url", "render_chat_template", "request_owner", "request_reads_any_owner", "RequestContext",
+    "RESERVED_TEMPLATE_KWARGS", "resolve_plugin_settings", "resolve_settings", "resolved_state_url",
+    "ResourceProbe", "ResponseFormat", "route_scope", "SAMPLING_EXTENSIONS", "SamplingParams",
+    "select_chat_template", "ServiceUnavailable", "Settings", "sniff_media_type", "sse_response",
+    "SSEGenerator", "Stash", "StashKey", "StateBackend", "StateStore", "StateUnavailable",
+    "SystemResourceSnapshot", "TextGenerationModel", "TextLimits", "TextSession", "TokenDelta",
+    "TokenMatcher", "Tool", "ToolCallDelta", "ToolCallFragment", "ToolCallStream", "ToolChoice",
+    "ToolParser", "ToolParsers", "ToolPlan", "ToolStreamer", "ToolStreamEvent", "TooManyRequests",
+    "TopLogprob", "Transcription", "TranscriptionModel", "TranscriptionSegment", "TranscriptionTask",
+    "TranscriptionWord", "UnloadResult", "UnsupportedMediaType", "UnsupportedParameter", "until_disconnect",
+    "UsageError"
+}  # fmt: skip
+TESTING_KIT = {
+    "app_client", "BASE_URL", "blob_chunks", "FAKE_ALTERNATIVES", "FAKE_SCRIPT", "FakeBackendPlugin",
+    "FakeProbe", "FakeProbePlugin", "FakeRequest", "FakeTextBackend", "FakeTextModel", "flexserv_cmd",
+    "free_port", "make_app", "make_plugin_manager", "make_settings", "ManualClock", "MemoryBackend",
+    "openai_client", "read_blob_bytes", "run_flexserv", "running_app_client", "ServedApp",
+    "start_state_writer", "StateBackendContract", "stop_process", "stored_writes", "wait_healthy",
+    "wait_until", "wait_until_async", "write_distribution"
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("module", "pinned"), [(flexserv_core, FACADE), (flexserv_core.testing, TESTING_KIT)], ids=["core", "testing"]
+)
+def test_the_public_names_are_exactly_the_pinned_ones(module: types.ModuleType, pinned: set[str]) -> None:
+    names = set(module.__all__)
+    assert names == pinned, f"added: {sorted(names - pinned)}; removed: {sorted(pinned - names)}"
+
+
+def test_every_error_class_of_the_core_is_public() -> None:
+    """Errors defined anywhere in the core (not only ``errors.py``) are ones a plugin can meet."""
+    import pkgutil
+
+    for info in pkgutil.walk_packages(flexserv_core.__path__, "flexserv_core."):
+        if info.name != "flexserv_core.__main__":
+            importlib.import_module(info.name)
+
+    def subclasses(cls: type) -> list[type]:
+        return [c for sub in cls.__subclasses__() for c in (sub, *subclasses(sub))]
+
+    core_errors = {
+        c.__name__ for c in subclasses(flexserv_core.FlexServError) if c.__module__.startswith("flexserv_core")
+    }
+    assert core_errors and core_errors <= set(flexserv_core.__all__), sorted(core_errors - set(flexserv_core.__all__))

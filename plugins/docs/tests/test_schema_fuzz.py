@@ -11,9 +11,6 @@ import pytest
 
 from flexserv_core.testing import FakeBackendPlugin, ServedApp, make_app
 
-schemathesis = pytest.importorskip("schemathesis")
-hypothesis = pytest.importorskip("hypothesis")
-
 pytestmark = pytest.mark.slow  # ~60 s of fuzzing
 
 #: Examples per operation, and the whole run's budget in seconds.
@@ -24,6 +21,10 @@ REQUEST_BOUND_S = 10.0
 
 
 def test_fuzzed_requests_get_no_server_error_and_finish_in_bounds() -> None:
+    # imported here: collecting the fast tests (``-m "not slow"``) need not pay for them
+    import hypothesis
+    import schemathesis
+
     app = make_app([FakeBackendPlugin(), "audio", "docs"], settings={"max_request_tokens": 4096})
     with ServedApp(app) as base_url:
         schema = schemathesis.openapi.from_url(f"{base_url}/openapi.json")

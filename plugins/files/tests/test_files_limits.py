@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -10,8 +9,6 @@ from typing import Any
 import httpx
 import pytest
 from flexserv_ocr.testing import png_bytes, render_lines, text_pdf
-
-from flexserv_core.testing import ServedApp, make_app, wait_until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 LIMIT = 50_000
@@ -103,33 +100,3 @@ async def test_count_and_total_bytes_are_bounded(client: Any) -> None:
     for file_id in ids:
         assert (await client.delete(f"/v1/files/{file_id}")).status_code == 200
     assert (await upload(client, "fits.txt", b"y" * 10)).status_code == 200
-
-
-def test_an_upload_cut_mid_way_leaves_nothing(tmp_path: Path) -> None:
-    app = make_app(["files"], settings={"state_url": f"sqlite:///{tmp_path / 'state.db'}"})
-    boundary = "cutcutcut"
-    head = (
-        f'--{boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nuser_data\r\n'
-        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.txt"\r\n'
-        "Content-Type: text/plain\r\n\r\n"
-    ).encode()
-    with ServedApp(app) as base_url:
-        url = httpx.URL(base_url)
-        with socket.create_connection((url.host, url.port)) as sock:
-            sock.sendall(
-                b"POST /v1/files HTTP/1.1\r\nHost: x\r\n"
-                + f"Content-Type: multipart/form-data; boundary={boundary}\r\n".encode()
-                + f"Content-Length: {len(head) + 1_000_000}\r\n\r\n".encode()
-                + head
-                + b"z" * 300_000
-            )
-        # the client is gone with 700 kB unsent: the partial blob must go with it
-
-        def leftovers() -> list[Path]:
-            return [p for p in tmp_path.rglob("*") if p.is_file() and not p.name.startswith("state.db")]
-
-        wait_until(lambda: not leftovers(), 10, message=f"left on disk: {leftovers()}")
-        with httpx.Client(base_url=base_url) as http:
-            assert http.get("/v1/files").json()["data"] == []
-            ok = http.post("/v1/files", files={"file": ("a.txt", b"fine")}, data={"purpose": "user_data"})
-            assert ok.status_code == 200  # the server is fine, and stores a whole upload

@@ -35,6 +35,7 @@ def own_server() -> Iterator[PostgresServer]:
         yield server
 
 
+@pytest.mark.slow  # stops and restarts a PostgreSQL server, then waits for the pool to reconnect
 async def test_an_outage_gives_503_only_where_the_store_is_needed(own_server: PostgresServer) -> None:
     app = make_app(
         [FakeBackendPlugin(eos_after=5), "state-postgres", "responses"], settings={"state_url": own_server.url()}
