@@ -44,6 +44,7 @@ from flexserv_core.constraints import (
     fill_blocked_masks,
     prepare_params,
 )
+from flexserv_core.documents import DocumentContent, PageImage, TooManyPageImages
 from flexserv_core.errors import (
     ClientDisconnected,
     ContextLengthExceeded,
@@ -128,6 +129,7 @@ __all__ = [
     "ContextLengthExceeded",
     "CoreSettings",
     "CpuCoreInfo",
+    "DocumentContent",
     "EmbeddingModel",
     "EmbeddingResult",
     "EngineStats",
@@ -159,6 +161,7 @@ __all__ = [
     "NamedToolChoice",
     "NoAudioDecoder",
     "NotFound",
+    "PageImage",
     "ParsedToolCall",
     "ParsedToolOutput",
     "PayloadTooLarge",
@@ -192,6 +195,7 @@ __all__ = [
     "TextSession",
     "TokenDelta",
     "TokenMatcher",
+    "TooManyPageImages",
     "TooManyRequests",
     "Tool",
     "ToolCallDelta",

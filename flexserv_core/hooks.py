@@ -25,6 +25,7 @@ import pluggy
 
 from flexserv_core.backends.base import Backend, ImageInput
 from flexserv_core.commands import CORE_COMMANDS, Command
+from flexserv_core.documents import DocumentContent
 from flexserv_core.errors import (
     FlexServError,
     PluginHookError,
@@ -460,13 +461,35 @@ async def load_image(url: str, param: str, context: RequestContext) -> ImageInpu
     return _items(pm, hook, results, ImageInput)[0] if results else None
 
 
-async def load_document(file: dict[str, Any], param: str, max_chars: int, context: RequestContext) -> str | None:
-    """The first plugin's text for the document ``file`` names, checked to be a ``str``."""
+async def load_document(
+    file: dict[str, Any],
+    param: str,
+    max_chars: int,
+    context: RequestContext,
+    *,
+    images_allowed: bool = False,
+    max_images: int = 0,
+) -> str | DocumentContent | None:
+    """The first plugin's content for the document ``file`` names: its text (a ``str``),
+    or, when ``images_allowed``, a :class:`~flexserv_core.DocumentContent`."""
     hook = "flexserv_load_document"
     pm = context.server.pm
-    kwargs = {"file": file, "param": param, "max_chars": max_chars, "context": context}
+    kwargs = {
+        "file": file,
+        "param": param,
+        "max_chars": max_chars,
+        "context": context,
+        "images_allowed": images_allowed,
+        "max_images": max_images,
+    }
     results = await acall_hook(pm, hook, kwargs, firstresult=True)
-    return _items(pm, hook, results, str)[0] if results else None
+    if not results:
+        return None
+    plugin, value = results[0]
+    if isinstance(value, str) or (images_allowed and isinstance(value, DocumentContent)):
+        return value
+    expected = "a str or a DocumentContent" if images_allowed else "a str (images_allowed was false)"
+    raise hook_error(pm, hook, plugin, f"returned {value!r:.100}, expected {expected}")
 
 
 def health(server: FlexServer) -> dict[str, Any]:

@@ -73,6 +73,7 @@ if TYPE_CHECKING:
 
     from flexserv_core.backends.base import Backend, ImageInput
     from flexserv_core.commands import Command
+    from flexserv_core.documents import DocumentContent
     from flexserv_core.events import ModelEvent
     from flexserv_core.models.spec import ModelSpec
     from flexserv_core.request_context import RequestContext
@@ -408,22 +409,47 @@ def flexserv_load_image(url: str, param: str, context: RequestContext) -> ImageI
 
 
 @hookspec(firstresult=True)
-def flexserv_load_document(file: dict[str, Any], param: str, max_chars: int, context: RequestContext) -> str | None:
-    """Read the document of a chat request's ``file`` content part as text for the prompt.
+def flexserv_load_document(
+    file: dict[str, Any],
+    param: str,
+    max_chars: int,
+    context: RequestContext,
+    images_allowed: bool,
+    max_images: int,
+) -> str | DocumentContent | None:
+    """Read the document of a chat request's ``file`` content part for the prompt.
 
     Called by the text session for each ``{"type": "file", "file": {...}}`` part of a
     chat (or Responses ``input_file``) request, in order, once the request's model
-    is known and before images are loaded and the prompt is rendered; the text
+    is known and before images are loaded and the prompt is rendered; what is
     returned replaces the part in the prompt (set off from its neighbours by blank
     lines). It runs on the event loop: read and OCR in worker threads, and bound the
     work in bytes, pages and time. The first-party ``ocr`` plugin implements it
     (text layers of PDFs, OCR of scanned pages and images, pages after ``--- page N
-    of M ---`` lines). Raise :class:`flexserv_core.InvalidRequest` (or another
+    of M ---`` lines; for a model that takes images, scanned pages and images as
+    page images). Raise :class:`flexserv_core.InvalidRequest` (or another
     :class:`flexserv_core.FlexServError`: ``NotFound`` for a file id the caller may
     not read, ``ContextLengthExceeded`` for a text longer than ``max_chars``) with
     ``param``. With no plugin implementing it, a file part is a 400
     ``document_input_unavailable`` naming the ``ocr`` plugin; with plugins that all
     return ``None``, a 400 ``invalid_file``.
+
+    **Page images.** When ``images_allowed`` is true the request's model takes
+    images (its ``limits.max_images`` is above 0, an image plugin is loaded and
+    ``--max-document-page-images`` is above 0): a page that is better seen than read
+    (no text layer: a scan, an image file) may be returned as a
+    :class:`~flexserv_core.PageImage` inside a :class:`~flexserv_core.DocumentContent`
+    that lists the text segments (page markers, text layers) and page images in
+    order. The core loads each page image through ``flexserv_load_image`` as it loads
+    an ``image_url`` part's (the same byte and pixel limits), so render pages at a
+    bounded size. At most ``max_images`` page images: a document that needs more
+    should raise :class:`~flexserv_core.TooManyPageImages` (with the count it needs)
+    before rendering any; the core answers the 400 ``too_many_page_images`` naming
+    the limit that binds (a result with more is refused the same way). When
+    ``images_allowed`` is false, return text only (a ``DocumentContent`` is then a
+    plugin error). Implementations written before these two arguments existed
+    (taking only ``file, param, max_chars, context`` and returning text) keep
+    working: every model then gets the document's text.
 
     :param file: the part's ``file`` object as the client sent it (untrusted):
         ``file_id`` (an upload of ``/v1/files``, to be read only if the caller's API
@@ -433,11 +459,17 @@ def flexserv_load_document(file: dict[str, Any], param: str, max_chars: int, con
         model's context (at most :data:`~flexserv_core.api.chat_documents.CHARS_PER_TOKEN`
         characters a token) after the request's earlier documents. A longer text is
         a 400 ``context_length_exceeded`` naming the limit (the rendered prompt's
-        tokens are checked against the context again afterwards).
+        tokens are checked against the context again afterwards). Page images do
+        not count against it (their tokens count in the prompt's).
     :param context: this request's context; ``context.request`` is the HTTP request
         (whose API key owns the files it may read: ``request_owner``).
+    :param images_allowed: whether page images may be returned (see above).
+    :param max_images: the most page images this document may bring: what is left,
+        after the request's ``image_url`` parts and earlier documents, of the model's
+        images per request and of ``--max-document-page-images``; ``0`` when
+        ``images_allowed`` is false.
 
-    First result; may be async; return the document's text, ``None`` means "not a file I read".
+    First result; may be async; return the text (a ``str``; with ``images_allowed``, or a ``DocumentContent``), ``None`` means "not a file I read".
     """
 
 

@@ -122,7 +122,8 @@ def chat_messages(
     """OpenAI messages -> template messages: content parts joined into one string,
     ``developer`` served as ``system``. A ``file`` part becomes its document's text
     (read by :func:`~flexserv_core.api.chat_documents.load_documents` into
-    ``documents``), set off from the parts around it by a blank line. A message with
+    ``documents``), set off from the parts around it by a blank line; a document read
+    with page images becomes its text segments and ``image`` parts. A message with
     images (loaded by :func:`~flexserv_core.api.chat_images.load_images` into
     ``images``) keeps a list of text and ``{"type": "image", "image": ImageInput}``
     parts instead."""
@@ -137,8 +138,15 @@ def chat_messages(
                     parts.append({"type": "image", "image": image})
                     continue
                 document = documents.get((i, j)) if documents else None
-                if document is not None:
+                if isinstance(document, str):
                     parts.append({"type": "text", "text": document, "document": True})
+                    continue
+                if document is not None:  # text segments and page images
+                    for piece in document:
+                        if isinstance(piece, str):
+                            parts.append({"type": "text", "text": piece, "document": True})
+                        else:
+                            parts.append({"type": "image", "image": piece})
                     continue
                 if part.type != "text" or part.text is None:
                     raise InvalidRequest(
@@ -226,7 +234,8 @@ async def chat_prompt(
     if tools is not None:
         kwargs = {**kwargs, "tools": tools}
     messages = chat_messages(body.messages, plan, images, documents)
-    return await render_prompt(model, messages, kwargs, images=bool(images) or off_loop), plan
+    page_images = any(not isinstance(document, str) for document in (documents or {}).values())
+    return await render_prompt(model, messages, kwargs, images=bool(images) or page_images or off_loop), plan
 
 
 async def chat_plan(

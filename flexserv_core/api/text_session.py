@@ -8,8 +8,9 @@ order:
 2. **lease**: the model is resolved, loaded if needed and held until the session
    closes (``async with``);
 3. **documents and images**: the chat request's file parts are read as text (through
-   the ``flexserv_load_document`` hook, bounded by the model's context) and its image
-   parts loaded (arguments of the plan);
+   the ``flexserv_load_document`` hook, bounded by the model's context; for a model
+   that takes images, scanned pages as page images) and its image parts loaded
+   (arguments of the plan);
 4. **plan**: the prompt is rendered or tokenized, tools and the output constraint
    are planned, limits are checked and the ``n`` choices get their sampling params;
 5. **prepare**: the constraint is compiled by the platform's constraint service

@@ -92,7 +92,9 @@ async def _prompt_ids(
     )
     check_chat_bounds(chat, core)
     check_messages(chat.messages)
-    documents = await load_documents(model, chat.messages, context)  # counted as chat renders them
+    # counted as chat renders them for a text-only model: /tokenize takes no images, so even
+    # a vision-language model's documents are read as text here
+    documents = await load_documents(model, chat.messages, context, images=False)
     ids, _plan = await chat_prompt(model, spec, chat, context, documents=documents, off_loop=True)
     return ids
 

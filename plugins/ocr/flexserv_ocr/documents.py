@@ -2,19 +2,22 @@
 
 :func:`document_text` is what chat and Responses ``file`` content parts need
 (``{"file_id": ...}`` or ``{"file_data": "data:...;base64,...", "filename": ...}``);
-:func:`read_reference` also serves ``/v1/documents/extract``.
+:func:`document_content` is what a vision-language model gets instead (page images of the
+pages without a text layer); :func:`read_reference` also serves ``/v1/documents/extract``.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
 from litestar import Request
 
-from flexserv_core import ContextLengthExceeded, FlexServer, InvalidRequest
+from flexserv_core import ContextLengthExceeded, DocumentContent, FlexServer, InvalidRequest, PageImage
 from flexserv_ocr.errors import EngineNotInstalled
 from flexserv_ocr.files import file_bytes
+from flexserv_ocr.images import png_encode
 from flexserv_ocr.kinds import OCR, OcrModel
 from flexserv_ocr.metrics import counts_for
 from flexserv_ocr.reader import DocumentReader, ReadDocument, ReadOptions, decode_base64
@@ -62,17 +65,26 @@ async def read_reference(
 
     server: FlexServer = request.app.state.flexserv
     limits = server.settings.get(OcrSettings)
+    options = options or ReadOptions()
     data = await reference_bytes(request, reference, param)
     spec = server.catalog.get(ocr_model) if ocr_model else server.catalog.default(OCR)
-    if spec is None or spec.kind != OCR:
-        raise EngineNotInstalled(f"OCR engine '{ocr_model}' is not installed on this server.", param="ocr_model")
-    async with server.registry.acquire(spec.name, OcrModel) as lease:
-        reader = DocumentReader(lease.model, limits, options or ReadOptions())
+    if options.page_images is not None and ocr_model is None:
+        # nothing is OCRed (pages without a text layer become page images): no engine to load
+        reader = DocumentReader(None, limits, options)
         docs = await until_disconnect(request, reader.read_all([(data, param)]))
-    counts = counts_for(server.settings)  # pages read for chat and extraction count as /v1/ocr's do
-    for page in docs[0].pages:
-        counts.add(spec.name, page.source, page.seconds)
-    return docs[0], spec.name
+        name = spec.name if spec is not None and spec.kind == OCR else None
+    else:
+        if spec is None or spec.kind != OCR:
+            raise EngineNotInstalled(f"OCR engine '{ocr_model}' is not installed on this server.", param="ocr_model")
+        async with server.registry.acquire(spec.name, OcrModel) as lease:
+            reader = DocumentReader(lease.model, limits, options)
+            docs = await until_disconnect(request, reader.read_all([(data, param)]))
+        name = spec.name
+    if name is not None:
+        counts = counts_for(server.settings)  # pages read for chat and extraction count as /v1/ocr's do
+        for page in docs[0].pages:
+            counts.add(name, page.source, page.seconds)
+    return docs[0], name
 
 
 async def document_text(
@@ -94,3 +106,48 @@ async def document_text(
             param=param,
         )
     return text
+
+
+async def document_content(
+    request: Request[Any, Any, Any],
+    reference: Mapping[str, Any],
+    *,
+    max_chars: int,
+    max_images: int,
+    param: str = "file",
+) -> str | DocumentContent:
+    """What a vision-language model gets of the document ``reference`` names: pages with
+    a text layer as text, the others (scanned PDF pages, an image file) as PNG page images
+    (rendered at ``--ocr-default-dpi`` or less, within ``--ocr-page-image-max-pixels``),
+    each page after its ``--- page N of M ---`` marker. At most ``max_images`` page images
+    (``TooManyPageImages``, before any is rendered, when more pages need one); the text
+    (markers included) is bounded by ``max_chars`` as :func:`document_text`'s is. A
+    document whose pages all have a text layer is returned as :func:`document_text`'s
+    ``str``, exactly."""
+    doc, _ = await read_reference(request, reference, options=ReadOptions(page_images=max_images), param=param)
+    parts: list[str | PageImage] = []
+    text = ""
+    count = len(doc.pages)
+    for position, (page, number) in enumerate(zip(doc.pages, doc.numbers, strict=True)):
+        if position:
+            text += "\n"
+        text += page_marker(number, count) + "\n"
+        image = doc.images.get(position)
+        if image is None:
+            text += page.text
+            continue
+        parts.append(text)
+        text = ""
+        parts.append(PageImage(data=await asyncio.to_thread(png_encode, image), media_type="image/png", page=number))
+    if text:
+        parts.append(text)
+    content = DocumentContent(tuple(parts))
+    if content.text_chars > max_chars:
+        raise ContextLengthExceeded(
+            f"The document's text is {content.text_chars} characters ({count} pages); this model takes at most "
+            f"{max_chars} characters of documents. Send fewer pages.",
+            param=param,
+        )
+    if not content.images:
+        return "".join(part for part in parts if isinstance(part, str))
+    return content

@@ -57,3 +57,19 @@ def to_rgb(image: Any) -> Any:
         background.paste(rgba, mask=rgba.getchannel("A"))
         return background
     return image if image.mode == "RGB" else image.convert("RGB")
+
+
+def within_pixels(image: Any, max_pixels: int) -> Any:
+    """``image`` scaled down (aspect kept) to at most ``max_pixels``; unchanged when it fits."""
+    if image.width * image.height <= max_pixels:
+        return image
+    scale = (max_pixels / (image.width * image.height)) ** 0.5
+    size = (max(1, int(image.width * scale)), max(1, int(image.height * scale)))
+    return image.resize(size, Image.Resampling.LANCZOS)
+
+
+def png_encode(image: Any) -> bytes:
+    """PNG bytes of ``image`` (fast compression: a page image is decoded again at once)."""
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", compress_level=1)
+    return buffer.getvalue()

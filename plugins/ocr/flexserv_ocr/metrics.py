@@ -11,7 +11,7 @@ from flexserv_core import Settings
 
 
 class OcrCounts:
-    """Pages read (by model and source: ``ocr`` or ``text_layer``) and engine seconds (by model)."""
+    """Pages read (by model and source: ``ocr``, ``text_layer`` or ``image``) and engine seconds (by model)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -31,7 +31,7 @@ class OcrCounts:
             pages, seconds = dict(self.pages), dict(self.seconds)
         family = CounterMetricFamily(
             "flexserv:ocr_pages",
-            "Document pages read, by model and source (ocr or text_layer).",
+            "Document pages read, by model and source (ocr, text_layer, or image: sent to a vision-language model).",
             labels=["model", "source"],
         )
         for (model, source), count in sorted(pages.items()):

@@ -7,6 +7,7 @@ worker thread.
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Any
 
@@ -101,6 +102,27 @@ class PdfDocument:
                 check_pixels(
                     round(width_pt * scale), round(height_pt * scale), max_pixels, f"Page {index + 1} at {dpi} dpi"
                 )
+                bitmap = page.render(scale=scale)
+                try:
+                    return bitmap.to_pil().convert("RGB")
+                finally:
+                    bitmap.close()
+            finally:
+                page.close()
+
+    def render_within(self, index: int, dpi: int, max_pixels: int) -> Any:
+        """Page ``index`` as an RGB image at ``dpi``, or at the lower resolution that
+        keeps it within ``max_pixels`` (a page image for a vision-language model)."""
+        with PDFIUM_LOCK:
+            page = self._page(index)
+            try:
+                width_pt, height_pt = page.get_size()
+                scale = dpi / POINTS_PER_INCH
+                if width_pt * height_pt * scale * scale > max_pixels:
+                    scale = math.sqrt(max_pixels / (width_pt * height_pt))
+                    # PDFium rounds the bitmap's sides up: shrink until the rounded size fits
+                    while math.ceil(width_pt * scale) * math.ceil(height_pt * scale) > max_pixels:
+                        scale *= 0.998
                 bitmap = page.render(scale=scale)
                 try:
                     return bitmap.to_pil().convert("RGB")

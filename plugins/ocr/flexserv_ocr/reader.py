@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from flexserv_core import PDF_MEDIA_TYPE as PDF
-from flexserv_core import InvalidRequest
+from flexserv_core import InvalidRequest, TooManyPageImages
 from flexserv_core import sniff_media_type as sniff
 from flexserv_ocr.errors import InputTooLarge, InvalidDocument, TooManyPages
-from flexserv_ocr.images import decode_image
+from flexserv_ocr.images import decode_image, within_pixels
 from flexserv_ocr.kinds import OcrBudget, OcrModel, OcrPage, OcrTimeLimit, PageJob
 from flexserv_ocr.pdf import PdfDocument, select_pages
 from flexserv_ocr.settings import OcrSettings
@@ -38,15 +38,22 @@ class ReadOptions:
     dpi: int | None = None
     languages: list[str] | None = None
     force_ocr: bool = False
+    #: Page images for a vision-language model: ``None`` reads every page as text (a text
+    #: layer or OCR); a number renders the pages without a text layer (and images) as
+    #: page images instead, at most that many (more: ``TooManyPageImages`` before any is rendered).
+    page_images: int | None = None
 
 
 @dataclass
 class ReadDocument:
-    """One input's pages, in order; ``numbers`` are their 1-based page numbers."""
+    """One input's pages, in order; ``numbers`` are their 1-based page numbers.
+    With ``page_images``, ``images`` holds the pictures of the pages read as images
+    (by position in ``pages``; those pages have source ``"image"`` and no lines)."""
 
     media_type: str
     pages: list[OcrPage] = field(default_factory=list)
     numbers: list[int] = field(default_factory=list)
+    images: dict[int, Any] = field(default_factory=dict)
 
 
 def decode_base64(value: str, limits: OcrSettings, param: str) -> bytes:
@@ -149,7 +156,13 @@ class DocumentReader:
         if self.options.pages is not None:
             raise InvalidRequest("'pages' selects pages of a PDF; this input is an image.", param="pages")
         self._spend_pages(1)
+        if self.options.page_images is not None and self.options.page_images < 1:
+            raise TooManyPageImages(1, param=param)
         image = await self._timed(decode_image, data, self.limits.ocr_max_pixels, f"'{param}'")
+        if self.options.page_images is not None:
+            image = await self._timed(within_pixels, image, self.limits.ocr_page_image_max_pixels)
+            page = OcrPage(width=image.width, height=image.height, lines=[], source="image")
+            return ReadDocument(media_type=media_type, pages=[page], numbers=[1], images={0: image})
         page = await self._ocr(image)
         return ReadDocument(media_type=media_type, pages=[page], numbers=[1])
 
@@ -174,6 +187,8 @@ class DocumentReader:
         try:
             indexes = select_pages(self.options.pages, doc.page_count, self.limits.ocr_max_pages)
             self._spend_pages(len(indexes))
+            if self.options.page_images is not None:
+                return await self._pdf_with_page_images(doc, indexes, self.options.page_images, param)
             slots = asyncio.Semaphore(PAGES_IN_FLIGHT)
 
             async def one(index: int) -> OcrPage:
@@ -192,6 +207,24 @@ class DocumentReader:
         finally:
             await asyncio.to_thread(doc.close)
         return ReadDocument(media_type=PDF, pages=[t.result() for t in tasks], numbers=[i + 1 for i in indexes])
+
+    async def _pdf_with_page_images(
+        self, doc: PdfDocument, indexes: list[int], max_images: int, param: str
+    ) -> ReadDocument:
+        """Text layers where pages have them, page images of the others (no OCR); the
+        pages without a text layer are counted before any is rendered."""
+        layers = [await self._timed(doc.text_layer, index, self.dpi) for index in indexes]
+        missing = sum(layer is None for layer in layers)
+        if missing > max_images:
+            raise TooManyPageImages(missing, param=param)
+        read = ReadDocument(media_type=PDF, numbers=[i + 1 for i in indexes])
+        for position, (index, layer) in enumerate(zip(indexes, layers, strict=True)):
+            if layer is None:
+                image = await self._timed(doc.render_within, index, self.dpi, self.limits.ocr_page_image_max_pixels)
+                layer = OcrPage(width=image.width, height=image.height, lines=[], source="image")
+                read.images[position] = image
+            read.pages.append(layer)
+        return read
 
 
 def first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:

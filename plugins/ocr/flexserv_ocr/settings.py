@@ -46,6 +46,14 @@ class OcrSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ocr_max_dpi: Annotated[
         int, msgspec.Meta(ge=36, le=1200, description="Highest 'dpi' a request may ask PDF pages to be rendered at.")
     ] = 300
+    ocr_page_image_max_pixels: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1024,
+            description="Most pixels of a page image sent to a vision-language model in chat (a scanned PDF page "
+            "rendered at --ocr-default-dpi or less, an image file scaled down to fit).",
+        ),
+    ] = 1_500_000
     ocr_max_batch: Annotated[
         int, msgspec.Meta(ge=1, description="Most pages one micro-batch of concurrent OCR requests holds.")
     ] = 8
