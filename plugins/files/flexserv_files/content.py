@@ -20,6 +20,16 @@ PURPOSES: dict[str, frozenset[str]] = {
 HEAD_BYTES = 16
 
 
+def check_file_size(size: int, limit: int) -> None:
+    """A 413 naming ``--files-max-bytes`` once an upload's ``size`` so far passes ``limit``."""
+    if size > limit:
+        raise PayloadTooLarge(
+            f"The file is larger than this server's limit of {limit} bytes (--files-max-bytes).",
+            param="file",
+            code="file_too_large",
+        )
+
+
 def category(media_type: str) -> str:
     if media_type == "application/pdf":
         return "document"
@@ -42,12 +52,7 @@ class CheckedUpload:
     async def wrap(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         async for chunk in chunks:
             self.size += len(chunk)
-            if self.size > self.limit:
-                raise PayloadTooLarge(
-                    f"The file is larger than this server's limit of {self.limit} bytes (--files-max-bytes).",
-                    param="file",
-                    code="file_too_large",
-                )
+            check_file_size(self.size, self.limit)
             if self.media_type is None:
                 self._head += chunk
                 if len(self._head) < HEAD_BYTES:

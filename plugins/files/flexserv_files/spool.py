@@ -16,7 +16,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from flexserv_core import FlexServer, PayloadTooLarge, default_cache_dir
+from flexserv_core import FlexServer, default_cache_dir
+from flexserv_files.content import check_file_size
 
 #: Bytes written and read back at once.
 READ_CHUNK = 256 * 1024
@@ -60,12 +61,7 @@ class Spool:
         pending = bytearray()
         async for chunk in chunks:
             self.size += len(chunk)
-            if self.size > self.limit:
-                raise PayloadTooLarge(
-                    f"The file is larger than this server's limit of {self.limit} bytes (--files-max-bytes).",
-                    param="file",
-                    code="file_too_large",
-                )
+            check_file_size(self.size, self.limit)
             pending += chunk
             if len(pending) >= READ_CHUNK:
                 await asyncio.to_thread(self.file.write, bytes(pending))

@@ -102,11 +102,7 @@ class PdfDocument:
                 check_pixels(
                     round(width_pt * scale), round(height_pt * scale), max_pixels, f"Page {index + 1} at {dpi} dpi"
                 )
-                bitmap = page.render(scale=scale)
-                try:
-                    return bitmap.to_pil().convert("RGB")
-                finally:
-                    bitmap.close()
+                return _rgb(page, scale)
             finally:
                 page.close()
 
@@ -123,11 +119,7 @@ class PdfDocument:
                     # PDFium rounds the bitmap's sides up: shrink until the rounded size fits
                     while math.ceil(width_pt * scale) * math.ceil(height_pt * scale) > max_pixels:
                         scale *= 0.998
-                bitmap = page.render(scale=scale)
-                try:
-                    return bitmap.to_pil().convert("RGB")
-                finally:
-                    bitmap.close()
+                return _rgb(page, scale)
             finally:
                 page.close()
 
@@ -181,3 +173,12 @@ def select_pages(selection: list[int] | str | None, page_count: int, limit: int)
             param="pages",
         )
     return [n - 1 for n in numbers]
+
+
+def _rgb(page: Any, scale: float) -> Any:
+    """The page rendered at ``scale`` as a PIL RGB image (the caller holds ``PDFIUM_LOCK``)."""
+    bitmap = page.render(scale=scale)
+    try:
+        return bitmap.to_pil().convert("RGB")
+    finally:
+        bitmap.close()

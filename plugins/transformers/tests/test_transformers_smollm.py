@@ -22,15 +22,7 @@ CHATS = [
 
 
 def reference_greedy(model, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
-    hf = model.engine_model.model
-    with torch.inference_mode():
-        out = hf.generate(
-            torch.tensor([prompt_ids], device=hf.device),
-            do_sample=False,
-            max_new_tokens=max_new_tokens,
-            pad_token_id=min(model.eos_token_ids),
-        )
-    return out[0, len(prompt_ids) :].tolist()
+    return reference_generate(model, prompt_ids, max_new_tokens)
 
 
 @pytest.mark.parametrize("chat", CHATS, ids=["france", "colours", "haiku"])
