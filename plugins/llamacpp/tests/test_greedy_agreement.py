@@ -133,3 +133,44 @@ def test_greedy_tokens_equal_llama_cpp_python_with_the_same_attention_kernels(
         assert model.engine.stats()["prompt_tokens_reused"] >= 2 * 250  # the system prompt was reused
     finally:
         model.unload()
+
+
+def test_with_flash_attention_a_decode_row_is_bit_identical_next_to_other_sequences_decode_rows(
+    smollm_gguf: Path, load_model: Any
+) -> None:
+    """What batching keeps exact (the README's table): with flash attention, a
+    sequence's next-token logits do not change when other sequences' single tokens
+    share its ``llama_decode``, however many cells they hold; so a sequence that
+    joins no prompt-chunk step decodes exactly as it would alone."""
+    import numpy as np
+
+    model = load_model(smollm_gguf, llamacpp_flash_attention="on", llamacpp_kv_cache_tokens=4096)
+    runtime = model.runtime
+    a = model.render_chat(messages(QUESTIONS[1]), {})
+    b = model.render_chat(messages(QUESTIONS[0]), {})
+
+    def fresh() -> None:
+        for seq in range(8):
+            runtime.seq_rm(seq, -1, -1)
+
+    def prefill(seq: int, tokens: list[int]) -> np.ndarray:
+        n = len(tokens)
+        assert runtime.decode(tokens, list(range(n)), [seq] * n, [False] * (n - 1) + [True]) == 0
+        return np.array(runtime.logits(1)[0])
+
+    try:
+        fresh()
+        token = int(np.argmax(prefill(0, a)))
+        assert runtime.decode([token], [len(a)], [0], [True]) == 0
+        alone = np.array(runtime.logits(1)[0])
+        for others in (1, 7):
+            fresh()
+            prefill(0, a)
+            for seq in range(1, others + 1):
+                prefill(seq, b)
+            rows = [token] + [260] * others
+            positions = [len(a)] + [len(b)] * others
+            assert runtime.decode(rows, positions, list(range(others + 1)), [True] * (others + 1)) == 0
+            assert np.array_equal(np.array(runtime.logits(others + 1)[0]), alone), others
+    finally:
+        model.unload()
