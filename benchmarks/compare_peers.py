@@ -221,6 +221,9 @@ def build_peers(args: argparse.Namespace, gguf: Path, checkpoint: Path) -> list[
             command = [venv_py, str(HERE / "llamacpp_server.py"), "--model", str(gguf), "--host", "127.0.0.1"]
             command += ["--port", "{port}", "--interrupt_requests", "False", "--n_ctx", "2048"]
             command += ["--n_threads", str(args.llama_threads), "--n_threads_batch", str(args.llama_threads)]
+            # llama.cpp's default attention kernels, as flexserv-llamacpp's `auto`: llama-cpp-python's
+            # Llama defaults to flash_attn False, whose logits differ enough to flip greedy near-ties
+            command += ["--flash_attn", "True"]
             peers.append(
                 Peer(
                     "llamacpp",

@@ -68,6 +68,7 @@ class LlamaCppBackend(Backend):
             n_seq_max=s.llamacpp_parallel,
             n_batch=s.llamacpp_batch_tokens,
             n_threads=threads,
+            flash_attention=s.llamacpp_flash_attention,
         )
         try:
             model = LlamaCppTextModel(

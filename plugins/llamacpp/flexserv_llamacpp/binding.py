@@ -62,6 +62,7 @@ class LlamaRuntime:
         n_seq_max: int,
         n_batch: int,
         n_threads: int,
+        flash_attention: str = "auto",
     ) -> None:
         llama = self.llama = _llama()
         mparams = llama.llama_model_default_params()
@@ -80,6 +81,11 @@ class LlamaRuntime:
         cparams.n_seq_max = n_seq_max
         cparams.n_threads = n_threads
         cparams.n_threads_batch = n_threads
+        cparams.flash_attn_type = {
+            "auto": llama.LLAMA_FLASH_ATTN_TYPE_AUTO,
+            "on": llama.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+            "off": llama.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+        }[flash_attention]
         cparams.kv_unified = True  # one pool of cells: any sequence may use the whole context
         cparams.no_perf = True
         ctx = llama.llama_init_from_model(model, cparams)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -41,6 +41,13 @@ class LlamaCppSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     llamacpp_threads: Annotated[
         int, msgspec.Meta(description="CPU threads llama.cpp computes with; 0: all cores.", ge=0)
     ] = 0
+    llamacpp_flash_attention: Annotated[
+        Literal["auto", "on", "off"],
+        msgspec.Meta(
+            description="llama.cpp's flash-attention kernels (auto: llama.cpp decides, on for CPUs). Greedy text "
+            "equals llama-cpp-python's Llama only with the same choice: its default is off."
+        ),
+    ] = "auto"
     llamacpp_prefix_caching: Annotated[
         bool, msgspec.Meta(description="Reuse the KV cache of prompt prefixes shared with other requests.")
     ] = True

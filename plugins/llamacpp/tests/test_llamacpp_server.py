@@ -396,3 +396,109 @@ async def test_guided_fields_constrain_the_output(server: tuple[str, Any]) -> No
                 model=MODEL, messages=QUESTION, max_tokens=10, extra_body={"min_p": 1.5}
             )
         assert info.value.body["param"] == "min_p"  # type: ignore[index]
+
+
+# --- constrained decoding: Responses text.format and named tool_choice ----------------
+
+CITY_FORMAT = {
+    "type": "json_schema",
+    "name": "city",
+    "schema": {
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 20}, "country": {"type": "string", "maxLength": 20}},
+        "required": ["name", "country"],
+        "additionalProperties": False,
+    },
+    "strict": True,
+}
+
+
+async def test_responses_text_format_json_schema_also_streamed(server: tuple[str, Any]) -> None:
+    import json
+
+    from pydantic import BaseModel
+
+    class City(BaseModel):
+        name: str
+        country: str
+
+    url, _ = server
+    prompt = "Describe Paris as JSON with name and country."
+    async with sdk(url) as client:
+        plain = await client.responses.create(
+            model=MODEL, input=prompt, text={"format": CITY_FORMAT}, max_output_tokens=60, temperature=0
+        )
+        data = json.loads(plain.output_text)
+        assert set(data) == {"name", "country"}
+        events = []
+        stream = await client.responses.create(
+            model=MODEL, input=prompt, text={"format": CITY_FORMAT}, max_output_tokens=60, temperature=0, stream=True
+        )
+        async for event in stream:
+            events.append(event)
+        deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+        assert json.loads(deltas) == data  # greedy: the same object, delivered in pieces
+        assert events[-1].type == "response.completed"
+        parsed = await client.responses.parse(
+            model=MODEL, input=prompt, text_format=City, max_output_tokens=60, temperature=0
+        )
+        assert isinstance(parsed.output_parsed, City) and parsed.output_parsed.name
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+TIME = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "parameters": {
+            "type": "object",
+            "properties": {"timezone": {"type": "string", "maxLength": 30}},
+            "required": ["timezone"],
+        },
+    },
+}
+
+
+async def test_a_named_tool_choice_calls_that_tool_also_streamed(server: tuple[str, Any]) -> None:
+    import json
+
+    url, _ = server
+    # the question is about the weather: a named choice of the other tool must still call it
+    request: dict[str, Any] = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+        "tools": [WEATHER, TIME],
+        "tool_choice": {"type": "function", "function": {"name": "get_time"}},
+        "max_tokens": 60,
+        "temperature": 0,
+    }
+    async with sdk(url) as client:
+        called = await client.chat.completions.create(**request)
+        message = called.choices[0].message
+        assert message.tool_calls and len(message.tool_calls) == 1
+        call = message.tool_calls[0]
+        assert call.function.name == "get_time"
+        arguments = json.loads(call.function.arguments)
+        assert set(arguments) == {"timezone"} and isinstance(arguments["timezone"], str)
+        assert called.choices[0].finish_reason in ("stop", "tool_calls")
+
+        stream = await client.chat.completions.create(**request, stream=True)
+        names, pieces, finishes = [], [], []
+        async for chunk in stream:
+            for choice in chunk.choices:
+                if choice.finish_reason:
+                    finishes.append(choice.finish_reason)
+                for delta in choice.delta.tool_calls or []:
+                    if delta.function and delta.function.name:
+                        names.append(delta.function.name)
+                    if delta.function and delta.function.arguments:
+                        pieces.append(delta.function.arguments)
+        assert names == ["get_time"]
+        assert json.loads("".join(pieces)) == arguments
+        assert finishes == [called.choices[0].finish_reason]
