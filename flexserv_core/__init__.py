@@ -15,6 +15,7 @@ from flexserv_core.backends.base import (
     Backend,
     Constraint,
     ConstraintKind,
+    EmbeddingLimits,
     EmbeddingModel,
     EmbeddingResult,
     EngineStats,
@@ -65,6 +66,7 @@ from flexserv_core.errors import (
     QuotaExceeded,
     ServiceUnavailable,
     StateUnavailable,
+    TemplateVariablesMisconfigured,
     TooManyRequests,
     UnsupportedMediaType,
     UnsupportedParameter,
@@ -103,10 +105,13 @@ from flexserv_core.state.owner import request_owner, request_reads_any_owner
 from flexserv_core.state.records import CollectionLimits, Record, RecordPage
 from flexserv_core.state.store import Collection, StateStore
 from flexserv_core.state.url import redact_url, resolved_state_url
+from flexserv_core.template_variables import CHAT_TEMPLATE_DEFAULTS, CHAT_TEMPLATE_REQUEST, reserved_template_names
 from flexserv_core.tool_call_stream import ToolCallFragment, ToolCallStream, ToolStreamEvent
 from flexserv_core.tool_parsers import ParsedToolCall, ParsedToolOutput, ToolParser, ToolParsers
 
 __all__ = [
+    "CHAT_TEMPLATE_DEFAULTS",
+    "CHAT_TEMPLATE_REQUEST",
     "PDF_MEDIA_TYPE",
     "PROJECT_NAME",
     "READY",
@@ -130,6 +135,7 @@ __all__ = [
     "CoreSettings",
     "CpuCoreInfo",
     "DocumentContent",
+    "EmbeddingLimits",
     "EmbeddingModel",
     "EmbeddingResult",
     "EngineStats",
@@ -190,6 +196,7 @@ __all__ = [
     "StateStore",
     "StateUnavailable",
     "SystemResourceSnapshot",
+    "TemplateVariablesMisconfigured",
     "TextGenerationModel",
     "TextLimits",
     "TextSession",
@@ -238,6 +245,7 @@ __all__ = [
     "render_chat_template",
     "request_owner",
     "request_reads_any_owner",
+    "reserved_template_names",
     "resolve_plugin_settings",
     "resolve_settings",
     "resolved_state_url",

@@ -155,6 +155,13 @@ class NoAudioDecoder(FlexServError):
     default_code = "audio_decoder_missing"
 
 
+class TemplateVariablesMisconfigured(FlexServError):
+    """A layer of chat-template variables the server controls (its defaults, a model's
+    options, a plugin's contribution) sets a name the renderer reserves: a server error."""
+
+    default_code = "template_variables_misconfigured"
+
+
 class ModelLoadError(FlexServError):
     """A backend could not load a model; the message says why and what to do."""
 

@@ -259,11 +259,18 @@ def flexserv_preprocess_request(endpoint: str, body: dict[str, Any], context: Re
 def flexserv_chat_template_kwargs(model: ModelSpec, context: RequestContext) -> dict[str, Any] | None:
     """Contribute variables to this request's chat-template rendering.
 
-    Called once per chat-completion request, before the prompt is rendered. The
-    core merges, later winning: server defaults < per-model options
-    (``chat_template_kwargs`` in the model's options) < results of this hook <
-    values the request itself set. Among this hook's results the earlier in call
-    order wins a shared key (``tryfirst`` takes precedence).
+    Called once per request whose prompt goes through the chat template (chat
+    completions, the Responses API, ``/tokenize`` of messages), before the prompt is
+    rendered. Return only what your plugin adds: the core merges once, later
+    winning: the server's defaults < the model's ``chat_template_kwargs`` option <
+    results of this hook < the request's own values (the server's defaults and the
+    request's values reach the merge through the request's state, under
+    :data:`~flexserv_core.CHAT_TEMPLATE_DEFAULTS` and
+    :data:`~flexserv_core.CHAT_TEMPLATE_REQUEST`; the first-party ``template-kwargs``
+    plugin fills them). Among this hook's results the earlier in call order wins a
+    shared key (``tryfirst`` takes precedence). A name the renderer reserves
+    (:data:`~flexserv_core.RESERVED_TEMPLATE_KWARGS`) is a server error naming the
+    layer.
 
     :param model: the model the request is served by.
     :param context: this request's context, as filled by preprocessing hooks.

@@ -19,8 +19,8 @@ from litestar import Request, post
 from flexserv_core.api.body import parse_body, request_context
 from flexserv_core.api.disconnect import until_disconnect
 from flexserv_core.api.wire_schemas import EmbeddingResponse
-from flexserv_core.backends.base import EmbeddingModel
-from flexserv_core.errors import InvalidRequest
+from flexserv_core.backends.base import EmbeddingLimits, EmbeddingModel
+from flexserv_core.errors import ContextLengthExceeded, InvalidRequest
 from flexserv_core.server import FlexServer
 
 ENDPOINT = "/v1/embeddings"
@@ -85,6 +85,30 @@ def normalise_input(value: EmbeddingInput, *, max_inputs: int) -> list[str] | li
     return items
 
 
+def check_token_inputs(
+    inputs: list[str] | list[list[int]], limits: EmbeddingLimits, model: str, *, truncate: bool
+) -> None:
+    """Token-id inputs against the model's declared limits (texts are the backend's to
+    measure: only its tokenizer knows their length)."""
+    if not inputs or isinstance(inputs[0], str):
+        return  # one kind per request (normalise_input)
+    for i, item in enumerate(inputs):
+        highest = max(item, default=-1)
+        if limits.vocab_size is not None and highest >= limits.vocab_size:
+            raise InvalidRequest(
+                f"'input[{i}]' contains token id {highest}, outside the vocabulary of model '{model}' "
+                f"({limits.vocab_size} ids).",
+                param="input",
+                code="invalid_value",
+            )
+        if not truncate and len(item) > limits.max_input_tokens:
+            raise ContextLengthExceeded(
+                f"'input[{i}]' is {len(item)} tokens long; model '{model}' accepts at most "
+                f"{limits.max_input_tokens} and truncation is off (--no-embedding-truncate).",
+                param="input",
+            )
+
+
 def _shape_vector(vector: list[float], dimensions: int | None, encoding: str) -> list[float] | str:
     if encoding == "float" and (dimensions is None or dimensions >= len(vector)):
         return vector  # already the floats to send: no round trip through an array on the event loop
@@ -119,6 +143,7 @@ async def create_embeddings(request: Request[Any, Any, Any]) -> dict[str, Any]:
                 f"'dimensions' is {body.dimensions}, but model '{lease.spec.name}' produces {size}-dimensional embeddings.",
                 param="dimensions",
             )
+        check_token_inputs(inputs, model.limits, lease.spec.name, truncate=limits.embedding_truncate)
         result = await until_disconnect(request, model.embed(inputs, truncate=limits.embedding_truncate))
         name = lease.spec.name
     server.metrics.embedding_inputs.labels(name).inc(len(inputs))

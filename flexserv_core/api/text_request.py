@@ -32,6 +32,7 @@ from flexserv_core.errors import InvalidRequest, UnsupportedParameter
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.request_context import RequestContext
 from flexserv_core.settings import CoreSettings
+from flexserv_core.template_variables import CHAT_TEMPLATE_DEFAULTS, CHAT_TEMPLATE_REQUEST, merge_template_variables
 
 _SEED_SPACE = 2**63
 #: Most sequences (prompts x n) one completions request may start.
@@ -191,14 +192,18 @@ def _set_off_documents(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def chat_template_kwargs(spec: ModelSpec, context: RequestContext) -> dict[str, Any]:
-    """Per-model options < plugins (the ``flexserv_chat_template_kwargs`` hook).
+    """This request's template variables, merged once (:mod:`flexserv_core.template_variables`).
 
-    The request's own ``chat_template_kwargs``/``enable_thinking`` are not core
-    fields: the template-kwargs plugin reads them in preprocessing and returns them
-    through the hook, last, so they win; without it they are unknown fields."""
-    merged: dict[str, Any] = dict(spec.options.get("chat_template_kwargs") or {})
-    merged.update(hooks.chat_template_kwargs(spec, context))
-    return merged
+    The server's defaults and the request's own ``chat_template_kwargs``/
+    ``enable_thinking`` are not core fields: the template-kwargs plugin reads them
+    and leaves them in the request's state; without it they are unknown fields."""
+    return merge_template_variables(
+        context.state.get(CHAT_TEMPLATE_DEFAULTS),
+        spec.options.get("chat_template_kwargs"),
+        hooks.chat_template_kwargs(spec, context),
+        context.state.get(CHAT_TEMPLATE_REQUEST),
+        model=spec.name,
+    )
 
 
 async def render_prompt(

@@ -20,6 +20,7 @@ class CountingEmbeddingModel(EmbeddingModel):
 
     dimensions = 8
     max_input_tokens = 100
+    vocab_size = 1000
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__(spec)
@@ -104,6 +105,28 @@ async def test_single_token_list_is_one_input(flexserv_client: Any, flexserv_ser
     assert r.status_code == 200 and len(r.json()["data"]) == 1
     model = flexserv_server.registry.model_if_loaded("counting")
     assert model.calls[-1] == ([[5, 6, 7]], True)
+
+
+async def test_token_ids_are_checked_against_the_declared_limits_before_embed(
+    flexserv_client: Any, flexserv_server: Any
+) -> None:
+    r = await flexserv_client.post("/v1/embeddings", json={"input": [[5, 6], [7, 1000]]})
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert (error["param"], error["code"]) == ("input", "invalid_value") and "'input[1]'" in error["message"]
+    assert "1000 ids" in error["message"]
+    assert flexserv_server.registry.model_if_loaded("counting").calls == [], "embed never ran"
+    assert (await flexserv_client.post("/v1/embeddings", json={"input": [[999] * 101]})).status_code == 200
+
+
+async def test_untruncated_token_ids_longer_than_the_model_takes_are_refused() -> None:
+    from flexserv_core.testing import app_client, make_app
+
+    app = make_app([CountingPlugin()], settings={"embedding_truncate": False})
+    async with app_client(app) as client:
+        r = await client.post("/v1/embeddings", json={"input": [[1] * 101]})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+        assert (await client.post("/v1/embeddings", json={"input": [[1] * 100]})).status_code == 200
 
 
 async def test_a_text_model_cannot_embed(flexserv_client: Any) -> None:

@@ -11,7 +11,6 @@ from contextlib import aclosing
 from typing import Any
 
 from flexserv_core import (
-    RESERVED_TEMPLATE_KWARGS,
     SAMPLING_EXTENSIONS,
     ChatTemplates,
     ConstraintVocabulary,
@@ -24,6 +23,7 @@ from flexserv_core import (
     TokenDelta,
     TopLogprob,
     render_chat_template,
+    reserved_template_names,
     select_chat_template,
 )
 from flexserv_llamacpp.binding import LlamaRuntime
@@ -100,11 +100,7 @@ class LlamaCppTextModel(TextGenerationModel):
                 f"The model '{self.spec.name}' has no chat template; use /v1/completions with a raw prompt.",
                 param="messages",
             )
-        reserved = sorted(RESERVED_TEMPLATE_KWARGS.intersection(template_kwargs))
-        if reserved:
-            raise InvalidRequest(
-                f"chat_template_kwargs may not set {', '.join(reserved)}.", param="chat_template_kwargs"
-            )
+        assert not reserved_template_names(template_kwargs), "the core's one merge refuses reserved names"
         variables = dict(template_kwargs)
         tools = variables.pop("tools", None)
         documents = variables.pop("documents", None)

@@ -1,21 +1,12 @@
-"""Reading a request's template variables and merging them with the defaults.
-
-Precedence, later winning:
-server defaults (``--template-kwargs-defaults``) < the model's configured options
-(``chat_template_kwargs`` in the model spec) < the request's
-``chat_template_kwargs`` < the request's top-level ``enable_thinking``.
-"""
+"""Reading a request's template variables: ``chat_template_kwargs`` and the
+top-level ``enable_thinking``, which wins over it. Reserved names are the core's to
+refuse, in its one merge (:mod:`flexserv_core.template_variables`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from flexserv_core import RESERVED_TEMPLATE_KWARGS, InvalidRequest
-
-#: Template variable names a request may not set; one list with the core's
-#: transformers backend (re-exported here under the plugin's historical name).
-RESERVED_KEYS = RESERVED_TEMPLATE_KWARGS
+from flexserv_core import InvalidRequest
 
 #: Top-level request fields that are shorthands for a template variable.
 SHORTHANDS = ("enable_thinking",)
@@ -36,13 +27,6 @@ def request_template_kwargs(body: dict[str, Any]) -> dict[str, Any] | None:
             code="invalid_type",
         )
     merged: dict[str, Any] = dict(raw or {})
-    reserved = sorted(RESERVED_KEYS.intersection(merged))
-    if reserved:
-        raise InvalidRequest(
-            f"'chat_template_kwargs' may not set '{reserved[0]}': the server controls that argument of the chat template.",
-            param=f"chat_template_kwargs.{reserved[0]}",
-            code="invalid_value",
-        )
     if (
         "enable_thinking" in merged
         and merged["enable_thinking"] is not None
@@ -61,16 +45,6 @@ def request_template_kwargs(body: dict[str, Any]) -> dict[str, Any] | None:
                 f"'{key}' must be true or false, got {_json_type(value)}.", param=key, code="invalid_type"
             )
         merged[key] = value  # the top-level shorthand wins over chat_template_kwargs
-    return merged
-
-
-def merge_template_kwargs(
-    defaults: Mapping[str, Any], model_options: Mapping[str, Any] | None, request: Mapping[str, Any] | None
-) -> dict[str, Any]:
-    """Defaults < per-model options < the request (already shorthand-resolved)."""
-    merged = dict(defaults)
-    merged.update(model_options or {})
-    merged.update(request or {})
     return merged
 
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from flexserv_core import UsageError
+from flexserv_core import UsageError, reserved_template_names
 
 
 class TemplateKwargsSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -40,9 +40,7 @@ def parse_defaults(value: dict[str, Any] | str | None) -> dict[str, Any]:
             "invalid value for setting 'template_kwargs_defaults' (--template-kwargs-defaults): "
             f"expected a JSON object such as '{{\"enable_thinking\": false}}', got {type(value).__name__}"
         )
-    from flexserv_template_kwargs.merge import RESERVED_KEYS
-
-    reserved = sorted(RESERVED_KEYS.intersection(value))
+    reserved = reserved_template_names(value)
     if reserved:
         raise UsageError(
             f"invalid value for setting 'template_kwargs_defaults' (--template-kwargs-defaults): may not set {', '.join(reserved)}"

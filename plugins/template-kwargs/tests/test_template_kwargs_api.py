@@ -64,11 +64,12 @@ class EchoPlugin:
 
 
 class OtherTemplatePlugin:
-    """Another plugin contributing variables: the request's values beat it."""
+    """Another plugin contributing variables: it beats the server's defaults and the
+    model's options, and the request's values beat it."""
 
     @hookimpl
     def flexserv_chat_template_kwargs(self, model: Any, context: Any) -> dict[str, Any]:
-        return {"enable_thinking": "plugin", "from_plugin": 1}
+        return {"enable_thinking": "plugin", "from_plugin": 1, "per_model": "plugin"}
 
 
 @pytest.fixture
@@ -142,10 +143,12 @@ async def test_server_defaults_model_options_request_and_other_plugins() -> None
     )
     async with app_client(app) as client:
         sdk = openai_client(client)
+        # defaults < the model's options < other plugins < the request (before, this
+        # plugin's own defaults outranked every other plugin's contribution)
         got = await chat(sdk)
-        assert got == "enable_thinking=False;from_default=1;from_plugin=1;per_model=m;shared=model"
-        got = await chat(sdk, enable_thinking=True, chat_template_kwargs={"shared": "request"})
-        assert got == "enable_thinking=True;from_default=1;from_plugin=1;per_model=m;shared=request"
+        assert got == "enable_thinking=plugin;from_default=1;from_plugin=1;per_model=plugin;shared=model"
+        got = await chat(sdk, enable_thinking=True, chat_template_kwargs={"shared": "request", "per_model": "r"})
+        assert got == "enable_thinking=True;from_default=1;from_plugin=1;per_model=r;shared=request"
 
 
 def test_bad_default_stops_start_up() -> None:

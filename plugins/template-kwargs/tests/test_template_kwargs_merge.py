@@ -1,11 +1,11 @@
-"""Reading and merging template variables, without a server."""
+"""Reading a request's template variables and the defaults setting, without a server."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from flexserv_template_kwargs import merge_template_kwargs, request_template_kwargs
+from flexserv_template_kwargs import request_template_kwargs
 from flexserv_template_kwargs.settings import parse_defaults
 
 from flexserv_core import InvalidRequest, UsageError
@@ -48,28 +48,6 @@ def test_non_boolean_enable_thinking_is_rejected(value: Any) -> None:
     with pytest.raises(InvalidRequest) as info:
         request_template_kwargs({"chat_template_kwargs": {"enable_thinking": value}})
     assert info.value.param == "chat_template_kwargs.enable_thinking"
-
-
-@pytest.mark.parametrize(
-    "key", ["tokenize", "add_generation_prompt", "chat_template", "return_tensors", "sanitize_control_tokens"]
-)
-def test_arguments_of_the_template_call_itself_are_reserved(key: str) -> None:
-    with pytest.raises(InvalidRequest) as info:
-        request_template_kwargs({"chat_template_kwargs": {key: False}})
-    assert info.value.param == f"chat_template_kwargs.{key}"
-
-
-def test_precedence_defaults_model_request() -> None:
-    defaults = {"enable_thinking": False, "a": "default", "b": "default"}
-    model = {"b": "model", "c": "model"}
-    request = {"c": "request"}
-    assert merge_template_kwargs(defaults, model, request) == {
-        "enable_thinking": False,
-        "a": "default",
-        "b": "model",
-        "c": "request",
-    }
-    assert merge_template_kwargs({}, None, None) == {}
 
 
 def test_defaults_setting_parsing() -> None:

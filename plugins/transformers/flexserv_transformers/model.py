@@ -8,7 +8,6 @@ from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, cast
 
 from flexserv_core import (
-    RESERVED_TEMPLATE_KWARGS,
     SAMPLING_EXTENSIONS,
     EngineStats,
     InvalidRequest,
@@ -17,6 +16,7 @@ from flexserv_core import (
     TextLimits,
     TokenDelta,
     TopLogprob,
+    reserved_template_names,
 )
 from flexserv_transformers.detokenize import IncrementalDetokenizer
 from flexserv_transformers.engine_api import Engine, EngineModel, load_engine_factory
@@ -109,11 +109,7 @@ class TransformersTextModel(TextGenerationModel):
                 f"The model '{self.spec.name}' has no chat template; use /v1/completions with a raw prompt.",
                 param="messages",
             )
-        reserved = sorted(RESERVED_TEMPLATE_KWARGS.intersection(template_kwargs))
-        if reserved:
-            raise InvalidRequest(
-                f"chat_template_kwargs may not set {', '.join(reserved)}.", param="chat_template_kwargs"
-            )
+        assert not reserved_template_names(template_kwargs), "the core's one merge refuses reserved names"
         if self.processor is not None:
             return self._render_with_images(messages, template_kwargs)
         try:
