@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,9 +22,9 @@ import torch
 from flexserv_transformers.engine import engine as engine_module
 from flexserv_transformers.engine.engine import PagedEngine
 from flexserv_transformers.engine.settings import EngineSettings
-from flexserv_transformers.testing import build_tiny_family
+from flexserv_transformers.testing import build_tiny_family, build_tiny_llama
 
-from flexserv_core import SamplingParams
+from flexserv_core import Constraint, ModelKind, ModelSpec, SamplingParams, prepare_params
 
 BS = 4
 TEXTS = [
@@ -253,3 +255,50 @@ async def test_sampled_output_keeps_its_distribution(tiny, oracle) -> None:
     chi2 = sum((a - b) ** 2 / (a + b) for a, b in cells if a + b > 0)  # equal sample sizes
     dof = len(cells) - 1
     assert chi2 < dof + 4 * (2 * dof) ** 0.5 + 10, (chi2, dof, expected, got)
+
+
+async def test_a_windowed_model_speculates_exactly_and_gives_its_blocks_back(oracle) -> None:
+    """Mistral windowed on every layer (8 tokens): drafts cross the window, the
+    sequence still gives back the blocks behind it, and the output is the plain one."""
+    model, tok = build_tiny_family("Mistral (windowed)", seed=1)
+    prompts = [list(tok(t)["input_ids"]) for t in TEXTS[:2]]
+    n = 60
+    refs = await references(model, prompts, n)
+    oracle(list(zip(prompts, refs, strict=True)), len(tok), 1)
+    engine = make(model, max_batch_tokens=16)
+    try:
+        together = await asyncio.gather(*(run(engine, p, greedy(n)) for p in prompts))
+        stats = engine.stats()
+        assert engine.kv_window is not None and engine.block_manager.used == 0
+    finally:
+        engine.close()
+    assert [[t.token_id for t in out] for out in together] == refs
+    assert stats["speculative"]["accepted_tokens"] > 0
+
+
+async def test_constrained_sequences_never_speculate(tmp_path: Path, load_model: Any, monkeypatch) -> None:
+    """The documented rule: a grammar-constrained sequence is never offered a draft
+    (its matcher would need a mask per drafted position); a free one of the same
+    model is."""
+    path = build_tiny_llama(tmp_path / "tiny", max_position_embeddings=256)
+    spec = ModelSpec(name="tiny", kind=ModelKind.TEXT, source=str(path))
+    model = load_model(spec, tmp_path / "cache", dtype="float32", transformers_engine="paged")
+    asked: list[int] = []
+
+    def drafter(tokens: list[int], k: int) -> list[int]:
+        asked.append(k)
+        return [tokens[-1]] * k
+
+    monkeypatch.setattr(engine_module, "propose", drafter)
+    try:
+        prompt = model.render_chat([{"role": "user", "content": "three letters"}], {})
+        regex = Constraint(kind="regex", spec="[a-c]{12}")
+        params = await prepare_params(model, SamplingParams(max_tokens=30, temperature=0, constraint=regex))
+        text = "".join([d.text async for d in model.generate(prompt, params)])
+        assert re.fullmatch("[a-c]{12}", text)
+        assert asked == [] and model.engine.stats()["speculative"]["drafted_tokens"] == 0
+        free = await prepare_params(model, SamplingParams(max_tokens=12, temperature=0))
+        [d async for d in model.generate(prompt, free)]
+        assert asked and model.engine.stats()["speculative"]["drafted_tokens"] > 0
+    finally:
+        model.unload()
