@@ -506,7 +506,10 @@ class PagedEngine:
                 self._accepted += accepted
                 if seq.drafting is not None:
                     seq.drafting.update(len(draft), accepted)
-                kept = min(1 + accepted, len(burst))  # the last known token and the accepted drafts
+                # positions whose K/V stays: the last known token and the accepted draft
+                # tokens before the last kept token (the burst ends with a token whose
+                # K/V is not computed yet, or with a draft token that ends the sequence)
+                kept = len(burst)
                 seq.tokens.extend(t.token_id for t in burst[: kept - 1])
                 bursts[seq.id] = (burst, kept)
             first += width

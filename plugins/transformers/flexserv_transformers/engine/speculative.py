@@ -22,9 +22,11 @@ Which sequences never speculate (a deliberate rule, tested):
 
 * a constrained sequence (``response_format``/tools grammar): its matcher would
   have to be advanced and a mask computed per drafted position;
-* a sequence of a request that asked for logprobs (it still could, but the
-  extra log-softmax per position buys nothing such a request needs quickly);
-* a sequence whose last token is the last one it may generate.
+* a sequence whose next token is the last one it may generate.
+
+Requests with logprobs, penalties, logit bias or ``n > 1`` do speculate: each
+position is processed as the sampler processes a row, with the state advanced by
+the tokens kept before it.
 
 Greedy output is token for token the output without speculation (a draft token is
 accepted while it is the argmax), and sampled output has the same distribution
