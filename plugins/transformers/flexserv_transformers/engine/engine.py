@@ -42,7 +42,7 @@ from flexserv_transformers.engine.settings import (
     GPU_KV_CACHE_MIB,
     EngineSettings,
 )
-from flexserv_transformers.engine.speculative import propose
+from flexserv_transformers.engine.speculative import may_speculate, propose
 from flexserv_transformers.engine_api import EngineModel, EngineToken, queue_timeout_error
 from flexserv_transformers.media import PromptMedia
 from flexserv_transformers.sampling import sample_next, verify_draft
@@ -193,8 +193,7 @@ class PagedEngine:
             grammar=grammar,
             media=media,
             eos_token_ids=self.eos_token_ids,
-            # constrained sequences never speculate (see .speculative)
-            max_draft=self.settings.transformers_speculative_draft_tokens if grammar is None else 0,
+            max_draft=self.settings.transformers_speculative_draft_tokens if may_speculate(params, grammar) else 0,
         )
         limit = self.settings.transformers_max_batch_size + self.settings.transformers_max_queued_requests
         with self._wake:

@@ -22,6 +22,10 @@ Which sequences never speculate (a deliberate rule, tested):
 
 * a constrained sequence (``response_format``/tools grammar): its matcher would
   have to be advanced and a mask computed per drafted position;
+* a seeded sampled sequence (``seed`` with ``temperature > 0``): verification draws
+  from its generator a varying number of times, depending on how long its drafts are,
+  which depends on what else is in the step; without drafts a seed gives the same
+  tokens whatever the load, and the same as with speculation off;
 * a sequence whose next token is the last one it may generate.
 
 Requests with logprobs, penalties, logit bias or ``n > 1`` do speculate: each
@@ -32,14 +36,14 @@ Greedy output is token for token the output without speculation (a draft token i
 accepted while it is the argmax), and sampled output has the same distribution
 (a draft token ``x`` is accepted with probability ``p(x)``, else a token is drawn
 from ``p`` without ``x``; ``p`` is the distribution the normal sampler draws from,
-after penalties, temperature, min-p, top-k and top-p). A seeded sampled request
-is reproducible, but its tokens are not those of the same seed without
-speculation (the generator is drawn from differently).
+after penalties, temperature, min-p, top-k and top-p).
 
 Runs on the engine thread only.
 """
 
 from __future__ import annotations
+
+from flexserv_core import SamplingParams, TokenMatcher
 
 #: The n-gram lengths looked up, longest first.
 MAX_NGRAM = 3
@@ -48,6 +52,11 @@ MIN_NGRAM = 2
 LOOKUP_WINDOW = 4096
 #: Steps a sequence waits before drafting again after its drafts kept failing.
 COOLDOWN_STEPS = 8
+
+
+def may_speculate(params: SamplingParams, grammar: TokenMatcher | None) -> bool:
+    """Whether a new sequence drafts at all (the rules above: not constrained, not seeded and sampled)."""
+    return grammar is None and (params.seed is None or params.temperature == 0)
 
 
 def propose(tokens: list[int], max_tokens: int) -> list[int]:

@@ -227,7 +227,8 @@ async def test_sampled_output_keeps_its_distribution(tiny, oracle) -> None:
     plain greedy tokens, which sampling often but not always agrees with."""
     model, prompts, vocab = tiny
     refs = await references(model, prompts[:1], 4)
-    params = [SamplingParams(max_tokens=3, temperature=0.7, top_k=6, seed=s) for s in range(300)]
+    # unseeded: seeded sampled sequences never speculate (see the next test)
+    params = [SamplingParams(max_tokens=3, temperature=0.7, top_k=6) for _ in range(300)]
 
     async def histogram(engine: PagedEngine) -> collections.Counter[tuple[int, int]]:
         outs = []
@@ -255,6 +256,28 @@ async def test_sampled_output_keeps_its_distribution(tiny, oracle) -> None:
     chi2 = sum((a - b) ** 2 / (a + b) for a, b in cells if a + b > 0)  # equal sample sizes
     dof = len(cells) - 1
     assert chi2 < dof + 4 * (2 * dof) ** 0.5 + 10, (chi2, dof, expected, got)
+
+
+async def test_a_seeded_sampled_request_does_not_speculate_and_keeps_its_tokens(tiny, oracle) -> None:
+    """A seed gives the same tokens with speculation on as off, batched or alone: its
+    generator is drawn once per token, not once per verified draft position."""
+    model, prompts, vocab = tiny
+    refs = await references(model, prompts[:1], 12)
+    seeded = SamplingParams(max_tokens=12, temperature=0.8, seed=7)
+    plain = make(model, draft=0)
+    try:
+        expected = [t.token_id for t in await run(plain, prompts[0], seeded)]
+    finally:
+        plain.close()
+    oracle([(prompts[0], refs[0])], vocab, 0)
+    spec = make(model)
+    try:
+        outs = await asyncio.gather(run(spec, prompts[0], seeded), run(spec, prompts[0], greedy(12)))
+        stats = spec.stats()["speculative"]
+    finally:
+        spec.close()
+    assert [t.token_id for t in outs[0]] == expected
+    assert [t.token_id for t in outs[1]] == refs[0] and stats["drafted_tokens"] > 0, "the greedy neighbour drafts"
 
 
 async def test_a_windowed_model_speculates_exactly_and_gives_its_blocks_back(oracle) -> None:
