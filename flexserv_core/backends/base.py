@@ -100,6 +100,9 @@ class EngineStats(msgspec.Struct, kw_only=True):
     prefix_cache_hits: int = 0
     #: Sequences preempted (their cache freed, recomputed later).
     preemptions: int = 0
+    #: Speculative decoding: draft tokens verified, and those accepted.
+    spec_decode_draft_tokens: int = 0
+    spec_decode_accepted_tokens: int = 0
     #: A micro-batching model's batches run, and the items (inputs) they held: their
     #: ratio is the mean batch size (``None``: the model does not micro-batch).
     micro_batches: int | None = None

@@ -56,6 +56,16 @@ class RegistryCollector(Collector):
         preemptions = CounterMetricFamily(
             f"{PREFIX}num_preemptions", "Sequences preempted by the engine (recomputed later).", labels=[MODEL]
         )
+        drafted = CounterMetricFamily(
+            f"{PREFIX}spec_decode_num_draft_tokens",
+            "Speculative draft tokens verified by the engine.",
+            labels=[MODEL],
+        )
+        accepted = CounterMetricFamily(
+            f"{PREFIX}spec_decode_num_accepted_tokens",
+            "Speculative draft tokens accepted (emitted without a forward pass of their own).",
+            labels=[MODEL],
+        )
         batches = CounterMetricFamily(
             f"{PREFIX}micro_batches",
             "Micro-batches run by a batching model (embeddings, rerank, classify).",
@@ -82,6 +92,8 @@ class RegistryCollector(Collector):
                 queries.add_metric([name], stats.prefix_cache_queries)
                 hits.add_metric([name], stats.prefix_cache_hits)
                 preemptions.add_metric([name], stats.preemptions)
+                drafted.add_metric([name], stats.spec_decode_draft_tokens)
+                accepted.add_metric([name], stats.spec_decode_accepted_tokens)
                 if stats.micro_batches is not None and stats.micro_batch_items is not None:
                     batches.add_metric([name], stats.micro_batches)
                     batch_items.add_metric([name], stats.micro_batch_items)
@@ -89,7 +101,20 @@ class RegistryCollector(Collector):
             waiting.add_metric([name], n_waiting)
         for info in self.registry.loaded():
             loaded.add_metric([info.model_id, str(info.kind)], 1)
-        yield from (running, waiting, loaded, kv_usage, kv_resident, queries, hits, preemptions, batches, batch_items)
+        yield from (
+            running,
+            waiting,
+            loaded,
+            kv_usage,
+            kv_resident,
+            queries,
+            hits,
+            preemptions,
+            drafted,
+            accepted,
+            batches,
+            batch_items,
+        )
 
     def _stats(self, name: str) -> EngineStats | None:
         model = self.registry.model_if_loaded(name)

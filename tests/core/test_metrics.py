@@ -160,6 +160,8 @@ class StatsModel(FakeTextModel):
             prefix_cache_queries=64,
             prefix_cache_hits=48,
             preemptions=2,
+            spec_decode_draft_tokens=30,
+            spec_decode_accepted_tokens=21,
             micro_batches=3,
             micro_batch_items=40,
         )
@@ -192,6 +194,8 @@ async def test_engine_stats_are_exported_and_queued_requests_count_as_waiting() 
     assert value(samples, "flexserv:prefix_cache_queries_total", model_name=MODEL) == 64
     assert value(samples, "flexserv:prefix_cache_hits_total", model_name=MODEL) == 48
     assert value(samples, "flexserv:num_preemptions_total", model_name=MODEL) == 2
+    assert value(samples, "flexserv:spec_decode_num_draft_tokens_total", model_name=MODEL) == 30
+    assert value(samples, "flexserv:spec_decode_num_accepted_tokens_total", model_name=MODEL) == 21
     assert value(samples, "flexserv:micro_batches_total", model_name=MODEL) == 3
     assert value(samples, "flexserv:micro_batch_items_total", model_name=MODEL) == 40
 

@@ -248,6 +248,10 @@ class TransformersTextModel(TextGenerationModel):
                 stats.prefix_cache_queries = int(prefix["queried_blocks"]) * int(kv["block_size"])
                 stats.prefix_cache_hits = int(prefix["hit_blocks"]) * int(kv["block_size"])
         stats.preemptions = int(raw.get("preemptions", 0))
+        spec = raw.get("speculative")
+        if isinstance(spec, dict):
+            stats.spec_decode_draft_tokens = int(spec["drafted_tokens"])
+            stats.spec_decode_accepted_tokens = int(spec["accepted_tokens"])
         return stats
 
     def unload(self) -> None:

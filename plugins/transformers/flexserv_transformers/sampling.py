@@ -43,7 +43,7 @@ from flexserv_core import BlockedMasks, SamplingParams, TokenMatcher
 from flexserv_transformers.engine_api import EngineToken
 from flexserv_transformers.grammar import apply_blocked_masks
 
-__all__ = ["SamplerState", "sample_next"]
+__all__ = ["SamplerState", "sample_next", "verify_draft"]
 
 
 class SamplerState:
@@ -167,16 +167,8 @@ def _filter_top_k_top_p(logits: torch.Tensor, top_k: list[int], top_p: list[floa
     return logits.scatter(-1, sorted_idx, sorted_logits.masked_fill(remove, float("-inf")))
 
 
-@torch.inference_mode()
-def sample_next(
-    logits: torch.Tensor, states: Sequence[SamplerState], masks: BlockedMasks | None = None
-) -> list[EngineToken]:
-    """Pick one token per row of ``logits`` (``[batch, vocab]``, any float dtype).
-    ``masks``: the rows' grammar masks if computed ahead (see :func:`.fill_blocked_masks`).
-
-    Does not call :meth:`SamplerState.observe`; the engine does once it keeps the
-    token. ``finish_reason`` of the results is ``None``; the engine sets it.
-    """
+def _process(logits: torch.Tensor, states: Sequence[SamplerState], masks: BlockedMasks | None) -> torch.Tensor:
+    """Steps 0-2 of the module docstring: bias, grammar, held EOS, penalties, temperature."""
     logits = logits.float()
     params = [s.params for s in states]
     if any(s.bias is not None for s in states):
@@ -196,22 +188,43 @@ def sample_next(
     temperatures = [1.0 if p.greedy else p.temperature for p in params]
     if any(t != 1.0 for t in temperatures):
         logits = logits / _column(temperatures, logits)
+    return logits
 
+
+def _truncate(candidates: torch.Tensor, params: Sequence[SamplingParams]) -> torch.Tensor:
+    """Step 4's min-p, top-k and top-p filters over rows of sampled requests."""
+    if any(p.min_p > 0.0 for p in params):
+        candidates = _filter_min_p(candidates, [p.min_p for p in params])
+    if any(p.top_k > 0 or p.top_p < 1.0 for p in params):
+        candidates = _filter_top_k_top_p(candidates, [p.top_k for p in params], [p.top_p for p in params])
+    return candidates
+
+
+@torch.inference_mode()
+def sample_next(
+    logits: torch.Tensor, states: Sequence[SamplerState], masks: BlockedMasks | None = None
+) -> list[EngineToken]:
+    """Pick one token per row of ``logits`` (``[batch, vocab]``, any float dtype).
+    ``masks``: the rows' grammar masks if computed ahead (see :func:`.fill_blocked_masks`).
+
+    Does not call :meth:`SamplerState.observe`; the engine does once it keeps the
+    token. ``finish_reason`` of the results is ``None``; the engine sets it.
+    """
+    logits = _process(logits, states, masks)
+    params = [s.params for s in states]
     chosen = logits.argmax(dim=-1)
     sampled_rows = [i for i, p in enumerate(params) if not p.greedy]
     if sampled_rows:
         rows = torch.tensor(sampled_rows, device=logits.device)
-        candidates = logits.index_select(0, rows)
-        if any(params[i].min_p > 0.0 for i in sampled_rows):
-            candidates = _filter_min_p(candidates, [params[i].min_p for i in sampled_rows])
-        if any(params[i].top_k > 0 or params[i].top_p < 1.0 for i in sampled_rows):
-            candidates = _filter_top_k_top_p(
-                candidates, [params[i].top_k for i in sampled_rows], [params[i].top_p for i in sampled_rows]
-            )
+        candidates = _truncate(logits.index_select(0, rows), [params[i] for i in sampled_rows])
         probs = candidates.softmax(dim=-1)
         draws = [torch.multinomial(probs[j], 1, generator=states[i].generator) for j, i in enumerate(sampled_rows)]
         chosen = chosen.index_copy(0, rows, torch.cat(draws))
+    return _tokens(logits, chosen, params)
 
+
+def _tokens(logits: torch.Tensor, chosen: torch.Tensor, params: Sequence[SamplingParams]) -> list[EngineToken]:
+    """The chosen ids as :class:`EngineToken`, with logprobs for the rows that asked."""
     token_ids: list[int] = chosen.tolist()
     want_logprobs = [p.logprobs or p.top_logprobs > 0 for p in params]
     if not any(want_logprobs):
@@ -237,3 +250,53 @@ def sample_next(
         )
         out.append(EngineToken(token_id=token_id, logprob=chosen_lp[i], top_logprobs=top_pairs))
     return out
+
+
+@torch.inference_mode()
+def verify_draft(
+    logits: torch.Tensor, state: SamplerState, draft: Sequence[int], *, limit: int, stop_ids: frozenset[int]
+) -> tuple[list[EngineToken], int]:
+    """Verify a speculative ``draft`` of one sequence (see ``engine.speculative``).
+
+    ``logits`` (``[len(draft) + 1, vocab]``) are the model's at the sequence's last
+    known token and at each draft token. Position ``j`` is processed exactly as
+    :func:`sample_next` processes a row, with the state advanced by the tokens kept
+    before it (penalties see them); then a greedy sequence keeps the draft token
+    while it is the argmax, and a sampled one keeps draft token ``x`` with
+    probability ``p(x)`` (``p``: the distribution :func:`sample_next` draws from)
+    and otherwise draws from ``p`` without ``x``, renormalised: the standard
+    speculative-sampling rule for a deterministic draft, which leaves the output's
+    distribution unchanged. Verification stops at the first token that differs from
+    the draft, after the token past the whole draft, at a token in ``stop_ids``, or
+    after ``limit`` tokens.
+
+    Returns the kept tokens (each observed, unlike :func:`sample_next`) and how
+    many of them are draft tokens accepted.
+    """
+    params = [state.params]
+    out: list[EngineToken] = []
+    accepted = 0
+    for j in range(len(draft) + 1):
+        row = _process(logits[j : j + 1], [state], None)
+        x = draft[j] if j < len(draft) else None
+        if state.params.greedy:
+            chosen = row.argmax(dim=-1)
+        else:
+            probs = _truncate(row, params).softmax(dim=-1)[0]
+            if x is not None and float(torch.rand((), generator=state.generator, device=probs.device)) < float(
+                probs[x]
+            ):
+                chosen = torch.tensor([x], device=row.device)
+            else:
+                if x is not None:
+                    probs[x] = 0.0  # p(x) < 1 here, so something else is left
+                chosen = torch.multinomial(probs, 1, generator=state.generator)
+        token = _tokens(row, chosen, params)[0]
+        out.append(token)
+        state.observe(token.token_id)
+        if token.token_id != x:
+            break
+        accepted += 1
+        if token.token_id in stop_ids or len(out) >= limit:
+            break
+    return out, accepted

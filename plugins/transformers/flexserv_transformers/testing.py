@@ -22,7 +22,7 @@ false in ``<think></think>\\n``, and without it in neither (see
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,7 @@ class StepSequence:
     num_computed: int = 0
     media: Any = None
     num_released: int = 0
+    draft: list[int] = field(default_factory=list)  # speculative tokens after ``tokens`` (none here)
 
 
 #: At a divergence between two greedy runs in float32, the reference's two best

@@ -106,7 +106,9 @@ class ModelRunner:
 
     def layout(self, plan: list[tuple[Sequence, int]]) -> tuple[torch.Tensor, torch.Tensor, StepLayout, list[int]]:
         """Input ids, positions, the attention layout, and the row offsets whose
-        logits are needed (the last new token of each sequence that completes).
+        logits are needed (the last new token of each sequence that completes, and
+        every position of a sequence verifying a speculative draft: its tokens
+        follow ``tokens`` in the step, see :mod:`.speculative`).
 
         A sequence's attention reads its table from its first block still held
         (``num_released``: a windowed model releases the blocks behind its window)."""
@@ -123,6 +125,8 @@ class ModelRunner:
         for seq, n in plan:
             start, row = seq.num_computed, len(ids)
             ids.extend(seq.tokens[start : start + n])
+            if seq.draft:
+                ids.extend(seq.draft)
             positions.extend(range(start, start + n))
             blocks = seq.blocks
             slots.extend(blocks[p // bs] * bs + p % bs for p in range(start, start + n))
@@ -138,7 +142,9 @@ class ModelRunner:
                 prefills.append(
                     PrefillChunk(q_start=row, q_len=n, ctx_len=ctx, blocks=self._tensor(used), first_block=base)
                 )
-            if ctx == len(seq.tokens):
+            if seq.draft:
+                keep.extend(range(row + n - 1 - len(seq.draft), row + n))
+            elif ctx == len(seq.tokens):
                 keep.append(row + n - 1)
         slot_tensor = self._tensor(slots)
         decode: DecodeBatch | None = None
@@ -200,7 +206,8 @@ class ModelRunner:
     @torch.inference_mode()
     def forward(self, plan: list[tuple[Sequence, int]]) -> tuple[torch.Tensor, list[int]]:
         """Run the step; return last-position logits ``[k, vocab]`` and, for each
-        row, the index in ``plan`` of the sequence it belongs to. Image features
+        row, the index in ``plan`` of the sequence it belongs to (a speculative
+        sequence has ``len(draft) + 1`` consecutive rows). Image features
         enter as input embeddings (see :meth:`embeddings`)."""
         ids, positions, layout, keep = self.layout(plan)
         embeds = self.embeddings(ids, plan)
@@ -213,7 +220,12 @@ class ModelRunner:
             logits_to_keep=self._tensor(keep),
             flexserv_step=layout,
         )
-        owners = [i for i, (seq, n) in enumerate(plan) if seq.num_computed + n == len(seq.tokens)]
+        owners = [
+            i
+            for i, (seq, n) in enumerate(plan)
+            if seq.num_computed + n == len(seq.tokens) + len(seq.draft)
+            for _ in range(len(seq.draft) + 1)
+        ]
         return out.logits[0], owners
 
 

@@ -17,6 +17,13 @@ Policy, in order:
   admitted sequence (its blocks are released, and it is recomputed later, mostly
   from the prefix cache); a lone sequence always fits, as requests larger than
   the whole cache are refused at submission.
+* Speculative drafts (:mod:`.speculative`, set on decoding sequences by the
+  engine) come last: a decoding sequence's draft runs with its token in the same
+  step while the token budget (at most ``max_draft_tokens`` drafted tokens a step)
+  and free blocks allow, shortened or dropped otherwise; a draft never preempts
+  anything. After the step the engine says how many positions it kept
+  (:meth:`after_step`): the blocks past them go back at once, and only full
+  blocks of kept positions are published to the prefix cache.
 * A windowed model's sequence (every layer has a sliding window, see
   :mod:`.blocks`) gives its blocks back as they fall out of the window, after
   each step and at admission: it holds about ``window / block_size`` blocks
@@ -45,8 +52,11 @@ def extend_keys(seq: Sequence, block_size: int, upto_blocks: int) -> None:
 
 
 class Scheduler:
-    def __init__(self, blocks: BlockManager, *, max_batch_size: int, max_batch_tokens: int) -> None:
+    def __init__(
+        self, blocks: BlockManager, *, max_batch_size: int, max_batch_tokens: int, max_draft_tokens: int = 0
+    ) -> None:
         self.blocks = blocks
+        self.max_draft_tokens = max_draft_tokens
         self.max_batch_size = max_batch_size
         self.max_batch_tokens = max_batch_tokens
         self.waiting: deque[Sequence] = deque()
@@ -101,6 +111,7 @@ class Scheduler:
         seq.num_computed = 0
         seq.num_registered = 0
         seq.prefix_lookup = None  # it used none of the blocks it matched
+        seq.draft = []
 
     def _preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)
@@ -187,15 +198,48 @@ class Scheduler:
             if n > 0:
                 plan[seq.id] = (seq, n)
                 budget -= n
+        self._add_drafts(plan, min(budget, self.max_draft_tokens))
         return list(plan.values())
 
+    def _add_drafts(self, plan: dict[int, tuple[Sequence, int]], budget: int) -> None:
+        """Extend planned decodes by their drafts while ``budget`` tokens and free
+        blocks last; every other draft is dropped."""
+        bs = self.block_size
+        for seq in self.running:
+            if not seq.draft:
+                continue
+            entry = plan.get(seq.id)
+            k = min(len(seq.draft), budget) if entry is not None and entry[1] == 1 == seq.pending else 0
+            if k > 0:
+                need = -(-(seq.num_computed + 1 + k) // bs) - len(seq.blocks)
+                got = self.blocks.allocate(need) if need > 0 else []
+                if got is None:  # only what the blocks it holds take
+                    k = min(k, len(seq.blocks) * bs - seq.num_computed - 1)
+                else:
+                    seq.blocks.extend(got)
+                    self.fresh_blocks.extend(got)
+            if k <= 0:
+                seq.draft = []
+                continue
+            del seq.draft[k:]
+            plan[seq.id] = (seq, 1 + k)
+            budget -= k
+
     def after_step(self, plan: list[tuple[Sequence, int]]) -> None:
-        """Advance computed counts, publish newly full blocks to the prefix cache,
-        and give back the blocks that fell out of a windowed model's window."""
+        """Advance computed counts by the positions kept (a speculative sequence
+        keeps fewer than it ran when part of its draft was rejected: the engine
+        passes what it kept, with the kept tokens appended to ``tokens``), give back
+        blocks past them, publish newly full blocks to the prefix cache, and give
+        back the blocks that fell out of a windowed model's window."""
         bs = self.block_size
         caching = self.blocks.enable_prefix_caching
         for seq, n in plan:
             seq.num_computed += n
+            seq.draft = []
+            held = -(-seq.num_computed // bs)
+            if len(seq.blocks) > held:  # blocks of rejected draft positions only
+                self.blocks.release(seq.blocks[held:])
+                del seq.blocks[held:]
             if seq.prefix_lookup is not None:
                 self.blocks.count_prefix_lookup(*seq.prefix_lookup)
                 seq.prefix_lookup = None

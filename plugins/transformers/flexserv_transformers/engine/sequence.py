@@ -8,6 +8,7 @@ import time
 
 from flexserv_core import SamplingParams, TokenMatcher
 from flexserv_transformers.engine.blocks import BlockKey
+from flexserv_transformers.engine.speculative import DraftState
 from flexserv_transformers.engine_api import EngineToken
 from flexserv_transformers.media import PromptMedia
 from flexserv_transformers.sampling import SamplerState
@@ -38,7 +39,10 @@ class Sequence:
         grammar: TokenMatcher | None = None,
         media: PromptMedia | None = None,
         eos_token_ids: frozenset[int] = frozenset(),
+        max_draft: int = 0,
     ) -> None:
+        """``max_draft``: the most tokens it drafts per step (0: it never speculates;
+        see :mod:`.speculative`)."""
         self.id = next(_ids)
         self.prompt_len = len(prompt_ids)
         self.tokens = list(prompt_ids)
@@ -70,6 +74,10 @@ class Sequence:
         self.submitted_at = time.monotonic()
         #: The prompt's images (vision-language models), else ``None``.
         self.media = media
+        #: Speculative tokens to verify in the coming step, after ``tokens`` (set by
+        #: the engine before it schedules; the scheduler may shorten or drop it).
+        self.draft: list[int] = []
+        self.drafting: DraftState | None = DraftState(max_draft) if max_draft > 0 else None
 
     def key_content(self, start: int, stop: int) -> tuple[int | str, ...]:
         """What the prefix cache keys positions ``start..stop-1`` on: the token ids,
@@ -90,6 +98,11 @@ class Sequence:
     @property
     def num_generated(self) -> int:
         return len(self.tokens) - self.prompt_len
+
+    @property
+    def remaining(self) -> int:
+        """Tokens it may still generate (``max_tokens`` or the context, whichever ends first)."""
+        return min(self.params.max_tokens - self.num_generated, self.max_total_tokens - len(self.tokens))
 
     @property
     def pending(self) -> int:

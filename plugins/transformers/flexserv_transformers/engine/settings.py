@@ -69,3 +69,23 @@ class EngineSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     transformers_prefix_caching: Annotated[
         bool, msgspec.Meta(description="Reuse KV blocks of shared prompt prefixes.")
     ] = True
+    transformers_speculative_draft_tokens: Annotated[
+        int,
+        msgspec.Meta(
+            description="Prompt-lookup speculative decoding: the most tokens a decoding sequence drafts per step "
+            "from an earlier occurrence of its last few tokens in its prompt or output, verified in the same "
+            "forward pass (same output at temperature 0, same distribution above it; the length adapts to how "
+            "many are accepted, and drafting stops for a sequence where it does not pay); 0: off. "
+            "Constrained (grammar) requests never speculate.",
+            ge=0,
+            le=64,
+        ),
+    ] = 8
+    transformers_speculative_step_tokens: Annotated[
+        int,
+        msgspec.Meta(
+            description="The most drafted tokens verified in one step, all sequences together (drafts come after "
+            "every decode and prefill chunk in the step's token budget).",
+            ge=1,
+        ),
+    ] = 32

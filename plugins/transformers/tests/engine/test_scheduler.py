@@ -539,3 +539,59 @@ def test_finishing_releases_blocks_and_a_finished_sequence_can_be_finished_again
     assert sch.blocks.stats().used_blocks == 0
     sch.finish(seq)  # nothing left to release: no error
     assert sch.blocks.stats().used_blocks == 0
+
+
+# --- speculative drafts ---------------------------------------------------------------
+
+
+def test_drafts_come_after_decodes_within_their_budget_and_never_preempt(make_seq: MakeSeq) -> None:
+    # 6 blocks of 4: two 6-token prompts, each decoding at position 6 in its second block
+    sch = scheduler(num_blocks=6, max_draft_tokens=6)
+    a, b = make_seq(prompt(6)), make_seq(prompt(6, 100))
+    sch.add(a)
+    sch.add(b)
+    step(sch)  # both prefill and "sample"
+    a.draft, b.draft = [1, 2, 3, 4], [5, 6, 7, 8]
+    plan = {s.id: n for s, n in sch.schedule()}
+    # a takes 4 draft tokens, b the 2 left of the step's 6; each needs a third block
+    assert plan == {a.id: 5, b.id: 3}
+    assert (a.draft, b.draft) == ([1, 2, 3, 4], [5, 6])
+    assert len(a.blocks) == len(b.blocks) == 3 and sch.blocks.available == 0
+    sch.after_step([(a, 1), (b, 1)])  # nothing accepted: the third blocks go back
+    assert (len(a.blocks), len(b.blocks)) == (2, 2) and sch.blocks.available == 2
+    assert a.draft == b.draft == []
+    a.tokens.append(600)
+    b.tokens.append(601)
+    # a's draft takes the whole budget (and both free blocks); b's is dropped, b decodes
+    a.draft, b.draft = [1, 2, 3, 4, 5, 6], [9, 9, 9]
+    plan = {s.id: n for s, n in sch.schedule()}
+    assert plan == {a.id: 7, b.id: 1} and b.draft == []
+    assert sch.blocks.available == 0 and sch.preemptions == 0
+
+
+def test_a_draft_without_a_free_block_shrinks_to_the_blocks_the_sequence_holds(make_seq: MakeSeq) -> None:
+    sch = scheduler(num_blocks=2, max_draft_tokens=16)
+    seq = make_seq(prompt(5))
+    sch.add(seq)
+    step(sch)  # 6 tokens known, 5 computed, in 2 blocks (the second holds positions 4..7)
+    seq.draft = [1, 2, 3, 4, 5]
+    assert sch.schedule() == [(seq, 3)] and seq.draft == [1, 2]  # positions 5..7
+    seq.tokens += [1, 2]
+    sch.after_step([(seq, 3)])  # all accepted
+    assert seq.num_computed == 8
+
+
+def test_only_kept_positions_are_published_to_the_prefix_cache(make_seq: MakeSeq) -> None:
+    sch = scheduler(num_blocks=8, max_draft_tokens=8)
+    seq = make_seq(prompt(3))
+    sch.add(seq)
+    step(sch)  # 4 tokens known, 3 computed
+    seq.draft = [7, 7, 7, 7, 7]
+    assert sch.schedule() == [(seq, 6)]
+    # one draft token accepted: positions 3 and 4 kept, block 0 full, block 1 not
+    seq.tokens.append(7)
+    sch.after_step([(seq, 2)])
+    assert seq.num_computed == 5 and seq.num_registered == 1 and len(seq.blocks) == 2
+    assert sch.blocks.cached_prefix_blocks(sch.blocks.block_keys(seq.tokens, 1)) == 1
+    rejected = sch.blocks.block_keys([*seq.tokens, 7, 7, 7], 2)
+    assert sch.blocks.cached_prefix_blocks(rejected) == 1  # the block of rejected tokens is not cached

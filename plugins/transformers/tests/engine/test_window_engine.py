@@ -61,7 +61,10 @@ def reference(model: Any, prompt: list[int], n: int) -> list[int]:
 
 
 def engine_for(model: Any, **settings: Any) -> PagedEngine:
-    prefixed = {f"transformers_{k}": v for k, v in {"kv_block_size": BS, "max_batch_tokens": 16, **settings}.items()}
+    """Without speculation: a verified draft holds blocks for its positions too, which
+    the block counts here leave out (``test_speculative_engine`` runs windowed drafts)."""
+    defaults = {"kv_block_size": BS, "max_batch_tokens": 16, "speculative_draft_tokens": 0}
+    prefixed = {f"transformers_{k}": v for k, v in {**defaults, **settings}.items()}
     return PagedEngine(model, settings=EngineSettings(**prefixed), eos_token_ids=(), name="tiny")
 
 

@@ -1,0 +1,135 @@
+"""Prompt-lookup (n-gram) speculative decoding: drafts, and how long they get.
+
+A decoding sequence whose last few tokens (an n-gram, the longest of
+``MAX_NGRAM`` down to ``MIN_NGRAM``) occurred earlier in its prompt or output
+proposes the tokens that followed that earlier occurrence (the most recent one)
+as a *draft*. The scheduler runs the draft as extra query positions of the
+sequence in the same step (a small prefill chunk: its K/V is written like any
+other), and the engine verifies it from the logits of every position
+(:func:`flexserv_transformers.sampling.verify_draft`): the accepted tokens, plus
+one token sampled where verification stopped, are emitted; the K/V of rejected
+positions is left behind ``num_computed`` (overwritten later, never read, never
+registered in the prefix cache: only full blocks below ``num_computed`` are) and
+the blocks past it are given back.
+
+Copy-, extract- and edit-style requests repeat long runs of their prompt, so
+most drafted tokens are accepted and a step emits several tokens for about the
+cost of one (a decode step reads every weight once; a few more query positions
+cost little more on a memory-bound CPU or GPU). Where drafts do not pay, they are
+shortened and then stopped (:class:`DraftState`).
+
+Which sequences never speculate (a deliberate rule, tested):
+
+* a constrained sequence (``response_format``/tools grammar): its matcher would
+  have to be advanced and a mask computed per drafted position;
+* a seeded sampled sequence (``seed`` with ``temperature > 0``): verification draws
+  from its generator a varying number of times, depending on how long its drafts are,
+  which depends on what else is in the step; without drafts a seed gives the same
+  tokens whatever the load, and the same as with speculation off;
+* a sequence whose next token is the last one it may generate.
+
+Requests with logprobs, penalties, logit bias or ``n > 1`` do speculate: each
+position is processed as the sampler processes a row, with the state advanced by
+the tokens kept before it.
+
+Greedy output is token for token the output without speculation (a draft token is
+accepted while it is the argmax), and sampled output has the same distribution
+(a draft token ``x`` is accepted with probability ``p(x)``, else a token is drawn
+from ``p`` without ``x``; ``p`` is the distribution the normal sampler draws from,
+after penalties, temperature, min-p, top-k and top-p).
+
+Runs on the engine thread only.
+"""
+
+from __future__ import annotations
+
+from flexserv_core import SamplingParams, TokenMatcher
+
+#: The n-gram lengths looked up, longest first.
+MAX_NGRAM = 3
+MIN_NGRAM = 2
+#: How far back the lookup searches (tokens): bounds its cost on long contexts.
+LOOKUP_WINDOW = 4096
+#: Steps a sequence waits before drafting again after its drafts kept failing.
+COOLDOWN_STEPS = 8
+
+
+def may_speculate(params: SamplingParams, grammar: TokenMatcher | None) -> bool:
+    """Whether a new sequence drafts at all (the rules above: not constrained, not seeded and sampled)."""
+    return grammar is None and (params.seed is None or params.temperature == 0)
+
+
+def propose(tokens: list[int], max_tokens: int) -> list[int]:
+    """Up to ``max_tokens`` tokens following the most recent earlier occurrence of
+    the longest n-gram ending ``tokens``; ``[]`` when there is none."""
+    if max_tokens <= 0:
+        return []
+    n_tokens = len(tokens)
+    lo = max(0, n_tokens - LOOKUP_WINDOW)
+    for n in range(MAX_NGRAM, MIN_NGRAM - 1, -1):
+        if n_tokens - lo <= n:
+            continue
+        tail = tokens[n_tokens - n :]
+        first = tail[0]
+        # latest start i < n_tokens - n with tokens[i:i+n] == tail, and a token after it
+        i = n_tokens - n - 1
+        while i >= lo:
+            try:
+                i = _rindex(tokens, first, lo, i)
+            except ValueError:
+                break
+            if tokens[i : i + n] == tail:
+                start = i + n
+                return tokens[start : min(start + max_tokens, n_tokens)]
+            i -= 1
+    return []
+
+
+def _rindex(tokens: list[int], value: int, lo: int, hi: int) -> int:
+    """The largest ``i`` in ``lo..hi`` with ``tokens[i] == value``."""
+    for i in range(hi, lo - 1, -1):
+        if tokens[i] == value:
+            return i
+    raise ValueError(value)
+
+
+class DraftState:
+    """One sequence's adaptive draft length.
+
+    It starts at ``max_draft // 2``; a draft accepted whole doubles it (up to
+    ``max_draft``), one accepted less than half shrinks it to what was accepted
+    plus one. ``COOLDOWN_STEPS`` steps without drafting follow a draft of which
+    nothing was accepted, twice as many after each further one (up to 64 steps):
+    a request whose output does not repeat its context soon stops paying for
+    drafts, while one that starts copying later still gets them.
+    """
+
+    __slots__ = ("cooldown", "failures", "length", "max_draft", "wait")
+
+    def __init__(self, max_draft: int) -> None:
+        self.max_draft = max_draft
+        self.length = max(1, max_draft // 2)
+        self.failures = 0  # consecutive drafts with nothing accepted
+        self.cooldown = 0
+        self.wait = 0  # steps left before drafting again
+
+    def want(self) -> int:
+        """How many tokens to draft this step (0: none; counts a waiting step)."""
+        if self.wait > 0:
+            self.wait -= 1
+            return 0
+        return self.length
+
+    def update(self, drafted: int, accepted: int) -> None:
+        if drafted <= 0:
+            return
+        if accepted == 0:
+            self.failures += 1
+            self.length = max(1, self.length // 2)
+            self.wait = min(64, COOLDOWN_STEPS << (self.failures - 1))
+            return
+        self.failures = 0
+        if accepted == drafted:
+            self.length = min(self.max_draft, self.length * 2)
+        elif 2 * accepted < drafted:
+            self.length = max(1, accepted + 1)
