@@ -26,7 +26,10 @@ def vm_flags(address: int) -> list[str]:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise and /proc/self/smaps are Linux's")
 def test_a_large_cpu_tensor_is_marked_no_huge_pages() -> None:
-    tensor = torch.empty(64 * 2**20, dtype=torch.uint8)
+    # a fresh mapping of its own: torch.empty may reuse memory an earlier test's KV
+    # pool had already advised, and then the "before" check would see its flag
+    memory = mmap.mmap(-1, 64 * 2**20)
+    tensor = torch.frombuffer(memory, dtype=torch.uint8)
     inner = -(-tensor.data_ptr() // mmap.PAGESIZE) * mmap.PAGESIZE
     assert "nh" not in vm_flags(inner)
     assert no_huge_pages(tensor)
