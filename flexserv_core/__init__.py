@@ -35,6 +35,7 @@ from flexserv_core.backends.base import (
     TranscriptionTask,
     TranscriptionWord,
 )
+from flexserv_core.backends.token_channel import EngineToken, TokenChannel
 from flexserv_core.batching import BatchRunner, MicroBatcher
 from flexserv_core.commands import Command, CommandContext
 from flexserv_core.constraints import (
@@ -139,6 +140,7 @@ __all__ = [
     "EmbeddingModel",
     "EmbeddingResult",
     "EngineStats",
+    "EngineToken",
     "ErrorResponse",
     "EvictionReason",
     "FinishReason",
@@ -200,6 +202,7 @@ __all__ = [
     "TextGenerationModel",
     "TextLimits",
     "TextSession",
+    "TokenChannel",
     "TokenDelta",
     "TokenMatcher",
     "TooManyPageImages",

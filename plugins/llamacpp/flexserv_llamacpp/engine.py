@@ -5,7 +5,7 @@ thread runs steps: drop cancelled sequences, admit waiting ones into free
 *slots* (llama.cpp sequence ids of a unified KV cache), put every running
 sequence's next tokens (a prompt chunk, or the token it sampled last) into one
 batch, decode it, sample one token for each sequence whose last known token was
-in it, and hand the tokens back with ``loop.call_soon_threadsafe``.
+in it, and hand the tokens back through each request's :class:`TokenChannel`.
 
 Prefix reuse: a slot keeps the KV of its last sequence after it ends (evicted,
 least recently used first, only when the cache needs the room). A new prompt
@@ -22,7 +22,6 @@ a decode never runs out of room for lack of eviction.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import logging
 import threading
@@ -34,9 +33,11 @@ from typing import Any
 import numpy as np
 
 from flexserv_core import (
+    EngineToken,
     FinishReason,
     SamplingParams,
     ServiceUnavailable,
+    TokenChannel,
     TokenMatcher,
     TooManyRequests,
     fill_blocked_masks,
@@ -49,14 +50,6 @@ log = logging.getLogger(__name__)
 #: A prompt waits for another prompt's prefill when it would share at least this
 #: many more tokens than it can share now (fewer are cheaper to recompute).
 MIN_AWAITED_PREFIX = 16
-
-
-@dataclass(eq=False)
-class EngineToken:
-    token_id: int
-    logprob: float | None = None
-    top_logprobs: list[tuple[int, float]] | None = None
-    finish_reason: FinishReason | None = None
 
 
 @dataclass(eq=False)
@@ -81,8 +74,7 @@ class Sequence:
     params: SamplingParams
     sampler: Sampler
     max_total: int
-    loop: asyncio.AbstractEventLoop
-    queue: asyncio.Queue[EngineToken | BaseException]
+    channel: TokenChannel
     arrived: float
     #: the constraint's matcher (``params.grammar``), owned by the engine thread
     matcher: TokenMatcher | None = None
@@ -104,9 +96,7 @@ class Sequence:
         return self.n_computed < len(self.prompt)
 
     def emit(self, item: EngineToken | BaseException) -> None:
-        try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
-        except RuntimeError:  # the client's event loop is closed: nobody reads this sequence any more
+        if not self.channel.put(item):  # the client's event loop is closed: nobody reads this sequence
             self.cancelled = True
 
 
@@ -171,8 +161,7 @@ class LlamaEngine:
             params=params,
             sampler=Sampler(params, self.runtime.n_vocab, prompt=prompt, eos=self.eog),
             max_total=min(len(prompt) + params.max_tokens, self.context_length),
-            loop=asyncio.get_running_loop(),
-            queue=asyncio.Queue(),
+            channel=TokenChannel(),
             arrived=time.monotonic(),
             matcher=params.grammar.matcher() if params.grammar is not None else None,
             tokens=list(prompt),
@@ -190,21 +179,15 @@ class LlamaEngine:
             self._wake.notify()
         return seq
 
-    async def stream(self, seq: Sequence) -> AsyncGenerator[EngineToken, None]:
+    def stream(self, seq: Sequence) -> AsyncGenerator[EngineToken, None]:
         """The tokens of ``seq``; closing the iterator early cancels it."""
-        try:
-            while True:
-                item = await seq.queue.get()
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-                if item.finish_reason is not None:
-                    return
-        finally:
-            if not seq.finished:
-                seq.cancelled = True
-                with self._wake:
-                    self._wake.notify()
+        return seq.channel.tokens(lambda: self._abandon(seq))
+
+    def _abandon(self, seq: Sequence) -> None:
+        if not seq.finished:
+            seq.cancelled = True
+            with self._wake:
+                self._wake.notify()
 
     def _retry_after(self) -> float:
         per_step = self.step_time / self.steps if self.steps else 0.05
@@ -512,4 +495,4 @@ class LlamaEngine:
             self._running.remove(seq)
             self._release(seq, seq.n_computed)
             self._done(seq)
-        seq.emit(EngineToken(token, logprob, top, finish))
+        seq.emit(EngineToken(token_id=token, logprob=logprob, top_logprobs=top, finish_reason=finish))

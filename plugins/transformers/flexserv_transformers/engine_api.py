@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import msgspec
 
-from flexserv_core import FinishReason, SamplingParams, ServiceUnavailable
+from flexserv_core import EngineToken, SamplingParams, ServiceUnavailable
 
 if TYPE_CHECKING:
     import torch
@@ -83,25 +83,6 @@ __all__ = [
     "load_engine_factory",
     "queue_timeout_error",
 ]
-
-
-class EngineToken(msgspec.Struct, kw_only=True):
-    """One sampled token, before detokenization.
-
-    Attributes:
-        token_id: the sampled id.
-        logprob: its log-probability (see :mod:`...sampling` for which
-            distribution); ``None`` unless the request asked for logprobs.
-        top_logprobs: the ``params.top_logprobs`` most likely ``(token_id,
-            logprob)`` pairs, most likely first; ``None`` unless asked for.
-        finish_reason: ``"stop"`` (an EOS id) or ``"length"`` on the last token,
-            else ``None``.
-    """
-
-    token_id: int
-    logprob: float | None = None
-    top_logprobs: list[tuple[int, float]] | None = None
-    finish_reason: FinishReason | None = None
 
 
 class EngineModel(msgspec.Struct, kw_only=True):

@@ -6,27 +6,26 @@ otherwise rotates through the active ones, one decode step each. Nothing is
 batched: this engine is the reference for correctness (parity with
 ``model.generate``), the batching engine is the one for throughput.
 
-Tokens reach the event loop through ``loop.call_soon_threadsafe`` into a
-per-request ``asyncio.Queue``. A consumer that stops iterating marks its sequence
+Tokens reach the event loop through each request's :class:`TokenChannel`. A consumer that stops iterating marks its sequence
 cancelled; the worker drops it (and its cache) before the next step, or at once if
 the sequence is not the one being stepped.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from typing import Any
 
 import torch
 from flexserv_torch import use_all_intra_op_threads
 
-from flexserv_core import SamplingParams, ServiceUnavailable, Settings, TokenMatcher
+from flexserv_core import SamplingParams, ServiceUnavailable, Settings, TokenChannel, TokenMatcher
 from flexserv_transformers.engine_api import EngineModel, EngineToken, queue_timeout_error
 from flexserv_transformers.media import PromptMedia, media_inputs
 from flexserv_transformers.sampling import SamplerState, sample_next
@@ -40,28 +39,24 @@ class _Sequence:
     __slots__ = (
         "cache",
         "cancelled",
+        "channel",
         "generated",
         "id",
         "last_token",
-        "loop",
         "media",
         "params",
         "prompt_ids",
-        "queue",
         "sampler",
         "submitted_at",
     )
 
-    def __init__(
-        self, prompt_ids: list[int], params: SamplingParams, sampler: SamplerState, loop: asyncio.AbstractEventLoop
-    ) -> None:
+    def __init__(self, prompt_ids: list[int], params: SamplingParams, sampler: SamplerState) -> None:
         self.id = next(_ids)
         self.prompt_ids = prompt_ids
         self.params = params
         self.sampler = sampler
-        self.loop = loop
+        self.channel = TokenChannel()
         self.media: PromptMedia | None = None
-        self.queue: asyncio.Queue[EngineToken | BaseException] = asyncio.Queue()
         self.cache: Any = None
         self.last_token = -1
         self.generated = 0
@@ -70,12 +65,10 @@ class _Sequence:
 
     def deliver(self, item: EngineToken | BaseException) -> bool:
         """Hand ``item`` to the consumer's loop; ``False`` if that loop is gone."""
-        try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
-        except RuntimeError:  # the loop is closed: nobody is listening any more
-            self.cancelled = True
-            return False
-        return True
+        if self.channel.put(item):
+            return True
+        self.cancelled = True  # the loop is closed: nobody is listening any more
+        return False
 
 
 class SimpleEngine:
@@ -129,7 +122,7 @@ class SimpleEngine:
             prompt_ids=prompt_ids,
             eos_token_ids=self._em.eos_token_ids,
         )
-        seq = _Sequence(list(prompt_ids), params, sampler, asyncio.get_running_loop())
+        seq = _Sequence(list(prompt_ids), params, sampler)
         seq.media = media
         with self._cv:
             if self._closed:
@@ -137,21 +130,9 @@ class SimpleEngine:
             self._waiting.append(seq)
             self._counters["sequences"] += 1
             self._cv.notify()
-        finished = False
-        try:
-            while True:
-                item = await seq.queue.get()
-                if isinstance(item, BaseException):
-                    finished = True
-                    raise item
-                if item.finish_reason is not None:
-                    finished = True
-                yield item
-                if finished:
-                    return
-        finally:
-            if not finished:
-                self._cancel(seq)
+        async with aclosing(seq.channel.tokens(lambda: self._cancel(seq))) as tokens:
+            async for token in tokens:
+                yield token
 
     def _cancel(self, seq: _Sequence) -> None:
         with self._cv:

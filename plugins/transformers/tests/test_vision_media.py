@@ -17,7 +17,7 @@ from flexserv_transformers.media import PromptMedia
 from flexserv_transformers.testing import build_tiny_idefics3, build_tiny_llava
 from PIL import Image
 
-from flexserv_core import ImageInput, ModelKind, ModelSpec, SamplingParams
+from flexserv_core import ImageInput, ModelKind, ModelSpec, SamplingParams, TokenChannel
 
 IMG = 99  # the image token id in the unit tests
 
@@ -30,8 +30,7 @@ def sequence(tokens: list[int], digests: list[str]) -> Sequence:
             tokens,
             SamplingParams(max_tokens=4),
             max_total_tokens=64,
-            loop=loop,
-            queue=None,
+            channel=TokenChannel(loop),
             vocab_size=128,
             media=media,
         )  # type: ignore[arg-type]

@@ -8,7 +8,6 @@ the sequence cancelled; the next step drops it and frees its blocks.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
@@ -26,6 +25,7 @@ from flexserv_core import (
     ModelLoadError,
     SamplingParams,
     ServiceUnavailable,
+    TokenChannel,
     TokenMatcher,
     TooManyRequests,
     fill_blocked_masks,
@@ -181,13 +181,11 @@ class PagedEngine:
     ) -> Sequence:
         assert 0 < len(prompt_ids) < self.max_sequence_tokens, "the API layer checks prompts against TextLimits"
         total = len(prompt_ids) + params.max_tokens
-        loop = asyncio.get_running_loop()
         seq = Sequence(
             list(prompt_ids),
             params,
             max_total_tokens=min(total, self.max_sequence_tokens),
-            loop=loop,
-            queue=asyncio.Queue(),
+            channel=TokenChannel(),
             vocab_size=self.vocab_size,
             device=self.device,
             grammar=grammar,
@@ -229,22 +227,13 @@ class PagedEngine:
         iterator early cancels the sequence within one step.
         """
         seq = self._submit(prompt_ids, params, grammar, media)
-        return self._stream(seq)
+        return seq.channel.tokens(lambda: self._abandon(seq))
 
-    async def _stream(self, seq: Sequence) -> AsyncGenerator[EngineToken, None]:
-        try:
-            while True:
-                item = await seq.queue.get()
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-                if item.finish_reason is not None:
-                    return
-        finally:
-            if not seq.finished:
-                seq.cancelled = True
-                with self._wake:
-                    self._wake.notify()
+    def _abandon(self, seq: Sequence) -> None:
+        if not seq.finished:
+            seq.cancelled = True
+            with self._wake:
+                self._wake.notify()
 
     def stats(self) -> dict[str, Any]:
         """Counters for health, metrics and tests (read without locks: a snapshot)."""

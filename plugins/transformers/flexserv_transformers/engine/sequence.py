@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import time
 
-from flexserv_core import SamplingParams, TokenMatcher
+from flexserv_core import SamplingParams, TokenChannel, TokenMatcher
 from flexserv_transformers.engine.blocks import BlockKey
 from flexserv_transformers.engine.speculative import DraftState
 from flexserv_transformers.engine_api import EngineToken
@@ -32,8 +31,7 @@ class Sequence:
         params: SamplingParams,
         *,
         max_total_tokens: int,
-        loop: asyncio.AbstractEventLoop,
-        queue: asyncio.Queue[Outcome],
+        channel: TokenChannel,
         vocab_size: int,
         device: str = "cpu",
         grammar: TokenMatcher | None = None,
@@ -56,8 +54,7 @@ class Sequence:
             prompt_ids=prompt_ids,
             eos_token_ids=eos_token_ids,
         )
-        self.loop = loop
-        self.queue = queue
+        self.channel = channel
         self.blocks: list[int] = []  # block table: position p is in blocks[p // block_size]
         self.num_computed = 0  # tokens whose K/V sit in ``blocks``
         #: Leading table entries released because they fell out of every layer's window
@@ -111,7 +108,5 @@ class Sequence:
 
     def emit(self, item: Outcome) -> None:
         """Hand ``item`` to the request's coroutine (called from the engine thread)."""
-        try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
-        except RuntimeError:  # the request's loop is closed: nobody is listening
+        if not self.channel.put(item):  # the request's loop is closed: nobody is listening
             self.cancelled = True

@@ -12,7 +12,7 @@ from flexserv_transformers.engine.blocks import BlockManager
 from flexserv_transformers.engine.scheduler import Scheduler
 from flexserv_transformers.engine.sequence import Sequence
 
-from flexserv_core import SamplingParams
+from flexserv_core import SamplingParams, TokenChannel
 
 BS = 4
 
@@ -138,8 +138,7 @@ def _issue4_load(bm: BlockManager, *, requests: int, concurrency: int, unique: b
                 system + user,
                 SamplingParams(max_tokens=64, temperature=0),
                 max_total_tokens=10_000,
-                loop=loop,
-                queue=asyncio.Queue(),
+                channel=TokenChannel(loop),
                 vocab_size=2000,
             )
         )

@@ -9,7 +9,7 @@ from flexserv_transformers.engine.blocks import BlockManager
 from flexserv_transformers.engine.scheduler import Scheduler
 from flexserv_transformers.engine.sequence import Sequence
 
-from flexserv_core import SamplingParams
+from flexserv_core import SamplingParams, TokenChannel
 
 
 def _run_to_end(sch: Scheduler, seq: Sequence, rng: random.Random, gen: int) -> None:
@@ -38,8 +38,7 @@ def test_prefix_blocks_are_reused_and_new_blocks_registered() -> None:
                 prefix + [rng.randint(100, 1000) for _ in range(20)],
                 SamplingParams(max_tokens=64, temperature=0),
                 max_total_tokens=10_000,
-                loop=loop,
-                queue=asyncio.Queue(),
+                channel=TokenChannel(loop),
                 vocab_size=2000,
             )
             _run_to_end(sch, seq, rng, 64)

@@ -12,7 +12,7 @@ from flexserv_transformers.engine.blocks import BlockManager
 from flexserv_transformers.engine.scheduler import Scheduler, extend_keys
 from flexserv_transformers.engine.sequence import Sequence
 
-from flexserv_core import SamplingParams
+from flexserv_core import SamplingParams, TokenChannel
 
 MakeSeq = Callable[..., Sequence]
 
@@ -26,8 +26,7 @@ def make_seq() -> Iterator[MakeSeq]:
             list(prompt),
             SamplingParams(max_tokens=64, temperature=0, queue_timeout=queue_timeout),
             max_total_tokens=10_000,
-            loop=loop,
-            queue=asyncio.Queue(),
+            channel=TokenChannel(loop),
             vocab_size=2000,
         )
 

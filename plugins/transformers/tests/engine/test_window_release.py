@@ -13,7 +13,7 @@ from flexserv_transformers.engine.blocks import HOLE, BlockManager
 from flexserv_transformers.engine.scheduler import Scheduler
 from flexserv_transformers.engine.sequence import Sequence
 
-from flexserv_core import SamplingParams
+from flexserv_core import SamplingParams, TokenChannel
 
 BS = 4
 WINDOW = 8  # a query at p reads p-7..p: blocks wholly before p-7 are never read again
@@ -30,8 +30,7 @@ def make_seq() -> Iterator[MakeSeq]:
             list(prompt),
             SamplingParams(max_tokens=1000, temperature=0),
             max_total_tokens=10_000,
-            loop=loop,
-            queue=asyncio.Queue(),
+            channel=TokenChannel(loop),
             vocab_size=2000,
         )
 
