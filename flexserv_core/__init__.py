@@ -46,7 +46,6 @@ from flexserv_core.constraints import (
     fill_blocked_masks,
     prepare_params,
 )
-from flexserv_core.documents import DocumentContent, PageImage, TooManyPageImages
 from flexserv_core.errors import (
     ClientDisconnected,
     ContextLengthExceeded,
@@ -135,7 +134,6 @@ __all__ = [
     "ContextLengthExceeded",
     "CoreSettings",
     "CpuCoreInfo",
-    "DocumentContent",
     "EmbeddingLimits",
     "EmbeddingModel",
     "EmbeddingResult",
@@ -169,7 +167,6 @@ __all__ = [
     "NamedToolChoice",
     "NoAudioDecoder",
     "NotFound",
-    "PageImage",
     "ParsedToolCall",
     "ParsedToolOutput",
     "PayloadTooLarge",
@@ -205,7 +202,6 @@ __all__ = [
     "TokenChannel",
     "TokenDelta",
     "TokenMatcher",
-    "TooManyPageImages",
     "TooManyRequests",
     "Tool",
     "ToolCallDelta",

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 import msgspec
 import pluggy
 
-from flexserv_core.backends.base import Backend, ImageInput
+from flexserv_core.api.text_schemas import ContentPart
+from flexserv_core.backends.base import Backend, ImageInput, TextGenerationModel
 from flexserv_core.commands import CORE_COMMANDS, Command
-from flexserv_core.documents import DocumentContent
 from flexserv_core.errors import (
     FlexServError,
     PluginHookError,
@@ -461,35 +461,31 @@ async def load_image(url: str, param: str, context: RequestContext) -> ImageInpu
     return _items(pm, hook, results, ImageInput)[0] if results else None
 
 
-async def load_document(
-    file: dict[str, Any],
-    param: str,
-    max_chars: int,
-    context: RequestContext,
-    *,
-    images_allowed: bool = False,
-    max_images: int = 0,
-) -> str | DocumentContent | None:
-    """The first plugin's content for the document ``file`` names: its text (a ``str``),
-    or, when ``images_allowed``, a :class:`~flexserv_core.DocumentContent`."""
-    hook = "flexserv_load_document"
+async def expand_file_parts(
+    messages: list[dict[str, Any]], model: TextGenerationModel, images: bool, context: RequestContext
+) -> dict[tuple[int, int], list[ContentPart]]:
+    """The first plugin's parts for the request's file parts, by position: text parts,
+    and ``image_url`` parts when ``images`` (anything else is the plugin's error)."""
+    hook = "flexserv_expand_file_parts"
     pm = context.server.pm
-    kwargs = {
-        "file": file,
-        "param": param,
-        "max_chars": max_chars,
-        "context": context,
-        "images_allowed": images_allowed,
-        "max_images": max_images,
-    }
+    kwargs = {"messages": messages, "model": model, "images": images, "context": context}
     results = await acall_hook(pm, hook, kwargs, firstresult=True)
     if not results:
-        return None
+        return {}
     plugin, value = results[0]
-    if isinstance(value, str) or (images_allowed and isinstance(value, DocumentContent)):
-        return value
-    expected = "a str or a DocumentContent" if images_allowed else "a str (images_allowed was false)"
-    raise hook_error(pm, hook, plugin, f"returned {value!r:.100}, expected {expected}")
+    try:
+        expanded = msgspec.convert(value, dict[tuple[int, int], list[ContentPart]])
+    except msgspec.ValidationError as exc:
+        raise hook_error(pm, hook, plugin, f"returned {value!r:.100}: {exc}") from None
+    for part in (part for parts in expanded.values() for part in parts):
+        if part.type == "text":
+            ok = part.text is not None
+        else:
+            ok = images and part.type == "image_url" and part.image_url is not None
+        if not ok:
+            expected = "text and image_url parts" if images else "text parts (images was false)"
+            raise hook_error(pm, hook, plugin, f"returned {part!r:.100}, expected {expected}")
+    return expanded
 
 
 def health(server: FlexServer) -> dict[str, Any]:

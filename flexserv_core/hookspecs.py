@@ -28,7 +28,7 @@ Hook policy (one rule for every hook; :mod:`flexserv_core.hooks` enforces it):
   other than ``None``; **collect all** hooks run every implementation and drop
   ``None`` results.
 * **Async.** Only ``flexserv_startup``, ``flexserv_shutdown``,
-  ``flexserv_preprocess_request``, ``flexserv_load_image`` and ``flexserv_load_document``
+  ``flexserv_preprocess_request``, ``flexserv_load_image`` and ``flexserv_expand_file_parts``
   (:data:`ASYNC_HOOKS`) may return an awaitable; the core awaits each before calling the next. An ``async def``
   implementation of any other hook is refused when the plugin registers (start-up
   stops naming the plugin and its distribution); one that returns an awaitable
@@ -42,7 +42,7 @@ Hook policy (one rule for every hook; :mod:`flexserv_core.hooks` enforces it):
   models, probes, metrics collectors, routes, startup) the error stops the server: ``flexserv run`` prints it
   (with ``-p no:NAME`` to start without the plugin) and exits non-zero (3 before
   serving, 1 when ``flexserv_startup`` fails). At request time (preprocess, template kwargs, resolve model,
-  load audio, load image, load document, health) it is logged with the plugin and distribution and the client
+  load audio, load image, expand file parts, health) it is logged with the plugin and distribution and the client
   gets an OpenAI-shaped 500 (``type: "server_error"``, ``code: "internal_error"``)
   that names no plugin.
   Observer hooks (``flexserv_shutdown``, ``flexserv_model_event``) log the error
@@ -71,9 +71,8 @@ if TYPE_CHECKING:
     from litestar.types import ControllerRouterHandler
     from prometheus_client.registry import Collector
 
-    from flexserv_core.backends.base import Backend, ImageInput
+    from flexserv_core.backends.base import Backend, ImageInput, TextGenerationModel
     from flexserv_core.commands import Command
-    from flexserv_core.documents import DocumentContent
     from flexserv_core.events import ModelEvent
     from flexserv_core.models.spec import ModelSpec
     from flexserv_core.request_context import RequestContext
@@ -95,7 +94,7 @@ ASYNC_HOOKS = frozenset(
         "flexserv_shutdown",
         "flexserv_preprocess_request",
         "flexserv_load_image",
-        "flexserv_load_document",
+        "flexserv_expand_file_parts",
     }
 )
 
@@ -416,67 +415,52 @@ def flexserv_load_image(url: str, param: str, context: RequestContext) -> ImageI
 
 
 @hookspec(firstresult=True)
-def flexserv_load_document(
-    file: dict[str, Any],
-    param: str,
-    max_chars: int,
-    context: RequestContext,
-    images_allowed: bool,
-    max_images: int,
-) -> str | DocumentContent | None:
-    """Read the document of a chat request's ``file`` content part for the prompt.
+def flexserv_expand_file_parts(
+    messages: list[dict[str, Any]], model: TextGenerationModel, images: bool, context: RequestContext
+) -> dict[tuple[int, int], list[dict[str, Any]]] | None:
+    """Turn a chat request's ``file`` content parts into text and image parts.
 
-    Called by the text session for each ``{"type": "file", "file": {...}}`` part of a
-    chat (or Responses ``input_file``) request, in order, once the request's model
-    is known and before images are loaded and the prompt is rendered; what is
-    returned replaces the part in the prompt (set off from its neighbours by blank
-    lines). It runs on the event loop: read and OCR in worker threads, and bound the
-    work in bytes, pages and time. The first-party ``ocr`` plugin implements it
-    (text layers of PDFs, OCR of scanned pages and images, pages after ``--- page N
-    of M ---`` lines; for a model that takes images, scanned pages and images as
-    page images). Raise :class:`flexserv_core.InvalidRequest` (or another
+    Called once per chat completions, Responses (``input_file``) or ``/tokenize``
+    request that has at least one ``{"type": "file", "file": {...}}`` part, after the
+    request's model is known (its lease held) and before its images are loaded and
+    its prompt is planned. The parts returned replace each file part where it stood
+    and are then served exactly as the client's own parts: text joins the message's
+    text, an ``image_url`` part (a ``data:`` URL) is loaded through
+    ``flexserv_load_image`` under the same limits, and every token counts against
+    the model's context when the prompt is checked. Bounding the documents (in
+    characters, pages, page images) and the wording around them (page markers,
+    blank lines against the neighbouring text) are the plugin's. It runs on the
+    event loop: read and OCR in worker threads. The first-party ``ocr`` plugin
+    implements it (PDF text layers, OCR, page images for vision-language models).
+    Raise :class:`flexserv_core.InvalidRequest` (or another
     :class:`flexserv_core.FlexServError`: ``NotFound`` for a file id the caller may
-    not read, ``ContextLengthExceeded`` for a text longer than ``max_chars``) with
-    ``param``. With no plugin implementing it, a file part is a 400
-    ``document_input_unavailable`` naming the ``ocr`` plugin; with plugins that all
-    return ``None``, a 400 ``invalid_file``.
+    not read, ``ContextLengthExceeded``) naming the part, e.g.
+    ``messages[0].content[1].file``. With no plugin implementing it a file part is a
+    400 ``document_input_unavailable`` naming the ``ocr`` plugin; a file part the
+    result leaves out is a 400 ``invalid_file``; an error about a part that replaced a
+    file part (an image refused by the image plugin) names the file part.
 
-    **Page images.** When ``images_allowed`` is true the request's model takes
-    images (its ``limits.max_images`` is above 0, an image plugin is loaded and
-    ``--max-document-page-images`` is above 0): a page that is better seen than read
-    (no text layer: a scan, an image file) may be returned as a
-    :class:`~flexserv_core.PageImage` inside a :class:`~flexserv_core.DocumentContent`
-    that lists the text segments (page markers, text layers) and page images in
-    order. The core loads each page image through ``flexserv_load_image`` as it loads
-    an ``image_url`` part's (the same byte and pixel limits), so render pages at a
-    bounded size. At most ``max_images`` page images: a document that needs more
-    should raise :class:`~flexserv_core.TooManyPageImages` (with the count it needs)
-    before rendering any; the core answers the 400 ``too_many_page_images`` naming
-    the limit that binds (a result with more is refused the same way). When
-    ``images_allowed`` is false, return text only (a ``DocumentContent`` is then a
-    plugin error). Implementations written before these two arguments existed
-    (taking only ``file, param, max_chars, context`` and returning text) keep
-    working: every model then gets the document's text.
-
-    :param file: the part's ``file`` object as the client sent it (untrusted):
-        ``file_id`` (an upload of ``/v1/files``, to be read only if the caller's API
-        key may) or ``file_data`` (base64 or a ``data:`` URL), and ``filename``.
-    :param param: the path to name in errors, e.g. ``messages[0].content[1].file``.
-    :param max_chars: the most characters the text may have: what is left of the
-        model's context (at most :data:`~flexserv_core.api.chat_documents.CHARS_PER_TOKEN`
-        characters a token) after the request's earlier documents. A longer text is
-        a 400 ``context_length_exceeded`` naming the limit (the rendered prompt's
-        tokens are checked against the context again afterwards). Page images do
-        not count against it (their tokens count in the prompt's).
+    :param messages: the request's messages in OpenAI's chat shape, as plain data
+        (unset fields ``None``): the file parts' ``file`` objects as the client sent
+        them (untrusted: ``file_id``, an upload to be read only if the caller's API
+        key may, or ``file_data``, base64 or a ``data:`` URL, and ``filename``), and
+        the parts around them.
+    :param model: the request's model: ``model.limits.context_length`` and
+        ``max_images`` to budget against, ``model.spec.name`` for messages,
+        ``model.tokenize`` to count exactly.
+    :param images: whether ``image_url`` parts may be returned: the model takes
+        images, an image plugin loads them and the route renders them (``/tokenize``
+        does not). At most ``model.limits.max_images`` less the request's own image
+        parts fit (more is the core's 400 ``too_many_images``).
     :param context: this request's context; ``context.request`` is the HTTP request
-        (whose API key owns the files it may read: ``request_owner``).
-    :param images_allowed: whether page images may be returned (see above).
-    :param max_images: the most page images this document may bring: what is left,
-        after the request's ``image_url`` parts and earlier documents, of the model's
-        images per request and of ``--max-document-page-images``; ``0`` when
-        ``images_allowed`` is false.
+        (whose API key owns the files it may read), ``None`` when no client sent it.
 
-    First result; may be async; return the text (a ``str``; with ``images_allowed``, or a ``DocumentContent``), ``None`` means "not a file I read".
+    The result maps ``(message index, part index)`` of each file part read to the
+    parts that replace it, each ``{"type": "text", "text": ...}`` or (with
+    ``images``) ``{"type": "image_url", "image_url": {"url": ...}}``; a result of any
+    other shape is the plugin's error (a 500).
+
+    First result; may be async; return ``{(i, j): [part, ...]}``, ``None`` means "not files I read".
     """
 
 

@@ -196,15 +196,6 @@ class CoreSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_content_parts: Annotated[
         int, msgspec.Meta(ge=1, description="Most content parts one chat message may have (400).")
     ] = 256
-    max_document_page_images: Annotated[
-        int,
-        msgspec.Meta(
-            ge=0,
-            description="Most document pages one chat request may send to a vision-language model as page images"
-            " (scanned PDF pages, image files; pages with a text layer go as text); more is a 400"
-            " too_many_page_images. 0 reads every page as text.",
-        ),
-    ] = 8
     max_stop_strings: Annotated[
         int, msgspec.Meta(ge=1, description="Most stop strings one request may set (400); OpenAI allows 4.")
     ] = 4

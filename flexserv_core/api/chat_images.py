@@ -7,7 +7,8 @@ every image through the ``flexserv_load_image`` hook (the first-party
 ``image-input`` plugin fetches and decodes) and returns them by position, an
 argument of the plan (:func:`~flexserv_core.api.text_request.chat_plan`). With no
 plugin implementing the hook (``-p no:image-input``), an image part is a 400
-naming the plugin.
+naming the plugin. An image that replaced a file part (a document's page image, see
+:mod:`~flexserv_core.api.file_parts`) counts as one, and its errors name the file part.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from flexserv_core import hooks
+from flexserv_core.api.file_parts import Origins
 from flexserv_core.backends.base import ImageInput, TextGenerationModel
 from flexserv_core.errors import InvalidRequest
 from flexserv_core.models.spec import ModelSpec
@@ -37,12 +39,18 @@ def image_parts(messages: Sequence[Any]) -> list[tuple[int, int, str | None]]:
 
 
 async def load_images(
-    model: TextGenerationModel, spec: ModelSpec, messages: Sequence[Any], context: RequestContext
+    model: TextGenerationModel,
+    spec: ModelSpec,
+    messages: Sequence[Any],
+    context: RequestContext,
+    origins: Origins | None = None,
 ) -> Images:
-    """The request's images by position (empty without image parts)."""
+    """The request's images by position (empty without image parts); ``origins`` name
+    the file parts that image parts replaced, for errors."""
     parts = image_parts(messages)
     if not parts:
         return {}
+    origins = origins or {}
     i, j, _url = parts[0]
     limit = model.limits.max_images
     if limit == 0:
@@ -56,7 +64,7 @@ async def load_images(
         i, j, _url = parts[limit]
         raise InvalidRequest(
             f"The request has {len(parts)} images; the model '{spec.name}' takes at most {limit} per request.",
-            param=f"messages[{i}].content[{j}]",
+            param=origins.get((i, j), f"messages[{i}].content[{j}]"),
             code="too_many_images",
         )
     if not hooks.implemented(context.server.pm, "flexserv_load_image"):
@@ -73,10 +81,11 @@ async def load_images(
             raise InvalidRequest(
                 "An image_url part needs 'image_url': {'url': ...}.", param=param, code="missing_required_parameter"
             )
-        image = await hooks.load_image(url, f"{param}.url", context)
+        url_param = origins.get((i, j), f"{param}.url")
+        image = await hooks.load_image(url, url_param, context)
         if image is None:
             raise InvalidRequest(
-                "No plugin of this server loads this image URL.", param=f"{param}.url", code="invalid_image_url"
+                "No plugin of this server loads this image URL.", param=url_param, code="invalid_image_url"
             )
         images[(i, j)] = image
     return images

@@ -13,7 +13,6 @@ from typing import Any
 import msgspec
 
 from flexserv_core import hooks
-from flexserv_core.api.chat_documents import Documents
 from flexserv_core.api.chat_images import Images
 from flexserv_core.api.structured import check_logit_bias, guided_constraint, request_constraint
 from flexserv_core.api.text_bounds import default_budget
@@ -118,16 +117,12 @@ def chat_messages(
     messages: list[ChatMessage],
     plan: ToolPlan | None = None,
     images: dict[tuple[int, int], ImageInput] | None = None,
-    documents: Documents | None = None,
 ) -> list[dict[str, Any]]:
     """OpenAI messages -> template messages: content parts joined into one string,
-    ``developer`` served as ``system``. A ``file`` part becomes its document's text
-    (read by :func:`~flexserv_core.api.chat_documents.load_documents` into
-    ``documents``), set off from the parts around it by a blank line; a document read
-    with page images becomes its text segments and ``image`` parts. A message with
-    images (loaded by :func:`~flexserv_core.api.chat_images.load_images` into
-    ``images``) keeps a list of text and ``{"type": "image", "image": ImageInput}``
-    parts instead."""
+    ``developer`` served as ``system``. A message with images (loaded by
+    :func:`~flexserv_core.api.chat_images.load_images` into ``images``) keeps a list
+    of text and ``{"type": "image", "image": ImageInput}`` parts instead. File parts
+    were replaced before (:mod:`~flexserv_core.api.file_parts`)."""
     out: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
         content: str | list[dict[str, Any]] | None = message.content if isinstance(message.content, str) else None
@@ -138,24 +133,12 @@ def chat_messages(
                 if image is not None:
                     parts.append({"type": "image", "image": image})
                     continue
-                document = documents.get((i, j)) if documents else None
-                if isinstance(document, str):
-                    parts.append({"type": "text", "text": document, "document": True})
-                    continue
-                if document is not None:  # text segments and page images
-                    for piece in document:
-                        if isinstance(piece, str):
-                            parts.append({"type": "text", "text": piece, "document": True})
-                        else:
-                            parts.append({"type": "image", "image": piece})
-                    continue
                 if part.type != "text" or part.text is None:
                     raise InvalidRequest(
                         f"Content part type '{part.type}' is not supported here; send text parts ({{'type': 'text', 'text': ...}}).",
                         param=f"messages[{i}].content[{j}]",
                     )
                 parts.append({"type": "text", "text": part.text})
-            parts = _set_off_documents(parts)
             has_image = any(p["type"] == "image" for p in parts)
             content = parts if has_image else "".join(p["text"] for p in parts)
         entry: dict[str, Any] = {
@@ -166,28 +149,6 @@ def chat_messages(
             entry["name"] = message.name
         out.append(entry)
     template_messages(out, messages, plan)
-    return out
-
-
-def _set_off_documents(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Text parts as the template takes them (``type`` and ``text``), a blank line
-    between a document and a text part next to it."""
-    out: list[dict[str, Any]] = []
-    for k, part in enumerate(parts):
-        if part["type"] != "text":
-            out.append(part)
-            continue
-        text = part["text"]
-        previous = parts[k - 1] if k else None
-        if (
-            previous is not None
-            and previous["type"] == "text"
-            and (part.get("document") or previous.get("document"))
-            and previous["text"]
-            and text
-        ):
-            text = "\n\n" + text
-        out.append({"type": "text", "text": text})
     return out
 
 
@@ -227,7 +188,6 @@ async def chat_prompt(
     context: RequestContext,
     images: Images | None = None,
     *,
-    documents: Documents | None = None,
     off_loop: bool = False,
 ) -> tuple[list[int], ToolPlan | None]:
     """The chat prompt as the model will see it: messages, tools and template
@@ -238,9 +198,8 @@ async def chat_prompt(
     tools = template_tools(plan)
     if tools is not None:
         kwargs = {**kwargs, "tools": tools}
-    messages = chat_messages(body.messages, plan, images, documents)
-    page_images = any(not isinstance(document, str) for document in (documents or {}).values())
-    return await render_prompt(model, messages, kwargs, images=bool(images) or page_images or off_loop), plan
+    messages = chat_messages(body.messages, plan, images)
+    return await render_prompt(model, messages, kwargs, images=bool(images) or off_loop), plan
 
 
 async def chat_plan(
@@ -249,12 +208,11 @@ async def chat_plan(
     body: ChatCompletionRequest,
     context: RequestContext,
     images: Images | None = None,
-    documents: Documents | None = None,
 ) -> tuple[list[int], list[ChoiceJob], ToolPlan | None]:
-    """Render the prompt (with the request's loaded ``images`` and ``documents``) and
-    plan ``n`` choices: ``(prompt_ids, jobs, tool plan)``; the plan is ``None`` without tools."""
+    """Render the prompt (with the request's loaded ``images``) and plan ``n`` choices:
+    ``(prompt_ids, jobs, tool plan)``; the plan is ``None`` without tools."""
     check_chat(body)
-    prompt_ids, plan = await chat_prompt(model, spec, body, context, images, documents=documents)
+    prompt_ids, plan = await chat_prompt(model, spec, body, context, images)
     constraint = request_constraint(body.response_format, body.structured_outputs, guided_constraint(body))
     if plan is not None and plan.constraint is not None:
         if constraint is not None:

@@ -134,7 +134,7 @@ class ContentPart(Struct, kw_only=True):
     """One part of a message's content: ``{"type": "text", "text": ...}``, or (in user
     messages) ``{"type": "image_url", "image_url": {"url": ...}}`` for vision-language
     models and ``{"type": "file", "file": {"file_id": ...}}`` for a document, whose
-    text goes into the prompt (read by a plugin: see ``flexserv_load_document``)."""
+    text and page images a plugin puts in its place (see ``flexserv_expand_file_parts``)."""
 
     type: str
     text: str | None = None

@@ -7,10 +7,9 @@ order:
 1. **metrics**: the request's clock starts when the session opens;
 2. **lease**: the model is resolved, loaded if needed and held until the session
    closes (``async with``);
-3. **documents and images**: the chat request's file parts are read as text (through
-   the ``flexserv_load_document`` hook, bounded by the model's context; for a model
-   that takes images, scanned pages as page images) and its image parts loaded
-   (arguments of the plan);
+3. **files and images**: the chat request's file parts are replaced by the text and
+   image parts a plugin reads from them (the ``flexserv_expand_file_parts`` hook) and
+   its image parts loaded (an argument of the plan);
 4. **plan**: the prompt is rendered or tokenized, tools and the output constraint
    are planned, limits are checked and the ``n`` choices get their sampling params;
 5. **prepare**: the constraint is compiled by the platform's constraint service
@@ -35,9 +34,11 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from flexserv_core.api.chat_documents import load_documents
+import msgspec
+
 from flexserv_core.api.chat_images import load_images
 from flexserv_core.api.disconnect import until_disconnect
+from flexserv_core.api.file_parts import expand_file_parts
 from flexserv_core.api.message_rules import check_messages
 from flexserv_core.api.text_bounds import check_chat_bounds
 from flexserv_core.api.text_generation import ChoiceEvent, ChoiceJob, ChoiceResult, admitted, collect, merge
@@ -153,11 +154,13 @@ class TextSession:
     # --- steps 3-7 ------------------------------------------------------------------
 
     async def chat(self, body: ChatCompletionRequest) -> TextPlan:
-        """Documents, images, plan, prepare, deadlines and metrics for a chat request."""
+        """Files, images, plan, prepare, deadlines and metrics for a chat request."""
         try:
-            documents = await load_documents(self.model, body.messages, self.context)
-            images = await load_images(self.model, self.spec, body.messages, self.context)
-            prompt_ids, jobs, tools = await chat_plan(self.model, self.spec, body, self.context, images, documents)
+            messages, origins = await expand_file_parts(self.model, body.messages, self.context, images=True)
+            if messages is not body.messages:
+                body = msgspec.structs.replace(body, messages=messages)
+            images = await load_images(self.model, self.spec, body.messages, self.context, origins)
+            prompt_ids, jobs, tools = await chat_plan(self.model, self.spec, body, self.context, images)
             await prepare_jobs(jobs)
         except FlexServError as exc:
             raise self._mapped(exc) from None

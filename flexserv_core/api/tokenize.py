@@ -12,11 +12,12 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated, Any
 
+import msgspec
 from litestar import MediaType, Request, Response, post
 from msgspec import Meta, Struct
 
 from flexserv_core.api.body import parse_body, request_context
-from flexserv_core.api.chat_documents import load_documents
+from flexserv_core.api.file_parts import expand_file_parts
 from flexserv_core.api.message_rules import check_messages
 from flexserv_core.api.text_bounds import check_chat_bounds, check_prompt_chars
 from flexserv_core.api.text_request import chat_prompt
@@ -94,8 +95,9 @@ async def _prompt_ids(
     check_messages(chat.messages)
     # counted as chat renders them for a text-only model: /tokenize takes no images, so even
     # a vision-language model's documents are read as text here
-    documents = await load_documents(model, chat.messages, context, images=False)
-    ids, _plan = await chat_prompt(model, spec, chat, context, documents=documents, off_loop=True)
+    messages, _origins = await expand_file_parts(model, chat.messages, context, images=False)
+    chat = msgspec.structs.replace(chat, messages=messages)
+    ids, _plan = await chat_prompt(model, spec, chat, context, off_loop=True)
     return ids
 
 

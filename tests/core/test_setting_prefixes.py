@@ -25,6 +25,8 @@ SPEC_ALIASES: dict[str, frozenset[str]] = {
             "image_max_redirects",
         }
     ),
+    # the name it had while documents were part of the core
+    "ocr": frozenset({"max_document_page_images"}),
     "oom-monitor": frozenset({"oom_ram_threshold", "oom_vram_threshold", "oom_check_interval"}),
     "transformers": frozenset(
         {

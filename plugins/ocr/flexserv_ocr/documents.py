@@ -14,7 +14,7 @@ from typing import Any
 
 from litestar import Request
 
-from flexserv_core import ContextLengthExceeded, DocumentContent, FlexServer, InvalidRequest, PageImage
+from flexserv_core import ContextLengthExceeded, FlexServer, InvalidRequest
 from flexserv_ocr.errors import EngineNotInstalled
 from flexserv_ocr.files import file_bytes
 from flexserv_ocr.images import png_encode
@@ -87,6 +87,16 @@ async def read_reference(
     return docs[0], name
 
 
+def check_chars(chars: int, pages: int, max_chars: int, param: str) -> None:
+    """A 400 ``context_length_exceeded`` naming ``max_chars`` for a longer document."""
+    if chars > max_chars:
+        raise ContextLengthExceeded(
+            f"The document's text is {chars} characters ({pages} pages); this model takes at most "
+            f"{max_chars} characters of documents. Send fewer pages.",
+            param=param,
+        )
+
+
 async def document_text(
     request: Request[Any, Any, Any], reference: Mapping[str, Any], *, max_chars: int, param: str = "file"
 ) -> str:
@@ -99,12 +109,7 @@ async def document_text(
     ``param`` is the part's path in errors (``messages[0].content[1].file``)."""
     doc, _ = await read_reference(request, reference, param=param)
     text = marked_text(doc)
-    if len(text) > max_chars:
-        raise ContextLengthExceeded(
-            f"The document's text is {len(text)} characters ({len(doc.pages)} pages); this model takes at most "
-            f"{max_chars} characters of documents. Send fewer pages.",
-            param=param,
-        )
+    check_chars(len(text), len(doc.pages), max_chars, param)
     return text
 
 
@@ -115,17 +120,17 @@ async def document_content(
     max_chars: int,
     max_images: int,
     param: str = "file",
-) -> str | DocumentContent:
+) -> str | list[str | bytes]:
     """What a vision-language model gets of the document ``reference`` names: pages with
     a text layer as text, the others (scanned PDF pages, an image file) as PNG page images
     (rendered at ``--ocr-default-dpi`` or less, within ``--ocr-page-image-max-pixels``),
-    each page after its ``--- page N of M ---`` marker. At most ``max_images`` page images
-    (``TooManyPageImages``, before any is rendered, when more pages need one); the text
-    (markers included) is bounded by ``max_chars`` as :func:`document_text`'s is. A
-    document whose pages all have a text layer is returned as :func:`document_text`'s
-    ``str``, exactly."""
+    each page after its ``--- page N of M ---`` marker: text segments and PNG bytes, in
+    order. At most ``max_images`` page images (``TooManyPageImages``, before any is
+    rendered, when more pages need one); the text (markers included) is bounded by
+    ``max_chars`` as :func:`document_text`'s is. A document whose pages all have a text
+    layer is returned as :func:`document_text`'s ``str``, exactly."""
     doc, _ = await read_reference(request, reference, options=ReadOptions(page_images=max_images), param=param)
-    parts: list[str | PageImage] = []
+    parts: list[str | bytes] = []
     text = ""
     count = len(doc.pages)
     for position, (page, number) in enumerate(zip(doc.pages, doc.numbers, strict=True)):
@@ -136,18 +141,11 @@ async def document_content(
         if image is None:
             text += page.text
             continue
-        parts.append(text)
+        parts += [text, await asyncio.to_thread(png_encode, image)]
         text = ""
-        parts.append(PageImage(data=await asyncio.to_thread(png_encode, image), media_type="image/png", page=number))
     if text:
         parts.append(text)
-    content = DocumentContent(tuple(parts))
-    if content.text_chars > max_chars:
-        raise ContextLengthExceeded(
-            f"The document's text is {content.text_chars} characters ({count} pages); this model takes at most "
-            f"{max_chars} characters of documents. Send fewer pages.",
-            param=param,
-        )
-    if not content.images:
+    check_chars(sum(len(part) for part in parts if isinstance(part, str)), count, max_chars, param)
+    if not doc.images:
         return "".join(part for part in parts if isinstance(part, str))
-    return content
+    return parts

@@ -25,3 +25,14 @@ class InputTooLarge(PayloadTooLarge):
 
 class EngineNotInstalled(InvalidRequest):
     default_code = "ocr_engine_not_installed"
+
+
+class TooManyPageImages(InvalidRequest):
+    """A document needs more page images than its reading allows (``needed`` of them):
+    raised before any page is rendered; chat answers with the limit that binds."""
+
+    default_code = "too_many_page_images"
+
+    def __init__(self, needed: int, *, param: str | None = None) -> None:
+        super().__init__(f"The document needs {needed} page images.", param=param)
+        self.needed = needed

@@ -7,10 +7,9 @@ from typing import Any
 import msgspec
 from litestar.types import ControllerRouterHandler
 
-from flexserv_core import Backend, DocumentContent, FlexServer, ModelSpec, RequestContext, Settings, hookimpl
-from flexserv_ocr import extract, routes
+from flexserv_core import Backend, FlexServer, ModelSpec, RequestContext, Settings, TextGenerationModel, hookimpl
+from flexserv_ocr import chat, extract, routes
 from flexserv_ocr.backends import RapidOcrBackend, TesseractBackend, offered_models
-from flexserv_ocr.documents import document_content, document_text
 from flexserv_ocr.kinds import OCR
 from flexserv_ocr.metrics import counts_for
 from flexserv_ocr.settings import OcrSettings
@@ -51,13 +50,9 @@ def flexserv_health(server: FlexServer) -> dict[str, Any]:
 
 
 @hookimpl
-async def flexserv_load_document(
-    file: dict[str, Any], param: str, max_chars: int, context: RequestContext, images_allowed: bool, max_images: int
-) -> str | DocumentContent | None:
+async def flexserv_expand_file_parts(
+    messages: list[dict[str, Any]], model: TextGenerationModel, images: bool, context: RequestContext
+) -> dict[tuple[int, int], list[dict[str, Any]]] | None:
     """Chat and Responses ``file`` parts: the document's text (text layer or OCR), pages
     marked; for a model that takes images, pages without a text layer as page images."""
-    if context.request is None:  # no client, so no API key to read files as
-        return None
-    if images_allowed:
-        return await document_content(context.request, file, max_chars=max_chars, max_images=max_images, param=param)
-    return await document_text(context.request, file, max_chars=max_chars, param=param)
+    return await chat.expand_file_parts(messages, model, images, context)

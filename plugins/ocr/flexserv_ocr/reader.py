@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from flexserv_core import PDF_MEDIA_TYPE as PDF
-from flexserv_core import InvalidRequest, TooManyPageImages
+from flexserv_core import InvalidRequest
 from flexserv_core import sniff_media_type as sniff
-from flexserv_ocr.errors import InputTooLarge, InvalidDocument, TooManyPages
+from flexserv_ocr.errors import InputTooLarge, InvalidDocument, TooManyPageImages, TooManyPages
 from flexserv_ocr.images import decode_image, within_pixels
 from flexserv_ocr.kinds import OcrBudget, OcrModel, OcrPage, OcrTimeLimit, PageJob
 from flexserv_ocr.pdf import PdfDocument, select_pages

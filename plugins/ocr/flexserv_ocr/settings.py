@@ -54,6 +54,16 @@ class OcrSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             "rendered at --ocr-default-dpi or less, an image file scaled down to fit).",
         ),
     ] = 1_500_000
+    ocr_max_page_images: Annotated[
+        int,
+        msgspec.Meta(
+            ge=0,
+            description="Most document pages one chat request may send to a vision-language model as page images"
+            " (scanned PDF pages, image files; pages with a text layer go as text); more is a 400"
+            " too_many_page_images. 0 reads every page as text.",
+            extra={"aliases": ["max_document_page_images"]},
+        ),
+    ] = 8
     ocr_max_batch: Annotated[
         int, msgspec.Meta(ge=1, description="Most pages one micro-batch of concurrent OCR requests holds.")
     ] = 8

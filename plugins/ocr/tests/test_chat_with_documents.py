@@ -1,6 +1,6 @@
 """Chat and Responses about a document, end to end: a real server on a socket, the
 official SDK, the embedded text-only SmolLM2, files uploaded with ``files.create``
-(or sent inline), read by this plugin through the core's ``flexserv_load_document``.
+(or sent inline), read by this plugin through the core's ``flexserv_expand_file_parts``.
 
 The prompt is checked to hold the document's text exactly: the request's
 ``prompt_tokens`` equal ``/tokenize``'s count of the same message with the text

@@ -7,13 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from flexserv_ocr.errors import TooManyPageImages
 from flexserv_ocr.pdf import PdfDocument
 from flexserv_ocr.reader import DocumentReader, ReadOptions
 from flexserv_ocr.settings import OcrSettings
 from flexserv_ocr.testing import INVOICE_LINES, image_pdf, png_bytes, render_lines, text_pdf
 from PIL import Image
-
-from flexserv_core import TooManyPageImages
 
 
 def reader(max_images: int, **limits: Any) -> DocumentReader:

@@ -159,7 +159,7 @@ def test_too_many_page_images_is_a_400_naming_the_limit(served: tuple[str, Any])
     body: Any = info.value.body
     assert body["code"] == "too_many_page_images" and body["param"] == "messages[0].content[1].file"
     assert "4 pages without a text layer" in body["message"]
-    assert "--max-document-page-images" in body["message"] and "at most 3" in body["message"]
+    assert "--ocr-max-page-images" in body["message"] and "at most 3" in body["message"]
 
     # the model's own limit binds when image parts took some of it: 2 images + 3 pages > 4
     three = image_pdf([render_lines([f"Page {n}"]) for n in range(1, 4)])

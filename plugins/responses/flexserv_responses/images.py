@@ -7,7 +7,7 @@ A document is ``{"type": "input_file", "file_id": ...}`` or ``{"type":
 "input_file", "file_data": "data:application/pdf;base64,...", "filename": ...}``;
 the chat path takes it as ``{"type": "file", "file": {...}}``. Loading, reading
 and the text-only-model check are the chat path's (the core's text session,
-through the ``flexserv_load_image`` and ``flexserv_load_document`` hooks).
+through the ``flexserv_expand_file_parts`` and ``flexserv_load_image`` hooks).
 """
 
 from __future__ import annotations

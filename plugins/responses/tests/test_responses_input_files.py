@@ -1,5 +1,5 @@
 """Responses ``input_file`` parts become the chat path's ``file`` parts (read there by the
-``flexserv_load_document`` hook); malformed ones are a 400 naming the part."""
+``flexserv_expand_file_parts`` hook); malformed ones are a 400 naming the part."""
 
 from __future__ import annotations
 
