@@ -10,6 +10,9 @@ from __future__ import annotations
 import base64
 import io
 import logging
+import re
+import types
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -21,6 +24,7 @@ from flexserv_core.testing import app_client, make_app
 from flexserv_core.testing.fakes import FakeBackendPlugin
 
 CHAT = "/v1/chat/completions"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "plugins.md"
 CONTEXT = 4096  # FakeTextModel's context_length
 
 
@@ -207,3 +211,27 @@ async def test_without_the_image_plugin_a_vlm_gets_no_images() -> None:
         r = await client.post(CHAT, json=user(doc("note")))
         assert r.status_code == 200, r.text
         assert files.calls[-1][2] is False
+
+
+def documented_reader() -> types.ModuleType:
+    """The example plugin of docs/plugins.md's "Reading documents in chat", as written."""
+    section = DOC.read_text().split("## Reading documents in chat", 1)[1]
+    code = re.search(r"```python\n(?P<body>.*?)```", section, re.DOTALL)
+    assert code is not None
+    module = types.ModuleType("documented_file_reader")
+    exec(compile(code["body"], str(DOC), "exec"), module.__dict__)
+    return module
+
+
+async def test_the_documented_example_plugin_works() -> None:
+    fake = FakeBackendPlugin()
+    async with app_client(make_app([fake, "tool-parsers", documented_reader()])) as client:
+        inline = {"file_data": "data:text/plain;base64," + base64.b64encode(b"hello").decode(), "filename": "a.txt"}
+        r = await client.post(CHAT, json=user(text("Read: "), {"type": "file", "file": inline}))
+        assert r.status_code == 200, r.text
+        assert fake.backend.models[0].last_prompt == "user: Read: hello\nassistant: "
+        long = {"file_data": base64.b64encode(b"x" * (4 * CONTEXT + 1)).decode()}
+        r = await client.post(CHAT, json=user({"type": "file", "file": long}))
+        assert r.status_code == 400 and r.json()["error"]["param"] == "messages[0].content[0].file"
+        r = await client.post(CHAT, json=user({"type": "file", "file": {"file_id": "file-x"}}))
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_file"
