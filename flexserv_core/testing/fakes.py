@@ -80,6 +80,7 @@ class FakeTextModel(TextGenerationModel):
         context_length: int = 4096,
         max_max_tokens: int | None = None,
         default_max_tokens: int | None = None,
+        max_images: int = 0,
         script: str = FAKE_SCRIPT,
         eos_after: int | None = None,
         fail_after: int | None = None,
@@ -92,6 +93,7 @@ class FakeTextModel(TextGenerationModel):
             vocab_size=0x110000,  # token ids are code points
             default_max_tokens=default_max_tokens,
             max_max_tokens=max_max_tokens,
+            max_images=max_images,
         )
         self.token_delay = token_delay
         self.script = script
@@ -110,7 +112,8 @@ class FakeTextModel(TextGenerationModel):
         return self.requests[-1].prompt if self.requests else None
 
     def render_chat(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any]) -> list[int]:
-        lines = [f"{m.get('role')}: {m.get('content')}" for m in messages]
+        """``role: content`` lines (an image part as ``<image WxH>``), the template variables, ``assistant: ``."""
+        lines = [f"{m.get('role')}: {_flat(m.get('content'))}" for m in messages]
         lines += [f"{k}={v}" for k, v in sorted(template_kwargs.items())]
         return self.encode("\n".join(lines) + "\nassistant: ")
 
@@ -166,6 +169,15 @@ class FakeTextModel(TextGenerationModel):
         self.unloaded = True
 
 
+def _flat(content: Any) -> Any:
+    """A message's content parts as one string, images as ``<image WxH>``."""
+    if not isinstance(content, list):
+        return content
+    return "".join(
+        p["text"] if p["type"] == "text" else f"<image {p['image'].width}x{p['image'].height}>" for p in content
+    )
+
+
 class FakeTextBackend(Backend):
     """Loads :class:`FakeTextModel`: models whose spec names ``"fake"`` and any
     text model with a ``fake://`` source. ``loads`` counts loads, ``models`` keeps
@@ -178,7 +190,8 @@ class FakeTextBackend(Backend):
         self, *, load_delay: float = 0.0, token_delay: float = 0.0, fail: str | None = None, **model_options: Any
     ) -> None:
         """``model_options`` go to each :class:`FakeTextModel` (``script``, ``eos_after``, ``fail_after``,
-        ``sampling_extensions``, and the limits ``context_length``, ``max_max_tokens``, ``default_max_tokens``)."""
+        ``sampling_extensions``, and the limits ``context_length``, ``max_max_tokens``, ``default_max_tokens``,
+        ``max_images``)."""
         self.load_delay = load_delay
         self.token_delay = token_delay
         self.fail = fail

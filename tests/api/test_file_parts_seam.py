@@ -15,7 +15,6 @@ import types
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
 from PIL import Image
 
@@ -83,26 +82,13 @@ class FilesPlugin:
         return out
 
 
-def render(messages: list[dict[str, Any]], template_kwargs: dict[str, Any]) -> list[int]:
-    """The fake's prompt with image parts as ``<image WxH>``."""
-    lines = []
-    for m in messages:
-        content = m["content"]
-        if isinstance(content, list):
-            content = "".join(
-                p["text"] if p["type"] == "text" else f"<image {p['image'].width}x{p['image'].height}>" for p in content
-            )
-        lines.append(f"{m['role']}: {content}")
-    return [ord(c) for c in "\n".join(lines) + "\nassistant: "]
+@pytest.fixture
+def fake(request: pytest.FixtureRequest) -> FakeBackendPlugin:
+    """The fake model: text only, or (tests marked :data:`VLM`) 4 images per request."""
+    return FakeBackendPlugin(max_images=getattr(request, "param", 0))
 
 
-async def as_vlm(client: Any, fake: FakeBackendPlugin, max_images: int = 4) -> Any:
-    """Load the fake model, then let it take ``max_images`` images per request."""
-    assert (await client.post(CHAT, json=user(text("hi")))).status_code == 200
-    model = fake.backend.models[0]
-    model.limits = msgspec.structs.replace(model.limits, max_images=max_images)
-    model.render_chat = render
-    return model
+VLM = pytest.mark.parametrize("fake", [4], indirect=True)
 
 
 @pytest.fixture
@@ -158,18 +144,23 @@ async def test_refusals(flexserv_client: Any, parts: list[dict[str, Any]], statu
     assert (error["code"], error["param"]) == (code, param)
 
 
-async def test_image_parts_are_loaded_for_a_vlm_and_refused_elsewhere(
-    flexserv_client: Any, fake: FakeBackendPlugin, files: FilesPlugin, caplog: pytest.LogCaptureFixture
+async def test_image_parts_for_a_text_only_model_are_the_plugin_s_error(
+    flexserv_client: Any, files: FilesPlugin, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # a text-only model: the hook is told images=False, and image parts are its error
     with caplog.at_level(logging.ERROR):
         r = await flexserv_client.post(CHAT, json=user(doc("scan")))
     assert r.status_code == 500 and r.json()["error"]["code"] == "internal_error"
     assert "expected text parts (images was false)" in caplog.text
-    model = await as_vlm(flexserv_client, fake)
+    assert files.calls[-1][2] is False
+
+
+@VLM
+async def test_image_parts_are_loaded_for_a_vlm(
+    flexserv_client: Any, fake: FakeBackendPlugin, files: FilesPlugin
+) -> None:
     r = await flexserv_client.post(CHAT, json=user(text("Read:"), doc("scan"), text("Done.")))
     assert r.status_code == 200, r.text
-    assert model.last_prompt == "user: Read:[page 1]<image 40x30>Done.\nassistant: "
+    assert fake.backend.models[0].last_prompt == "user: Read:[page 1]<image 40x30>Done.\nassistant: "
     assert files.calls[-1][2] is True
     # /tokenize renders no images
     r = await flexserv_client.post("/tokenize", json={"messages": user(doc("note"))["messages"]})
@@ -183,31 +174,27 @@ async def test_image_parts_are_loaded_for_a_vlm_and_refused_elsewhere(
         ([doc("bad")], "internal_error", None),  # not a text or image_url part
     ],
 )
+@VLM
 async def test_the_parts_are_held_to_the_core_s_limits(
     flexserv_client: Any, fake: FakeBackendPlugin, parts: list[dict[str, Any]], code: str, param: str | None
 ) -> None:
-    model = await as_vlm(flexserv_client, fake)
-    served = len(model.requests)
     r = await flexserv_client.post(CHAT, json=user(*parts))
     error = r.json()["error"]
     assert (error["code"], error["param"]) == (code, param), r.text
-    assert len(model.requests) == served
+    assert fake.backend.models[0].requests == []  # nothing was generated
 
 
+@VLM
 @pytest.mark.parametrize("flexserv_settings", [{"image_input_max_pixels": 1000}])
-async def test_an_image_the_image_plugin_refuses_names_the_file_part(
-    flexserv_client: Any, fake: FakeBackendPlugin
-) -> None:
-    await as_vlm(flexserv_client, fake)
+async def test_an_image_the_image_plugin_refuses_names_the_file_part(flexserv_client: Any) -> None:
     r = await flexserv_client.post(CHAT, json=user(text("x"), doc("scan")))  # 40 x 30 = 1200 pixels
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == "messages[0].content[1].file"
 
 
 async def test_without_the_image_plugin_a_vlm_gets_no_images() -> None:
-    fake, files = FakeBackendPlugin(), FilesPlugin()
-    async with app_client(make_app([fake, "tool-parsers", files])) as client:
-        await as_vlm(client, fake)
+    files = FilesPlugin()
+    async with app_client(make_app([FakeBackendPlugin(max_images=4), "tool-parsers", files])) as client:
         r = await client.post(CHAT, json=user(doc("note")))
         assert r.status_code == 200, r.text
         assert files.calls[-1][2] is False

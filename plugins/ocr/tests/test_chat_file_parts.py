@@ -3,14 +3,13 @@ request: each document's text (and, for a model that takes images, its page imag
 in place of the file part, set off by blank lines, within the request's character and
 page-image budgets. Reading itself is faked here (``read_document``, whose reading is
 tested in ``test_document_text.py`` and ``test_page_image_reading.py``); the model is
-the core's fake, given images after it loads."""
+the core's fake (rendering an image as ``<image WxH>``)."""
 
 from __future__ import annotations
 
 import io
 from typing import Any
 
-import msgspec
 import pytest
 from flexserv_ocr import chat
 from flexserv_ocr.errors import TooManyPageImages
@@ -62,19 +61,6 @@ class Reader:
         return DOCS[name]
 
 
-def render(messages: list[dict[str, Any]], template_kwargs: dict[str, Any]) -> list[int]:
-    """The fake's prompt with image parts as ``<image WxH>``."""
-    lines = []
-    for m in messages:
-        content = m["content"]
-        if isinstance(content, list):
-            content = "".join(
-                p["text"] if p["type"] == "text" else f"<image {p['image'].width}x{p['image'].height}>" for p in content
-            )
-        lines.append(f"{m['role']}: {content}")
-    return [ord(c) for c in "\n".join(lines) + "\nassistant: "]
-
-
 def user(*parts: dict[str, Any], **body: Any) -> dict[str, Any]:
     return {"messages": [{"role": "user", "content": list(parts)}], "max_tokens": 2, **body}
 
@@ -93,18 +79,13 @@ def image() -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(png()).decode()}}
 
 
-async def as_vlm(client: Any, fake: FakeBackendPlugin, max_images: int = 4) -> Any:
-    """Load the fake model, then let it take ``max_images`` images per request."""
-    assert (await client.post(CHAT, json=user(text("hi")))).status_code == 200
-    model = fake.backend.models[0]
-    model.limits = msgspec.structs.replace(model.limits, max_images=max_images)
-    model.render_chat = render
-    return model
-
-
 @pytest.fixture
-def fake() -> FakeBackendPlugin:
-    return FakeBackendPlugin()
+def fake(request: pytest.FixtureRequest) -> FakeBackendPlugin:
+    """The fake model: text only, or (tests marked :data:`VLM`) 4 images per request."""
+    return FakeBackendPlugin(max_images=getattr(request, "param", 0))
+
+
+VLM = pytest.mark.parametrize("fake", [4], indirect=True)
 
 
 @pytest.fixture
@@ -185,11 +166,11 @@ async def test_a_text_only_model_gets_text(flexserv_client: Any, fake: FakeBacke
     assert [max_images for *_, max_images in reader.calls] == [None]
 
 
+@VLM
 async def test_page_images_go_in_place(flexserv_client: Any, fake: FakeBackendPlugin, reader: Reader) -> None:
-    model = await as_vlm(flexserv_client, fake)
     r = await flexserv_client.post(CHAT, json=user(text("Read:"), doc("scan-2"), text("Done.")))
     assert r.status_code == 200, r.text
-    assert model.last_prompt == (
+    assert fake.backend.models[0].last_prompt == (
         "user: Read:\n\n--- page 1 of 2 ---\n<image 40x30>\n--- page 2 of 2 ---\n<image 40x30>Done.\nassistant: "
     )
     # one image part leaves the model 3 of its 4, and the setting's 3 bound it too
@@ -212,18 +193,17 @@ async def test_page_images_go_in_place(flexserv_client: Any, fake: FakeBackendPl
         ),
     ],
 )
+@VLM
 async def test_too_many_page_images(
     flexserv_client: Any, fake: FakeBackendPlugin, reader: Reader, parts: list[dict[str, Any]], names: list[str]
 ) -> None:
-    model = await as_vlm(flexserv_client, fake)
-    served = len(model.requests)
     r = await flexserv_client.post(CHAT, json=user(*parts))
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert error["code"] == "too_many_page_images" and error["param"] == f"messages[0].content[{len(parts) - 1}].file"
     for name in names:
         assert name in error["message"]
-    assert len(model.requests) == served
+    assert fake.backend.models[0].requests == []  # nothing was generated
 
 
 @pytest.mark.parametrize(
@@ -234,10 +214,9 @@ async def test_too_many_page_images(
 async def test_a_vlm_gets_text_without_the_image_plugin_or_with_the_setting_0(
     reader: Reader, plugins: list[str], settings: dict[str, Any]
 ) -> None:
-    fake = FakeBackendPlugin()
+    fake = FakeBackendPlugin(max_images=4)
     async with app_client(make_app([fake, *plugins, "ocr"], settings=settings)) as client:
-        model = await as_vlm(client, fake)
         r = await client.post(CHAT, json=user(doc("scan-1")))
         assert r.status_code == 200, r.text
-        assert model.last_prompt == "user: --- page 1 of 1 ---\n(ocr)\nassistant: "
+        assert fake.backend.models[0].last_prompt == "user: --- page 1 of 1 ---\n(ocr)\nassistant: "
         assert [max_images for *_, max_images in reader.calls] == [None]
