@@ -220,3 +220,17 @@ async def test_a_vlm_gets_text_without_the_image_plugin_or_with_the_setting_0(
         assert r.status_code == 200, r.text
         assert fake.backend.models[0].last_prompt == "user: --- page 1 of 1 ---\n(ocr)\nassistant: "
         assert [max_images for *_, max_images in reader.calls] == [None]
+
+
+async def test_blocked_with_p_no_ocr_a_file_part_is_a_400_naming_it() -> None:
+    async with app_client(make_app([FakeBackendPlugin(), "tool-parsers", "responses", "ocr"], block=["ocr"])) as client:
+        r = await client.post(CHAT, json=user(text("Sum up:"), doc("file-a")))
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert (error["code"], error["param"]) == ("document_input_unavailable", "messages[0].content[1]")
+        assert "'ocr' plugin" in error["message"] and "-p no:ocr" in error["message"]
+        content = [{"type": "input_text", "text": "Sum up:"}, {"type": "input_file", "file_id": "file-a"}]
+        r = await client.post("/v1/responses", json={"input": [{"role": "user", "content": content}]})
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert (error["code"], error["param"]) == ("document_input_unavailable", "input[0].content[1]")
