@@ -54,7 +54,6 @@ from flexserv_core.errors import (
     InvalidRequest,
     ModelLoadError,
     ModelNotFound,
-    NoAudioDecoder,
     NotFound,
     PayloadTooLarge,
     PluginCommandError,
@@ -165,7 +164,6 @@ __all__ = [
     "ModelState",
     "NamedFunction",
     "NamedToolChoice",
-    "NoAudioDecoder",
     "NotFound",
     "ParsedToolCall",
     "ParsedToolOutput",
@@ -253,11 +251,13 @@ __all__ = [
     "sniff_media_type",
     "sse_response",
     "until_disconnect",
+    "validate_body",
 ]
 
 if typing.TYPE_CHECKING:
     from flexserv_core.api.body import convert_param, parse_body
     from flexserv_core.api.body import request_context as open_request_context
+    from flexserv_core.api.body import validate as validate_body
     from flexserv_core.api.disconnect import until_disconnect
     from flexserv_core.api.streaming import READY, SSEGenerator, sse_response
     from flexserv_core.api.text_schemas import (
@@ -287,6 +287,8 @@ _LAZY = {
     "until_disconnect": ("flexserv_core.api.disconnect", "until_disconnect"),
     "route_scope": ("flexserv_core.edge.auth", "route_scope"),
     "convert_param": ("flexserv_core.api.body", "convert_param"),
+    # a route that reads its body itself (a multipart form: the audio plugin)
+    "validate_body": ("flexserv_core.api.body", "validate"),
     # A text route outside the core (the Responses API plugin): the chat request it
     # builds, the checks and the session that serve it, its tool calls and its stream.
     **{

@@ -147,14 +147,6 @@ class ClientDisconnected(FlexServError):
     default_code = "client_closed_request"
 
 
-class NoAudioDecoder(FlexServError):
-    """No loaded plugin implements ``flexserv_load_audio``."""
-
-    status_code = 501
-    error_type = "server_error"
-    default_code = "audio_decoder_missing"
-
-
 class TemplateVariablesMisconfigured(FlexServError):
     """A layer of chat-template variables the server controls (its defaults, a model's
     options, a plugin's contribution) sets a name the renderer reserves: a server error."""

@@ -42,7 +42,6 @@ from flexserv_core.settings import describe_fields, resolve_settings, setting_pr
 from flexserv_core.tool_parsers import ToolParser
 
 if TYPE_CHECKING:
-    import numpy as np
     from litestar.types import ControllerRouterHandler
 
     from flexserv_core.events import ModelEvent
@@ -438,14 +437,6 @@ def resolve_model(server: FlexServer, model_id: str, kind: str) -> ModelSpec | N
 def model_event(server: FlexServer, event: ModelEvent) -> None:
     """Observers only: a failing one is logged and the others still see the event."""
     call_hook(server.pm, "flexserv_model_event", {"event": event, "server": server}, keep_going=True)
-
-
-def load_audio(
-    pm: FlexServPluginManager, data: bytes, filename: str | None, content_type: str | None, sampling_rate: int
-) -> np.ndarray | None:
-    kwargs = {"data": data, "filename": filename, "content_type": content_type, "sampling_rate": sampling_rate}
-    results = call_hook(pm, "flexserv_load_audio", kwargs, firstresult=True)
-    return results[0].value if results else None
 
 
 def implemented(pm: pluggy.PluginManager, hook: str) -> bool:

@@ -42,7 +42,7 @@ Hook policy (one rule for every hook; :mod:`flexserv_core.hooks` enforces it):
   models, probes, metrics collectors, routes, startup) the error stops the server: ``flexserv run`` prints it
   (with ``-p no:NAME`` to start without the plugin) and exits non-zero (3 before
   serving, 1 when ``flexserv_startup`` fails). At request time (preprocess, template kwargs, resolve model,
-  load audio, load image, expand file parts, health) it is logged with the plugin and distribution and the client
+  load image, expand file parts, health) it is logged with the plugin and distribution and the client
   gets an OpenAI-shaped 500 (``type: "server_error"``, ``code: "internal_error"``)
   that names no plugin.
   Observer hooks (``flexserv_shutdown``, ``flexserv_model_event``) log the error
@@ -67,7 +67,6 @@ import pluggy
 
 if TYPE_CHECKING:
     import msgspec
-    import numpy as np
     from litestar.types import ControllerRouterHandler
     from prometheus_client.registry import Collector
 
@@ -369,25 +368,6 @@ def flexserv_model_event(event: ModelEvent, server: FlexServer) -> None:
 
 
 # --- media and monitoring ----------------------------------------------------------
-
-
-@hookspec(firstresult=True)
-def flexserv_load_audio(
-    data: bytes, filename: str | None, content_type: str | None, sampling_rate: int
-) -> np.ndarray | None:
-    """Decode an uploaded audio file to a mono float32 array at ``sampling_rate``.
-
-    Called once per transcription request, in a worker thread (it may block).
-    Raise :class:`flexserv_core.InvalidRequest` (``param="file"``) when the
-    data is not decodable audio.
-
-    :param data: the uploaded bytes (already checked against the size limit).
-    :param filename: the client's file name, if any (a hint for the format).
-    :param content_type: the part's content type, if any.
-    :param sampling_rate: the rate the model needs, in Hz.
-
-    First result; synchronous; ``None`` means "not a format I decode".
-    """
 
 
 @hookspec(firstresult=True)

@@ -23,7 +23,6 @@ from flexserv_core.errors import UnsupportedParameter
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 EMBEDDINGS = "/v1/embeddings"
-TRANSCRIPTIONS = "/v1/audio/transcriptions"
 
 
 def _never(value: Any) -> bool:
@@ -52,12 +51,6 @@ UNSUPPORTED: dict[str, dict[str, tuple[Callable[[Any], bool], str]]] = {
     },
     COMPLETIONS: {},
     EMBEDDINGS: {},
-    TRANSCRIPTIONS: {
-        "include": (_never, "'include' (token logprobs) is not supported"),
-        "chunking_strategy": (_never, "'chunking_strategy' is not supported"),
-        "known_speaker_names": (_never, "speaker diarization is not supported"),
-        "known_speaker_references": (_never, "speaker diarization is not supported"),
-    },
 }
 
 #: endpoint -> bookkeeping parameters accepted and ignored.
@@ -75,7 +68,6 @@ IGNORED: dict[str, frozenset[str]] = {
     ),
     COMPLETIONS: frozenset({"user"}),
     EMBEDDINGS: frozenset({"user"}),
-    TRANSCRIPTIONS: frozenset(),
 }
 
 

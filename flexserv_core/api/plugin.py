@@ -6,14 +6,14 @@ from typing import Any
 
 import msgspec
 
-from flexserv_core.api import chat, completions, embeddings, models_routes, tokenize, transcriptions
+from flexserv_core.api import chat, completions, embeddings, models_routes, tokenize
 from flexserv_core.hookspecs import hookimpl
 from flexserv_core.settings import Settings
 
 
 @hookimpl
 def flexserv_add_settings() -> list[type[msgspec.Struct]]:
-    return [embeddings.EmbeddingSettings, transcriptions.TranscriptionSettings]
+    return [embeddings.EmbeddingSettings]
 
 
 @hookimpl
@@ -24,5 +24,4 @@ def flexserv_register_routes(settings: Settings) -> list[Any]:
         *completions.ROUTES,
         *embeddings.ROUTES,
         *tokenize.ROUTES,
-        *transcriptions.routes(settings),
     ]

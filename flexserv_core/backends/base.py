@@ -517,7 +517,7 @@ TranscriptionTask = Literal["transcribe", "translate"]
 class TranscriptionModel(LoadedModel):
     kind = ModelKind.TRANSCRIPTION
 
-    #: Rate (Hz) the audio-loading hook must resample to.
+    #: Rate (Hz) uploaded audio is decoded and resampled to (by the ``audio`` plugin).
     sampling_rate: int = 16_000
     #: Whether ``task="translate"`` (speech in any language to English text) is served;
     #: ``/v1/audio/translations`` answers a 400 for a model that cannot.

@@ -186,9 +186,6 @@ class ServerMetrics:
         self.embedding_tokens = Counter(
             f"{PREFIX}embedding_tokens", "Tokens embedded (as the responses' usage).", [MODEL], registry=r
         )
-        self.transcription_audio_seconds = Counter(
-            f"{PREFIX}transcription_audio_seconds", "Seconds of audio transcribed.", [MODEL], registry=r
-        )
 
     def register(self, collectors: Iterable[Collector]) -> None:
         """Add collectors (the core's own and the plugins')."""

@@ -19,7 +19,6 @@ from flexserv_core.testing.fakes import FakeBackendPlugin
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 EMBEDDINGS = "/v1/embeddings"
-TRANSCRIPTIONS = "/v1/audio/transcriptions"
 USER = [{"role": "user", "content": "hi"}]
 
 #: A value of each unsupported chat parameter that a real client would send.
@@ -33,12 +32,6 @@ CHAT_VALUES: dict[str, Any] = {
     "reasoning_effort": "low",
     "verbosity": "low",
 }
-TRANSCRIPTION_VALUES: dict[str, str] = {
-    "include[]": "logprobs",
-    "chunking_strategy": "auto",
-    "known_speaker_names[]": "ada",
-    "known_speaker_references[]": "data:audio/wav;base64,AAAA",
-}
 
 
 def _error(r: Any, param: str, code: str) -> None:
@@ -49,7 +42,6 @@ def _error(r: Any, param: str, code: str) -> None:
 
 def test_every_unsupported_parameter_has_a_test_value() -> None:
     assert set(CHAT_VALUES) == set(UNSUPPORTED[CHAT])
-    assert {k.removesuffix("[]") for k in TRANSCRIPTION_VALUES} == set(UNSUPPORTED[TRANSCRIPTIONS])
 
 
 @pytest.mark.parametrize("param", sorted(CHAT_VALUES))
@@ -80,14 +72,6 @@ async def test_neutral_values_and_bookkeeping_are_accepted(flexserv_client: Any)
 async def test_suffix_is_unsupported(flexserv_client: Any) -> None:
     r = await flexserv_client.post(COMPLETIONS, json={"prompt": "x", "max_tokens": 2, "suffix": "y"})
     _error(r, "suffix", "unsupported_parameter")
-
-
-@pytest.mark.parametrize("field", sorted(TRANSCRIPTION_VALUES))
-async def test_unsupported_transcription_parameter_is_400(flexserv_client: Any, field: str) -> None:
-    files = {"file": ("a.wav", b"RIFF0000WAVE", "audio/wav")}
-    data = {"model": "whisper-tiny.en", field: TRANSCRIPTION_VALUES[field]}
-    r = await flexserv_client.post(TRANSCRIPTIONS, files=files, data=data)
-    _error(r, field.removesuffix("[]"), "unsupported_parameter")
 
 
 async def test_unknown_fields_warn_once(flexserv_client: Any, caplog: pytest.LogCaptureFixture) -> None:

@@ -226,18 +226,6 @@ async def test_model_event_order() -> None:
     assert all(log[i : i + 4] == CALL_ORDER for i in range(0, len(log), 4))
 
 
-def test_load_audio_order_and_first_result_stops() -> None:
-    log: list[str] = []
-    pm = manager(*recorders("flexserv_load_audio", log))
-    assert hooks.load_audio(pm, b"RIFF", "a.wav", None, 16_000) is None
-    assert log == CALL_ORDER
-
-    log.clear()
-    pm = manager(*recorders("flexserv_load_audio", log, lambda label: label if label == "early" else None))
-    assert hooks.load_audio(pm, b"RIFF", "a.wav", None, 16_000) == "early"
-    assert log == ["first", "late", "early"]
-
-
 async def test_health_order_and_the_earlier_wins() -> None:
     log: list[str] = []
     pm = manager(*recorders("flexserv_health", log, lambda label: {"policy": label, f"from_{label}": True}))
@@ -381,21 +369,16 @@ async def test_request_hook_failure_is_a_plain_500_and_a_log_naming_the_plugin(
     assert f"{BOOM} {hook}: RuntimeError: kaboom" in caplog.text
 
 
-def test_load_audio_failure_names_plugin_and_distribution() -> None:
-    pm = boom_manager("flexserv_load_audio")
-    with pytest.raises(PluginHookError, match=re.escape(f"{BOOM} flexserv_load_audio: RuntimeError: kaboom")):
-        hooks.load_audio(pm, b"RIFF", "a.wav", None, 16_000)
-
-
 def test_request_errors_meant_for_the_client_pass_through() -> None:
     from flexserv_core.errors import InvalidRequest
 
     def refuse() -> None:
-        raise InvalidRequest("not audio", param="file")
+        raise InvalidRequest("no such model", param="model")
 
-    pm = boom_manager("flexserv_load_audio", fail=refuse)
+    pm = boom_manager("flexserv_resolve_model", fail=refuse)
+    kwargs = {"model_id": "m", "kind": "text", "server": None}
     with pytest.raises(InvalidRequest):
-        hooks.load_audio(pm, b"RIFF", "a.wav", None, 16_000)
+        hooks.call_hook(pm, "flexserv_resolve_model", kwargs, firstresult=True)
 
 
 def test_hook_wrappers_are_rejected_at_registration() -> None:

@@ -187,7 +187,7 @@ FACADE = {
     "get_max_vram_used_pct", "get_ram_info", "get_system_resources", "GpuInfo", "hookimpl", "hookspec",
     "ImageInput", "InvalidRequest", "JsonSchemaFormat", "Lease", "LoadedModel", "MicroBatcher",
     "ModelEvent", "ModelEventType", "ModelInfo", "ModelKind", "ModelLoadError", "ModelNotFound",
-    "ModelRegistry", "ModelSpec", "ModelState", "NamedFunction", "NamedToolChoice", "NoAudioDecoder",
+    "ModelRegistry", "ModelSpec", "ModelState", "NamedFunction", "NamedToolChoice",
     "NotFound", "open_request_context", "parse_body", "ParsedToolCall", "ParsedToolOutput",
     "PayloadTooLarge", "PDF_MEDIA_TYPE", "Placement", "plan_eviction", "PluginCommandError", "PluginError",
     "PluginHookError", "PluginLoadError", "PluginNotInstalled", "PluginStartupError", "prepare_params",
@@ -202,7 +202,7 @@ FACADE = {
     "ToolParser", "ToolParsers", "ToolPlan", "ToolStreamer", "ToolStreamEvent", "TooManyRequests",
     "TopLogprob", "Transcription", "TranscriptionModel", "TranscriptionSegment", "TranscriptionTask",
     "TranscriptionWord", "UnloadResult", "UnsupportedMediaType", "UnsupportedParameter", "until_disconnect",
-    "UsageError"
+    "UsageError", "validate_body"
 }  # fmt: skip
 TESTING_KIT = {
     "app_client", "BASE_URL", "blob_chunks", "FAKE_ALTERNATIVES", "FAKE_SCRIPT", "FakeBackendPlugin",

@@ -1,15 +1,27 @@
-"""Hook implementations of the ``audio`` plugin."""
+"""Hook implementations of the ``audio`` plugin: OpenAI's audio routes and their settings."""
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any
 
-from flexserv_audio.decode import load_audio
-from flexserv_core import hookimpl
+import msgspec
+
+from flexserv_audio import routes
+from flexserv_audio.metrics import counts_for
+from flexserv_audio.schemas import TranscriptionSettings
+from flexserv_core import Settings, hookimpl
 
 
-@hookimpl(trylast=True)
-def flexserv_load_audio(data: bytes, filename: str | None, content_type: str | None, sampling_rate: int) -> np.ndarray:
-    """The general decoder: runs after more specific plugins, and never returns ``None``
-    (it answers 400 for anything it cannot read)."""
-    return load_audio(data, sampling_rate, filename=filename)
+@hookimpl
+def flexserv_add_settings() -> list[type[msgspec.Struct]]:
+    return [TranscriptionSettings]
+
+
+@hookimpl
+def flexserv_register_routes(settings: Settings) -> list[Any]:
+    return routes.routes(settings)
+
+
+@hookimpl
+def flexserv_metrics_collectors(settings: Settings) -> list[Any]:
+    return [counts_for(settings)]

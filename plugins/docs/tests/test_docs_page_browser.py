@@ -19,7 +19,7 @@ def test_docs_page_renders_offline() -> None:
         pytest.fail("needs Chromium (make setup installs Debian's 'chromium')")
     outside: list[str] = []
     with (
-        ServedApp(make_app([FakeBackendPlugin(), "docs"], settings={"api_key": ["sk"]})) as base_url,
+        ServedApp(make_app([FakeBackendPlugin(), "audio", "docs"], settings={"api_key": ["sk"]})) as base_url,
         sync_playwright() as pw,
     ):
         browser = pw.chromium.launch(executable_path=chromium, headless=True)

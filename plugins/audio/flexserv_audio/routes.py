@@ -1,17 +1,18 @@
-"""``POST /v1/audio/transcriptions``: OpenAI's transcription endpoint.
+"""``POST /v1/audio/transcriptions`` and ``/v1/audio/translations``: OpenAI's audio endpoints.
 
 The multipart body is size-checked before it is read (``Content-Length`` first,
 then Litestar counts streamed bytes against the handler's
 ``request_max_body_size``), so an oversized upload gets a 413 without being held
-in memory. Audio is decoded by the ``flexserv_load_audio`` hook (the ``audio``
-plugin) in a worker thread; the model comes from the registry.
+in memory. Audio is decoded (:mod:`flexserv_audio.decode`) in a worker thread;
+the model comes from the registry. ``-p no:audio`` removes these routes (404).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Annotated, Any, Literal, TypeVar
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
 
 import msgspec
 from litestar import Request, Response, post
@@ -20,23 +21,34 @@ from litestar.exceptions import ClientException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.handlers import HTTPRouteHandler
 
-from flexserv_core import hooks
-from flexserv_core.api.body import validate
-from flexserv_core.api.disconnect import until_disconnect
-from flexserv_core.api.streaming import DONE, READY, SSEGenerator, error_event, sse_event, sse_response
-from flexserv_core.api.transcription_formats import render
-from flexserv_core.api.wire_schemas import (
+from flexserv_audio.decode import load_audio
+from flexserv_audio.formats import render
+from flexserv_audio.metrics import counts_for
+from flexserv_audio.schemas import (
     TranscriptionForm,
     TranscriptionJson,
+    TranscriptionRequest,
+    TranscriptionSettings,
     TranscriptionStreamEvent,
     TranscriptionVerboseJson,
     TranslationForm,
+    TranslationRequest,
 )
-from flexserv_core.backends.base import TranscriptionModel
-from flexserv_core.errors import InvalidRequest, NoAudioDecoder, PayloadTooLarge, UnsupportedMediaType
-from flexserv_core.plugin_manager import PluginStatus
-from flexserv_core.server import FlexServer
-from flexserv_core.settings import Settings
+from flexserv_core import (
+    READY,
+    FlexServer,
+    FlexServError,
+    InvalidRequest,
+    PayloadTooLarge,
+    Settings,
+    SSEGenerator,
+    TranscriptionModel,
+    UnsupportedMediaType,
+    UnsupportedParameter,
+    sse_response,
+    until_disconnect,
+    validate_body,
+)
 
 log = logging.getLogger(__name__)
 RequestT = TypeVar("RequestT", bound=msgspec.Struct)
@@ -45,54 +57,37 @@ ENDPOINT = "/v1/audio/transcriptions"
 TRANSLATIONS = "/v1/audio/translations"
 #: Room for the form's other fields and boundaries on top of the file itself.
 MULTIPART_OVERHEAD = 64 * 1024
-
-ResponseFormat = Literal["json", "text", "srt", "vtt", "verbose_json"]
-
-
-class TranscriptionSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """Limits of ``POST /v1/audio/transcriptions`` (declared by the built-in ``openai`` plugin)."""
-
-    max_audio_bytes: Annotated[
-        int, msgspec.Meta(ge=1, description="Largest audio upload in bytes; larger ones get a 413 (OpenAI: 25 MB).")
-    ] = 25 * 1024 * 1024
-    max_audio_seconds: Annotated[
-        float, msgspec.Meta(gt=0, description="Longest audio, in seconds after decoding, a transcription accepts.")
-    ] = 1800.0
+DONE: Final = b"data: [DONE]\n\n"
+#: Bound of an error event's message (as the core's streams bound theirs).
+MAX_EVENT_ERROR_CHARS: Final = 1024
 
 
-Granularity = Literal["word", "segment"]
+def _never(value: Any) -> bool:
+    """Neutral only when absent or null."""
+    return value is None
 
 
-class TranscriptionRequest(msgspec.Struct, kw_only=True):
-    """The non-file fields of the multipart form (OpenAI's names)."""
-
-    model: str | None = None
-    language: str | None = None
-    prompt: str | None = None
-    temperature: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.0
-    response_format: ResponseFormat = "json"
-    stream: bool = False
-    timestamp_granularities: list[Granularity] = msgspec.field(default_factory=list)
+#: OpenAI parameters of the transcription endpoint that are not served: sent with a
+#: value, a 400 naming them (code ``unsupported_parameter``), never dropped silently.
+UNSUPPORTED: Final[dict[str, tuple[Callable[[Any], bool], str]]] = {
+    "include": (_never, "'include' (token logprobs) is not supported"),
+    "chunking_strategy": (_never, "'chunking_strategy' is not supported"),
+    "known_speaker_names": (_never, "speaker diarization is not supported"),
+    "known_speaker_references": (_never, "speaker diarization is not supported"),
+}
 
 
-class TranslationRequest(msgspec.Struct, kw_only=True):
-    """The non-file fields of ``/v1/audio/translations`` (no ``language``: it is detected)."""
-
-    model: str | None = None
-    prompt: str | None = None
-    temperature: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.0
-    response_format: ResponseFormat = "json"
+def check_parameters(fields: dict[str, Any]) -> None:
+    """Refuse the unsupported OpenAI parameters (in place: a neutral one is removed)."""
+    for key, (neutral, why) in UNSUPPORTED.items():
+        if key in fields and not neutral(fields[key]):
+            raise UnsupportedParameter(f"'{key}' is not supported: {why}.", param=key)
+        fields.pop(key, None)
 
 
 def _too_large(limit: int) -> PayloadTooLarge:
     return PayloadTooLarge(
         f"The audio upload is larger than this server's limit of {limit} bytes (--max-audio-bytes).", param="file"
-    )
-
-
-def _has_audio_decoder(server: FlexServer) -> bool:
-    return any(
-        info.status is PluginStatus.LOADED and "flexserv_load_audio" in info.hooks for info in server.pm.infos.values()
     )
 
 
@@ -114,7 +109,7 @@ async def _read_form(request: Request[Any, Any, Any], limit: int) -> list[tuple[
     return list(form.multi_items())
 
 
-async def _read_file(upload: UploadFile, limit: int) -> tuple[bytes, str | None, str | None]:
+async def _read_file(upload: UploadFile, limit: int) -> tuple[bytes, str | None]:
     try:
         data = await upload.read(limit + 1)
     finally:
@@ -123,7 +118,7 @@ async def _read_file(upload: UploadFile, limit: int) -> tuple[bytes, str | None,
         raise _too_large(limit)
     if not data:
         raise InvalidRequest("The uploaded file is empty.", param="file", code="invalid_audio")
-    return data, upload.filename, upload.content_type
+    return data, upload.filename
 
 
 #: Multipart fields whose value is a list: OpenAI's SDK sends ``name[]`` once per item.
@@ -169,17 +164,11 @@ def _form_fields(items: list[tuple[str, Any]]) -> tuple[UploadFile, dict[str, An
 
 
 async def _decoded_audio(
-    server: FlexServer, model: TranscriptionModel, data: bytes, filename: str | None, content_type: str | None
+    server: FlexServer, model: TranscriptionModel, data: bytes, filename: str | None
 ) -> AudioRequest:
     limits = server.settings.get(TranscriptionSettings)
     rate = model.sampling_rate
-    audio = await asyncio.to_thread(hooks.load_audio, server.pm, data, filename, content_type, rate)
-    if audio is None:
-        raise InvalidRequest(
-            f"The uploaded file ({filename or 'unnamed'}) is not in an audio format any plugin decodes.",
-            param="file",
-            code="invalid_audio",
-        )
+    audio = await asyncio.to_thread(load_audio, data, rate, filename=filename)
     seconds = len(audio) / rate
     if seconds == 0:
         raise InvalidRequest("The uploaded audio contains no samples.", param="file", code="invalid_audio")
@@ -194,17 +183,15 @@ async def _decoded_audio(
 
 async def _read_upload(
     request: Request[Any, Any, Any], schema: type[RequestT], endpoint: str
-) -> tuple[FlexServer, RequestT, tuple[bytes, str | None, str | None]]:
+) -> tuple[FlexServer, RequestT, tuple[bytes, str | None]]:
     server: FlexServer = request.app.state.flexserv
     limits = server.settings.get(TranscriptionSettings)
     form = await _read_form(request, limits.max_audio_bytes)
     upload, fields = _form_fields(form)
     file = await _read_file(upload, limits.max_audio_bytes)
-    params = validate(fields, schema, block_unknown=server.settings.core.block_on_unexpected_fields, endpoint=endpoint)
-    if not _has_audio_decoder(server):
-        raise NoAudioDecoder(
-            "No plugin decodes audio: install and enable the 'audio' plugin (distribution flexserv-audio)."
-        )
+    check_parameters(fields)
+    block = server.settings.core.block_on_unexpected_fields
+    params = validate_body(fields, schema, block_unknown=block, endpoint=endpoint)
     return server, params, file
 
 
@@ -220,13 +207,13 @@ def _check_transcription(params: TranscriptionRequest) -> None:
 
 
 async def create_transcription(request: Request[Any, Any, Any]) -> Response[Any]:
-    server, params, (data, filename, content_type) = await _read_upload(request, TranscriptionRequest, ENDPOINT)
+    server, params, (data, filename) = await _read_upload(request, TranscriptionRequest, ENDPOINT)
     _check_transcription(params)
     if params.stream:
-        return await sse_response(_stream(server, params, data, filename, content_type), server)
+        return await sse_response(_stream(server, params, data, filename), server)
     granularities = set(params.timestamp_granularities)
     async with server.registry.acquire(params.model, TranscriptionModel) as lease:
-        decoded = await _decoded_audio(server, lease.model, data, filename, content_type)
+        decoded = await _decoded_audio(server, lease.model, data, filename)
         options: dict[str, Any] = {"word_timestamps": True} if "word" in granularities else {}
         result = await until_disconnect(
             request,
@@ -236,20 +223,18 @@ async def create_transcription(request: Request[Any, Any, Any]) -> Response[Any]
         )
     if not result.duration:
         result.duration = decoded.seconds
-    server.metrics.transcription_audio_seconds.labels(lease.spec.name).inc(decoded.seconds)
+    counts_for(server.settings).add(lease.spec.name, decoded.seconds)
     segments = not granularities or "segment" in granularities
     content, media_type = render(result, params.response_format, segments=segments)
     return Response(content=content, media_type=media_type, status_code=200)
 
 
-async def _stream(
-    server: FlexServer, params: TranscriptionRequest, data: bytes, filename: str | None, content_type: str | None
-) -> SSEGenerator:
+async def _stream(server: FlexServer, params: TranscriptionRequest, data: bytes, filename: str | None) -> SSEGenerator:
     """OpenAI's ``transcript.text.delta`` events, one per decoded segment, then
     ``transcript.text.done``; the deltas join to the done event's text, which is
     the text a non-streamed request gets."""
     async with server.registry.acquire(params.model, TranscriptionModel) as lease:
-        decoded = await _decoded_audio(server, lease.model, data, filename, content_type)
+        decoded = await _decoded_audio(server, lease.model, data, filename)
         segments = lease.model.transcribe_stream(
             decoded.audio, language=params.language, prompt=params.prompt, temperature=params.temperature
         )
@@ -261,17 +246,30 @@ async def _stream(
             async for segment in segments:
                 delta = joiner.add(segment.text)
                 if delta:
-                    yield sse_event(msgspec.json.encode({"type": "transcript.text.delta", "delta": delta}))
+                    yield _sse_event(msgspec.json.encode({"type": "transcript.text.delta", "delta": delta}))
         except Exception as exc:
-            yield error_event(exc)
+            yield _error_event(exc)
             yield DONE
             return
         finally:
             if close is not None:
                 await close()
-        server.metrics.transcription_audio_seconds.labels(lease.spec.name).inc(decoded.seconds)
-        yield sse_event(msgspec.json.encode({"type": "transcript.text.done", "text": joiner.text}))
+        counts_for(server.settings).add(lease.spec.name, decoded.seconds)
+        yield _sse_event(msgspec.json.encode({"type": "transcript.text.done", "text": joiner.text}))
         yield DONE
+
+
+def _sse_event(payload: bytes) -> bytes:
+    return b"data: " + payload + b"\n\n"
+
+
+def _error_event(exc: BaseException) -> bytes:
+    """An OpenAI-shaped error as an event (the official SDK raises it as ``APIError``)."""
+    if isinstance(exc, FlexServError):
+        return _sse_event(msgspec.json.encode(exc.to_dict(MAX_EVENT_ERROR_CHARS)))
+    log.error("streamed transcription failed: %s: %s", type(exc).__name__, exc, exc_info=exc)
+    error = {"message": "The server had an error while transcribing.", "type": "server_error", "param": None}
+    return _sse_event(msgspec.json.encode({"error": {**error, "code": "internal_error"}}))
 
 
 class DeltaJoiner:
@@ -297,7 +295,7 @@ class DeltaJoiner:
 
 
 async def create_translation(request: Request[Any, Any, Any]) -> Response[Any]:
-    server, params, (data, filename, content_type) = await _read_upload(request, TranslationRequest, TRANSLATIONS)
+    server, params, (data, filename) = await _read_upload(request, TranslationRequest, TRANSLATIONS)
     async with server.registry.acquire(params.model, TranscriptionModel) as lease:
         if not lease.model.can_translate:
             raise InvalidRequest(
@@ -306,7 +304,7 @@ async def create_translation(request: Request[Any, Any, Any]) -> Response[Any]:
                 param="model",
                 code="translation_unsupported",
             )
-        decoded = await _decoded_audio(server, lease.model, data, filename, content_type)
+        decoded = await _decoded_audio(server, lease.model, data, filename)
         result = await until_disconnect(
             request,
             lease.model.transcribe(
@@ -315,7 +313,7 @@ async def create_translation(request: Request[Any, Any, Any]) -> Response[Any]:
         )
     if not result.duration:
         result.duration = decoded.seconds
-    server.metrics.transcription_audio_seconds.labels(lease.spec.name).inc(decoded.seconds)
+    counts_for(server.settings).add(lease.spec.name, decoded.seconds)
     content, media_type = render(result, params.response_format, task="translate")
     return Response(content=content, media_type=media_type, status_code=200)
 

@@ -17,11 +17,11 @@ import pytest
 import pytest_asyncio
 from litestar import Litestar
 
-from flexserv_core.testing.app import make_app, openai_client, running_app_client
+from flexserv_core.testing import make_app, openai_client, running_app_client
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = Path(__file__).resolve().parents[3] / "tests" / "data"
 SPOKEN = (DATA / "speech.txt").read_text().strip()
 MODEL = "whisper-tiny.en"
 FORMATS = ["wav", "flac", "ogg", "mp3"]

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from flexserv_audio.formats import render
+from flexserv_audio.routes import DeltaJoiner
 
 from flexserv_core import (
     ModelKind,
@@ -16,8 +18,6 @@ from flexserv_core import (
     TranscriptionTask,
     TranscriptionWord,
 )
-from flexserv_core.api.transcription_formats import render
-from flexserv_core.api.transcriptions import DeltaJoiner
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,138 @@
+"""The audio API is a plugin: on by default through its entry point, and
+``-p no:audio`` removes its routes (an OpenAI-shaped 404) while chat and embeddings
+are still served. A tiny fake transcription model stands in for Whisper."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flexserv_audio.routes import UNSUPPORTED
+
+from flexserv_core import (
+    Backend,
+    EmbeddingModel,
+    EmbeddingResult,
+    LoadedModel,
+    ModelKind,
+    ModelSpec,
+    ProgressCallback,
+    Transcription,
+    TranscriptionModel,
+    create_plugin_manager,
+    hookimpl,
+)
+from flexserv_core.testing import FakeBackendPlugin, app_client, make_app
+
+DATA = Path(__file__).resolve().parents[3] / "tests" / "data"
+CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+ROUTES = ["/v1/audio/transcriptions", "/v1/audio/translations"]
+
+
+class EchoTranscriber(TranscriptionModel):
+    """Hears how long the audio is; translates too."""
+
+    can_translate = True
+
+    async def transcribe(self, audio: Any, **options: Any) -> Transcription:
+        return Transcription(text=f"{len(audio) / self.sampling_rate:.1f} s {options.get('task', 'transcribe')}")
+
+    def unload(self) -> None:
+        pass
+
+
+class UnitEmbedder(EmbeddingModel):
+    dimensions = 2
+    max_input_tokens = 16
+
+    async def embed(self, inputs: list[str] | list[list[int]], *, truncate: bool = True) -> EmbeddingResult:
+        return EmbeddingResult(vectors=[[1.0, 0.0] for _ in inputs], prompt_tokens=len(inputs))
+
+    def unload(self) -> None:
+        pass
+
+
+class FakeBackends:
+    """A transcription and an embedding model, offered as ``echo`` and ``unit``."""
+
+    class Loader(Backend):
+        def __init__(self, name: str, kind: ModelKind, model: type[LoadedModel]) -> None:
+            self.name, self.kind, self.model = name, kind, model
+
+        def load(self, spec: ModelSpec, progress: ProgressCallback) -> LoadedModel:
+            return self.model(spec)
+
+    @hookimpl
+    def flexserv_register_backends(self, settings: Any) -> list[Backend]:
+        return [
+            self.Loader("echo", ModelKind.TRANSCRIPTION, EchoTranscriber),
+            self.Loader("unit", ModelKind.EMBEDDING, UnitEmbedder),
+        ]
+
+    @hookimpl
+    def flexserv_default_models(self, settings: Any) -> list[ModelSpec]:
+        return [
+            ModelSpec(name=n, kind=k, source=f"{n}://", backend=n, origin="embedded")
+            for n, k in (("echo", ModelKind.TRANSCRIPTION), ("unit", ModelKind.EMBEDDING))
+        ]
+
+
+def upload() -> dict[str, Any]:
+    return {"file": ("speech.ogg", (DATA / "speech.ogg").read_bytes(), "audio/ogg")}
+
+
+def test_the_plugin_is_installed_on_by_default_and_blockable() -> None:
+    """Through the real entry point, as ``flexserv run`` selects plugins."""
+    loaded = create_plugin_manager()
+    assert loaded.infos["audio"].distribution == "flexserv-audio"
+    assert "flexserv_register_routes" in loaded.infos["audio"].hooks
+    blocked = create_plugin_manager(["no:audio"])
+    assert "flexserv_register_routes" not in blocked.infos["audio"].hooks
+
+
+@pytest.mark.parametrize("path", ROUTES)
+async def test_without_the_plugin_its_routes_are_404_and_the_rest_is_served(path: str) -> None:
+    async with app_client(make_app([FakeBackendPlugin(), FakeBackends()], block=["audio"])) as client:
+        gone = await client.post(path, files=upload(), data={"model": "echo"})
+        assert gone.status_code == 404, gone.text
+        assert gone.json()["error"]["type"] == "invalid_request_error"
+        assert (await client.post("/v1/chat/completions", json=CHAT)).status_code == 200
+        embedded = await client.post("/v1/embeddings", json={"model": "unit", "input": "hi"})
+        assert embedded.status_code == 200, embedded.text
+        assert embedded.json()["data"][0]["embedding"] == [1.0, 0.0]
+        assert (await client.get("/v1/models")).status_code == 200
+
+
+@pytest.mark.parametrize(("path", "task"), [(ROUTES[0], "transcribe"), (ROUTES[1], "translate")])
+async def test_with_the_plugin_the_routes_serve_and_count_the_audio(path: str, task: str) -> None:
+    async with app_client(make_app([FakeBackends(), "audio"])) as client:
+        r = await client.post(path, files=upload(), data={"model": "echo", "response_format": "text"})
+        assert r.status_code == 200, r.text
+        assert r.text == f"3.7 s {task}"
+        metrics = (await client.get("/metrics")).text
+        assert 'flexserv:transcription_audio_seconds_total{model_name="echo"} 3.7' in metrics
+
+
+#: A value of each unsupported transcription parameter that a real client would send.
+UNSUPPORTED_VALUES: dict[str, str] = {
+    "include[]": "logprobs",
+    "chunking_strategy": "auto",
+    "known_speaker_names[]": "ada",
+    "known_speaker_references[]": "data:audio/wav;base64,AAAA",
+}
+
+
+def test_every_unsupported_parameter_has_a_test_value() -> None:
+    assert {k.removesuffix("[]") for k in UNSUPPORTED_VALUES} == set(UNSUPPORTED)
+
+
+@pytest.mark.parametrize("field", sorted(UNSUPPORTED_VALUES))
+async def test_an_unsupported_openai_parameter_is_refused_by_name(field: str) -> None:
+    """Refused before any model is loaded or any audio decoded (the file is not audio)."""
+    async with app_client(make_app([FakeBackends(), "audio"])) as client:
+        files = {"file": ("a.wav", b"RIFF0000WAVE", "audio/wav")}
+        r = await client.post(ROUTES[0], files=files, data={"model": "echo", field: UNSUPPORTED_VALUES[field]})
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert (error["param"], error["code"]) == (field.removesuffix("[]"), "unsupported_parameter"), error
