@@ -87,7 +87,7 @@ def check_parameters(fields: dict[str, Any]) -> None:
 
 def _too_large(limit: int) -> PayloadTooLarge:
     return PayloadTooLarge(
-        f"The audio upload is larger than this server's limit of {limit} bytes (--max-audio-bytes).", param="file"
+        f"The audio upload is larger than this server's limit of {limit} bytes (--audio-max-bytes).", param="file"
     )
 
 
@@ -172,9 +172,9 @@ async def _decoded_audio(
     seconds = len(audio) / rate
     if seconds == 0:
         raise InvalidRequest("The uploaded audio contains no samples.", param="file", code="invalid_audio")
-    if seconds > limits.max_audio_seconds:
+    if seconds > limits.audio_max_seconds:
         raise InvalidRequest(
-            f"The audio is {seconds:.1f} s long; this server accepts at most {limits.max_audio_seconds:g} s (--max-audio-seconds).",
+            f"The audio is {seconds:.1f} s long; this server accepts at most {limits.audio_max_seconds:g} s (--audio-max-seconds).",
             param="file",
             code="audio_too_long",
         )
@@ -186,9 +186,9 @@ async def _read_upload(
 ) -> tuple[FlexServer, RequestT, tuple[bytes, str | None]]:
     server: FlexServer = request.app.state.flexserv
     limits = server.settings.get(TranscriptionSettings)
-    form = await _read_form(request, limits.max_audio_bytes)
+    form = await _read_form(request, limits.audio_max_bytes)
     upload, fields = _form_fields(form)
-    file = await _read_file(upload, limits.max_audio_bytes)
+    file = await _read_file(upload, limits.audio_max_bytes)
     check_parameters(fields)
     block = server.settings.core.block_on_unexpected_fields
     params = validate_body(fields, schema, block_unknown=block, endpoint=endpoint)
@@ -335,8 +335,8 @@ def _as_float(value: str, param: str) -> float:
 
 
 def routes(settings: Settings) -> list[HTTPRouteHandler]:
-    """The routes, with Litestar's body limit set from ``--max-audio-bytes``."""
-    limit = settings.get(TranscriptionSettings).max_audio_bytes
+    """The routes, with Litestar's body limit set from ``--audio-max-bytes``."""
+    limit = settings.get(TranscriptionSettings).audio_max_bytes
     formats: dict[str, Any] = {
         "application/json": (TranscriptionJson, TranscriptionVerboseJson),
         "text/plain": None,

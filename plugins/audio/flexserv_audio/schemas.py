@@ -12,13 +12,27 @@ Granularity = Literal["word", "segment"]
 
 
 class TranscriptionSettings(Struct, kw_only=True, forbid_unknown_fields=True):
-    """Limits of ``POST /v1/audio/transcriptions`` and ``/v1/audio/translations``."""
+    """Limits of ``POST /v1/audio/transcriptions`` and ``/v1/audio/translations``.
 
-    max_audio_bytes: Annotated[
-        int, msgspec.Meta(ge=1, description="Largest audio upload in bytes; larger ones get a 413 (OpenAI: 25 MB).")
+    Prefixed with the plugin's name, so that under ``-p no:audio`` a config file or
+    environment that sets them is ignored with a warning; the names they had as core
+    settings (``max_audio_bytes``, ``max_audio_seconds``) are aliases."""
+
+    audio_max_bytes: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1,
+            description="Largest audio upload in bytes; larger ones get a 413 (OpenAI: 25 MB).",
+            extra={"aliases": ["max_audio_bytes"]},
+        ),
     ] = 25 * 1024 * 1024
-    max_audio_seconds: Annotated[
-        float, msgspec.Meta(gt=0, description="Longest audio, in seconds after decoding, a transcription accepts.")
+    audio_max_seconds: Annotated[
+        float,
+        msgspec.Meta(
+            gt=0,
+            description="Longest audio, in seconds after decoding, a transcription accepts.",
+            extra={"aliases": ["max_audio_seconds"]},
+        ),
     ] = 1800.0
 
 

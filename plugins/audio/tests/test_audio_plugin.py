@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from flexserv_audio.routes import UNSUPPORTED
+from flexserv_audio.schemas import TranscriptionSettings
 
 from flexserv_core import (
     Backend,
@@ -22,8 +23,9 @@ from flexserv_core import (
     TranscriptionModel,
     create_plugin_manager,
     hookimpl,
+    resolve_plugin_settings,
 )
-from flexserv_core.testing import FakeBackendPlugin, app_client, make_app
+from flexserv_core.testing import FakeBackendPlugin, app_client, make_app, make_plugin_manager
 
 DATA = Path(__file__).resolve().parents[3] / "tests" / "data"
 CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
@@ -89,6 +91,18 @@ def test_the_plugin_is_installed_on_by_default_and_blockable() -> None:
     assert "flexserv_register_routes" in loaded.infos["audio"].hooks
     blocked = create_plugin_manager(["no:audio"])
     assert "flexserv_register_routes" not in blocked.infos["audio"].hooks
+
+
+def test_the_settings_keep_their_core_names_as_aliases_and_are_ignored_when_blocked(tmp_path: Path) -> None:
+    config = tmp_path / "flexserv.toml"
+    config.write_text("audio_max_bytes = 10\nmax_audio_seconds = 3.0\n")
+    limits = resolve_plugin_settings(make_plugin_manager(["audio"]), cli={}, env={}, config_file=config)
+    assert limits.get(TranscriptionSettings) == TranscriptionSettings(audio_max_bytes=10, audio_max_seconds=3.0)
+    # without the plugin, its prefixed settings are ignored with a warning, not an error
+    config.write_text("audio_max_bytes = 10\n")
+    env = {"FLEXSERV_AUDIO_MAX_SECONDS": "3"}
+    blocked = resolve_plugin_settings(create_plugin_manager(["no:audio"]), cli={}, env=env, config_file=config)
+    assert blocked.ignored == [("audio_max_bytes", "config file"), ("FLEXSERV_AUDIO_MAX_SECONDS", "environment")]
 
 
 @pytest.mark.parametrize("path", ROUTES)

@@ -1,5 +1,5 @@
 """Upload limits of ``/v1/audio/transcriptions``: 413 before the body is read,
-``--max-audio-seconds`` after decoding, and no transcription backend at all."""
+``--audio-max-seconds`` after decoding, and no transcription backend at all."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def flexserv_plugins() -> list[object | str]:
 
 @pytest.fixture
 def flexserv_settings() -> dict[str, Any]:
-    return {"max_audio_bytes": LIMIT, "max_audio_seconds": 2.0}
+    return {"audio_max_bytes": LIMIT, "audio_max_seconds": 2.0}
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def assert_413(r: Any) -> None:
     assert r.status_code == 413, r.text
     error = r.json()["error"]
     assert error["code"] == "payload_too_large" and error["param"] == "file"
-    assert str(LIMIT) in error["message"] and "--max-audio-bytes" in error["message"]
+    assert str(LIMIT) in error["message"] and "--audio-max-bytes" in error["message"]
 
 
 async def test_oversized_content_length_is_413_before_the_body_is_read(limited_client: Any) -> None:
@@ -91,10 +91,10 @@ async def test_file_just_over_the_limit_is_413_and_under_is_accepted(limited_cli
     )
     assert_413(r)
     r = await limited_client.post("/v1/audio/transcriptions", files={"file": ("speech.ogg", ogg)})
-    # 3.7 s of speech is over --max-audio-seconds 2: refused after decoding
+    # 3.7 s of speech is over --audio-max-seconds 2: refused after decoding
     assert r.status_code == 400, r.text
     error = r.json()["error"]
-    assert error["code"] == "audio_too_long" and error["param"] == "file" and "--max-audio-seconds" in error["message"]
+    assert error["code"] == "audio_too_long" and error["param"] == "file" and "--audio-max-seconds" in error["message"]
 
 
 async def test_without_an_asr_backend_the_error_says_so() -> None:
