@@ -123,7 +123,7 @@ async def _read_file(upload: UploadFile, limit: int) -> tuple[bytes, str | None]
 
 #: Multipart fields whose value is a list: OpenAI's SDK sends ``name[]`` once per item.
 #: ``include`` and the speaker fields are not served: they are gathered so validation
-#: answers them with a 400 naming them (``openai_params``), not dropped.
+#: answers them with a 400 naming them (:data:`UNSUPPORTED`), not dropped.
 LIST_FIELDS = frozenset({"timestamp_granularities", "include", "known_speaker_names", "known_speaker_references"})
 BOOL_FIELDS = frozenset({"stream"})
 
