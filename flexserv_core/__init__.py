@@ -116,6 +116,7 @@ __all__ = [
     "READY",
     "RESERVED_TEMPLATE_KWARGS",
     "SAMPLING_EXTENSIONS",
+    "SSE_DONE",
     "Backend",
     "BatchRunner",
     "BlockedMasks",
@@ -227,6 +228,7 @@ __all__ = [
     "create_app",
     "create_plugin_manager",
     "default_cache_dir",
+    "error_event",
     "fill_blocked_masks",
     "get_gpu_info",
     "get_max_vram_used_pct",
@@ -249,6 +251,7 @@ __all__ = [
     "route_scope",
     "select_chat_template",
     "sniff_media_type",
+    "sse_event",
     "sse_response",
     "until_disconnect",
     "validate_body",
@@ -259,7 +262,8 @@ if typing.TYPE_CHECKING:
     from flexserv_core.api.body import request_context as open_request_context
     from flexserv_core.api.body import validate as validate_body
     from flexserv_core.api.disconnect import until_disconnect
-    from flexserv_core.api.streaming import READY, SSEGenerator, sse_response
+    from flexserv_core.api.streaming import DONE as SSE_DONE
+    from flexserv_core.api.streaming import READY, SSEGenerator, error_event, sse_event, sse_response
     from flexserv_core.api.text_schemas import (
         ChatCompletionRequest,
         FunctionDefinition,
@@ -312,6 +316,10 @@ _LAZY = {
     "sse_response": ("flexserv_core.api.streaming", "sse_response"),
     "READY": ("flexserv_core.api.streaming", "READY"),
     "SSEGenerator": ("flexserv_core.api.streaming", "SSEGenerator"),
+    # the pieces of an OpenAI stream, for a route that writes its own events
+    "sse_event": ("flexserv_core.api.streaming", "sse_event"),
+    "error_event": ("flexserv_core.api.streaming", "error_event"),
+    "SSE_DONE": ("flexserv_core.api.streaming", "DONE"),
     # Chat-template rendering (sandboxed Jinja with transformers' semantics) for every
     # text backend; it needs jinja2, so it is imported on first use too.
     "ChatTemplates": ("flexserv_core.chat_template", "ChatTemplates"),

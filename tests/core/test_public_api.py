@@ -51,7 +51,7 @@ def test_facade_has_what_plugins_need() -> None:
         # a text route outside the core (the Responses API plugin)
         "TextSession", "check_chat_request", "ChatCompletionRequest", "ResponseFormat", "JsonSchemaFormat",
         "Tool", "FunctionDefinition", "ToolChoice", "NamedToolChoice", "NamedFunction", "ToolCallDelta",
-        "ToolPlan", "ToolStreamer", "sse_response", "READY", "SSEGenerator", "convert_param", "parse_body",
+        "ToolPlan", "ToolStreamer", "sse_event", "sse_response", "error_event", "SSE_DONE", "READY", "SSEGenerator", "convert_param", "parse_body",
     }  # fmt: skip
     assert promised <= set(flexserv_core.__all__)
     testing = {"make_app", "app_client", "running_app_client", "openai_client", "make_plugin_manager",
@@ -195,7 +195,7 @@ FACADE = {
     "redact_url", "render_chat_template", "request_owner", "request_reads_any_owner", "RequestContext",
     "RESERVED_TEMPLATE_KWARGS", "resolve_plugin_settings", "resolve_settings", "resolved_state_url",
     "ResourceProbe", "ResponseFormat", "route_scope", "SAMPLING_EXTENSIONS", "SamplingParams",
-    "select_chat_template", "ServiceUnavailable", "Settings", "sniff_media_type", "sse_response",
+    "select_chat_template", "ServiceUnavailable", "Settings", "sniff_media_type", "sse_event", "sse_response", "error_event", "SSE_DONE",
     "SSEGenerator", "Stash", "StashKey", "StateBackend", "StateStore", "StateUnavailable",
     "SystemResourceSnapshot", "TextGenerationModel", "TextLimits", "TextSession", "TokenChannel", "TokenDelta",
     "TokenMatcher", "Tool", "ToolCallDelta", "ToolCallFragment", "ToolCallStream", "ToolChoice",

@@ -36,8 +36,8 @@ from flexserv_audio.schemas import (
 )
 from flexserv_core import (
     READY,
+    SSE_DONE,
     FlexServer,
-    FlexServError,
     InvalidRequest,
     PayloadTooLarge,
     Settings,
@@ -45,6 +45,8 @@ from flexserv_core import (
     TranscriptionModel,
     UnsupportedMediaType,
     UnsupportedParameter,
+    error_event,
+    sse_event,
     sse_response,
     until_disconnect,
     validate_body,
@@ -57,9 +59,6 @@ ENDPOINT = "/v1/audio/transcriptions"
 TRANSLATIONS = "/v1/audio/translations"
 #: Room for the form's other fields and boundaries on top of the file itself.
 MULTIPART_OVERHEAD = 64 * 1024
-DONE: Final = b"data: [DONE]\n\n"
-#: Bound of an error event's message (as the core's streams bound theirs).
-MAX_EVENT_ERROR_CHARS: Final = 1024
 
 
 def _never(value: Any) -> bool:
@@ -246,30 +245,17 @@ async def _stream(server: FlexServer, params: TranscriptionRequest, data: bytes,
             async for segment in segments:
                 delta = joiner.add(segment.text)
                 if delta:
-                    yield _sse_event(msgspec.json.encode({"type": "transcript.text.delta", "delta": delta}))
+                    yield sse_event(msgspec.json.encode({"type": "transcript.text.delta", "delta": delta}))
         except Exception as exc:
-            yield _error_event(exc)
-            yield DONE
+            yield error_event(exc)
+            yield SSE_DONE
             return
         finally:
             if close is not None:
                 await close()
         counts_for(server.settings).add(lease.spec.name, decoded.seconds)
-        yield _sse_event(msgspec.json.encode({"type": "transcript.text.done", "text": joiner.text}))
-        yield DONE
-
-
-def _sse_event(payload: bytes) -> bytes:
-    return b"data: " + payload + b"\n\n"
-
-
-def _error_event(exc: BaseException) -> bytes:
-    """An OpenAI-shaped error as an event (the official SDK raises it as ``APIError``)."""
-    if isinstance(exc, FlexServError):
-        return _sse_event(msgspec.json.encode(exc.to_dict(MAX_EVENT_ERROR_CHARS)))
-    log.error("streamed transcription failed: %s: %s", type(exc).__name__, exc, exc_info=exc)
-    error = {"message": "The server had an error while transcribing.", "type": "server_error", "param": None}
-    return _sse_event(msgspec.json.encode({"error": {**error, "code": "internal_error"}}))
+        yield sse_event(msgspec.json.encode({"type": "transcript.text.done", "text": joiner.text}))
+        yield SSE_DONE
 
 
 class DeltaJoiner:
