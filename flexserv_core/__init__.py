@@ -103,7 +103,7 @@ from flexserv_core.state.limits import plan_eviction
 from flexserv_core.state.owner import request_owner, request_reads_any_owner
 from flexserv_core.state.records import CollectionLimits, Record, RecordPage
 from flexserv_core.state.store import Collection, StateStore
-from flexserv_core.state.url import redact_url, resolved_state_url
+from flexserv_core.state.url import redact_url, resolved_state_url, scheme_of
 from flexserv_core.template_variables import CHAT_TEMPLATE_DEFAULTS, CHAT_TEMPLATE_REQUEST, reserved_template_names
 from flexserv_core.tool_call_stream import ToolCallFragment, ToolCallStream, ToolStreamEvent
 from flexserv_core.tool_parsers import ParsedToolCall, ParsedToolOutput, ToolParser, ToolParsers
@@ -247,6 +247,7 @@ __all__ = [
     "resolve_settings",
     "resolved_state_url",
     "route_scope",
+    "scheme_of",
     "select_chat_template",
     "sniff_media_type",
     "sse_response",

@@ -47,7 +47,7 @@ def test_facade_has_what_plugins_need() -> None:
         "ContextLengthExceeded", "NotFound", "ModelNotFound", "PayloadTooLarge", "TooManyRequests",
         "ServiceUnavailable", "ModelLoadError", "UsageError", "__version__",
         "StateStore", "Collection", "CollectionLimits", "Record", "RecordPage", "StateBackend",
-        "StateUnavailable", "QuotaExceeded", "request_owner", "request_reads_any_owner", "redact_url", "plan_eviction", "resolved_state_url",
+        "StateUnavailable", "QuotaExceeded", "request_owner", "request_reads_any_owner", "redact_url", "plan_eviction", "resolved_state_url", "scheme_of",
         # a text route outside the core (the Responses API plugin)
         "TextSession", "check_chat_request", "ChatCompletionRequest", "ResponseFormat", "JsonSchemaFormat",
         "Tool", "FunctionDefinition", "ToolChoice", "NamedToolChoice", "NamedFunction", "ToolCallDelta",
@@ -193,7 +193,7 @@ FACADE = {
     "PluginHookError", "PluginLoadError", "PluginNotInstalled", "PluginStartupError", "prepare_params",
     "ProgressCallback", "PROJECT_NAME", "QuotaExceeded", "RamInfo", "READY", "Record", "RecordPage",
     "redact_url", "render_chat_template", "request_owner", "request_reads_any_owner", "RequestContext",
-    "RESERVED_TEMPLATE_KWARGS", "resolve_plugin_settings", "resolve_settings", "resolved_state_url",
+    "RESERVED_TEMPLATE_KWARGS", "resolve_plugin_settings", "resolve_settings", "resolved_state_url", "scheme_of",
     "ResourceProbe", "ResponseFormat", "route_scope", "SAMPLING_EXTENSIONS", "SamplingParams",
     "select_chat_template", "ServiceUnavailable", "Settings", "sniff_media_type", "sse_response",
     "SSEGenerator", "Stash", "StashKey", "StateBackend", "StateStore", "StateUnavailable",
