@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 
-from flexserv_core.errors import StateUnavailable
+from flexserv_core import StateUnavailable
 
 log = logging.getLogger(__name__)
 
