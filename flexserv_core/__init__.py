@@ -98,7 +98,7 @@ from flexserv_core.settings import (
     resolve_settings,
 )
 from flexserv_core.stash import Stash, StashKey
-from flexserv_core.state.backend import StateBackend
+from flexserv_core.state.backend import StateBackend, pending_migrations
 from flexserv_core.state.limits import plan_eviction
 from flexserv_core.state.owner import request_owner, request_reads_any_owner
 from flexserv_core.state.records import CollectionLimits, Record, RecordPage
@@ -236,6 +236,7 @@ __all__ = [
     "hookspec",
     "open_request_context",
     "parse_body",
+    "pending_migrations",
     "plan_eviction",
     "prepare_params",
     "redact_url",

@@ -47,7 +47,8 @@ def test_facade_has_what_plugins_need() -> None:
         "ContextLengthExceeded", "NotFound", "ModelNotFound", "PayloadTooLarge", "TooManyRequests",
         "ServiceUnavailable", "ModelLoadError", "UsageError", "__version__",
         "StateStore", "Collection", "CollectionLimits", "Record", "RecordPage", "StateBackend",
-        "StateUnavailable", "QuotaExceeded", "request_owner", "request_reads_any_owner", "redact_url", "plan_eviction", "resolved_state_url", "scheme_of",
+        "StateUnavailable", "QuotaExceeded", "request_owner", "request_reads_any_owner", "redact_url", "plan_eviction", "pending_migrations",
+        "resolved_state_url", "scheme_of",
         # a text route outside the core (the Responses API plugin)
         "TextSession", "check_chat_request", "ChatCompletionRequest", "ResponseFormat", "JsonSchemaFormat",
         "Tool", "FunctionDefinition", "ToolChoice", "NamedToolChoice", "NamedFunction", "ToolCallDelta",
@@ -189,7 +190,7 @@ FACADE = {
     "ModelEvent", "ModelEventType", "ModelInfo", "ModelKind", "ModelLoadError", "ModelNotFound",
     "ModelRegistry", "ModelSpec", "ModelState", "NamedFunction", "NamedToolChoice",
     "NotFound", "open_request_context", "parse_body", "ParsedToolCall", "ParsedToolOutput",
-    "PayloadTooLarge", "PDF_MEDIA_TYPE", "Placement", "plan_eviction", "PluginCommandError", "PluginError",
+    "PayloadTooLarge", "PDF_MEDIA_TYPE", "pending_migrations", "Placement", "plan_eviction", "PluginCommandError", "PluginError",
     "PluginHookError", "PluginLoadError", "PluginNotInstalled", "PluginStartupError", "prepare_params",
     "ProgressCallback", "PROJECT_NAME", "QuotaExceeded", "RamInfo", "READY", "Record", "RecordPage",
     "redact_url", "render_chat_template", "request_owner", "request_reads_any_owner", "RequestContext",

@@ -16,8 +16,10 @@ from flexserv_core import (
     CollectionLimits,
     FlexServer,
     StateStore,
+    StateUnavailable,
     UsageError,
     hookimpl,
+    pending_migrations,
     plan_eviction,
     redact_url,
     request_owner,
@@ -62,6 +64,16 @@ def test_plan_eviction_takes_the_oldest_until_the_new_record_fits() -> None:
     assert plan_eviction(limits, "c", 60, 3, 90, iter([("a", 40), ("b", 40), ("c", 10)])) == ["a", "b"]
     with pytest.raises(QuotaExceeded):
         plan_eviction(CollectionLimits(max_items=1, when_full="refuse"), "c", 1, 1, 1, iter([("a", 1)]))
+
+
+def test_pending_migrations_are_the_newer_known_versions_and_a_newer_store_is_refused() -> None:
+    assert pending_migrations("sqlite:///s.db", 0, {2: [], 1: []}) == [1, 2]
+    assert pending_migrations("sqlite:///s.db", 1, {1: [], 2: []}) == [2]
+    assert pending_migrations("sqlite:///s.db", 2, {1: [], 2: []}) == []
+    with pytest.raises(
+        StateUnavailable, match=r"sqlite:///s.db has schema version 3, newer than this FlexServ knows \(2\)"
+    ):
+        pending_migrations("sqlite:///s.db", 3, {1: [], 2: []})
 
 
 async def test_the_server_holds_the_store_chosen_by_the_url() -> None:
