@@ -98,12 +98,12 @@ from flexserv_core.settings import (
     resolve_settings,
 )
 from flexserv_core.stash import Stash, StashKey
-from flexserv_core.state.backend import StateBackend
+from flexserv_core.state.backend import StateBackend, pending_migrations
 from flexserv_core.state.limits import plan_eviction
 from flexserv_core.state.owner import request_owner, request_reads_any_owner
 from flexserv_core.state.records import CollectionLimits, Record, RecordPage
 from flexserv_core.state.store import Collection, StateStore
-from flexserv_core.state.url import redact_url, resolved_state_url
+from flexserv_core.state.url import redact_url, resolved_state_url, scheme_of
 from flexserv_core.template_variables import CHAT_TEMPLATE_DEFAULTS, CHAT_TEMPLATE_REQUEST, reserved_template_names
 from flexserv_core.tool_call_stream import ToolCallFragment, ToolCallStream, ToolStreamEvent
 from flexserv_core.tool_parsers import ParsedToolCall, ParsedToolOutput, ToolParser, ToolParsers
@@ -238,6 +238,7 @@ __all__ = [
     "hookspec",
     "open_request_context",
     "parse_body",
+    "pending_migrations",
     "plan_eviction",
     "prepare_params",
     "redact_url",
@@ -249,6 +250,7 @@ __all__ = [
     "resolve_settings",
     "resolved_state_url",
     "route_scope",
+    "scheme_of",
     "select_chat_template",
     "sniff_media_type",
     "sse_event",

@@ -36,6 +36,7 @@ from flexserv_core.readiness import Preloader, preload_specs
 from flexserv_core.server import FlexServer
 from flexserv_core.settings import Settings
 from flexserv_core.startup_log import log_served_models
+from flexserv_core.state.memory import MemoryBackend
 from flexserv_core.state.store import StateStore
 from flexserv_core.state.url import resolved_state_url
 from flexserv_core.tool_parsers import ToolParsers
@@ -125,10 +126,28 @@ def build_server(settings: Settings, pm: FlexServPluginManager) -> FlexServer:
         routes_by_plugin=hooks.routes_by_plugin(pm, settings),
         metrics=metrics,
         preloader=Preloader(registry, preload_specs(catalog, settings.core.preload)),
-        store=StateStore(hooks.state_backend(pm, settings, resolved_state_url(settings))),
+        store=state_store(pm, settings),
         tool_parsers=ToolParsers(hooks.tool_parsers(pm, settings)),
     )
     return server
+
+
+def state_store(pm: FlexServPluginManager, settings: Settings) -> StateStore:
+    """The store ``--state-url`` names, served by a plugin. A URL no loaded plugin
+    serves stops start-up, except the default SQLite file: without the ``state-sqlite``
+    plugin the server keeps its state in ``memory://``, with a warning."""
+    url = resolved_state_url(settings)
+    backend = hooks.state_backend(pm, settings, url)
+    if backend is None and not settings.core.state_url:
+        log.warning(
+            "The default state store is not available (%s) Keeping state in memory:// instead: stored responses,"
+            " files and fitted models are lost at exit. --state-url memory:// chooses that without this warning.",
+            hooks.unserved_state_url(pm, url),
+        )
+        backend = MemoryBackend()
+    if backend is None:
+        raise hooks.unserved_state_url(pm, url)
+    return StateStore(backend)
 
 
 def create_app(settings: Settings, plugin_manager: FlexServPluginManager) -> Litestar:

@@ -1,4 +1,4 @@
-"""The essential built-in plugin: core settings, FlexServ routes, Hub-id resolution."""
+"""The essential built-in plugin: core settings, FlexServ routes, Hub-id resolution, the memory:// store."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Any
 import msgspec
 
 from flexserv_core.builtin import flexserv_routes
-from flexserv_core.errors import UsageError
 from flexserv_core.hookspecs import hookimpl
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.server import FlexServer
@@ -46,17 +45,8 @@ def flexserv_resolve_model(model_id: str, kind: str, server: FlexServer) -> Mode
 
 @hookimpl(trylast=True)
 def flexserv_state_backend(url: str, settings: Settings) -> StateBackend | None:
-    scheme = scheme_of(url)
-    if scheme == "memory":
+    if scheme_of(url) == "memory":  # sqlite:// (the default) is the state-sqlite plugin's
         from flexserv_core.state.memory import MemoryBackend
 
         return MemoryBackend(url)
-    if scheme == "sqlite":
-        from flexserv_core.state.sqlite import SqliteBackend, sqlite_path
-
-        try:
-            sqlite_path(url)
-        except ValueError as exc:
-            raise UsageError(f"--state-url: {exc}") from None
-        return SqliteBackend(url)
     return None

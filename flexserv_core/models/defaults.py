@@ -46,6 +46,7 @@ FIRST_PARTY_DISTRIBUTIONS: frozenset[str] = frozenset(
         "flexserv-responses",
         "flexserv-sentence-transformers",
         "flexserv-state-postgres",
+        "flexserv-state-sqlite",
         "flexserv-template-kwargs",
         "flexserv-transformers",
         "flexserv-whisper",

@@ -20,9 +20,24 @@ calling these methods. A backend's promises (checked for every backend by
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 
+from flexserv_core.errors import StateUnavailable
 from flexserv_core.state.records import CollectionLimits, Order, Record, RecordPage
+
+
+def pending_migrations(url: str, current: int, known: Collection[int]) -> list[int]:
+    """The schema versions to apply, in order, to a store at version ``current``,
+    given the versions this FlexServ ``known``s. A store of a newer version than any
+    known raises :class:`~flexserv_core.StateUnavailable` naming ``url`` (its URL
+    without the password): a database written by a newer FlexServ is never changed."""
+    latest = max(known)
+    if current > latest:
+        raise StateUnavailable(
+            f"State store {url} has schema version {current}, newer than this FlexServ knows ({latest}):"
+            " upgrade FlexServ, or point --state-url elsewhere. Nothing was changed."
+        )
+    return sorted(v for v in known if v > current)
 
 
 class StateBackend(ABC):

@@ -52,7 +52,8 @@ def make_app(
     """An app with the built-ins (minus ``block``) and exactly ``plugins``: no
     installed plugin is loaded unless named, so tests load real models only when
     they ask for a backend (``make_app(["transformers"])``). The state store is
-    ``memory://`` unless ``settings`` names one.
+    ``memory://`` unless ``settings`` names one (a ``sqlite://`` one needs
+    ``"state-sqlite"`` among ``plugins``).
 
     ``models`` are ``[[models]]`` tables of a config file, as dicts (``{"name":
     "m", "source": "...", "options": {...}}``), checked as the file's are."""

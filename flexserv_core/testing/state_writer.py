@@ -27,7 +27,10 @@ COLLECTION = "files"
 def open_store(url: str) -> StateStore:
     """The store a server would open for ``url`` (installed plugins included)."""
     pm = create_plugin_manager([])
-    return StateStore(hooks.state_backend(pm, make_settings(pm), url))
+    backend = hooks.state_backend(pm, make_settings(pm), url)
+    if backend is None:
+        raise hooks.unserved_state_url(pm, url)
+    return StateStore(backend)
 
 
 def start_state_writer(url: str, name: str, count: int) -> subprocess.Popen[str]:

@@ -4,6 +4,8 @@ password before they are shown."""
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,8 +16,10 @@ from flexserv_core import (
     CollectionLimits,
     FlexServer,
     StateStore,
+    StateUnavailable,
     UsageError,
     hookimpl,
+    pending_migrations,
     plan_eviction,
     redact_url,
     request_owner,
@@ -62,6 +66,16 @@ def test_plan_eviction_takes_the_oldest_until_the_new_record_fits() -> None:
         plan_eviction(CollectionLimits(max_items=1, when_full="refuse"), "c", 1, 1, 1, iter([("a", 1)]))
 
 
+def test_pending_migrations_are_the_newer_known_versions_and_a_newer_store_is_refused() -> None:
+    assert pending_migrations("sqlite:///s.db", 0, {2: [], 1: []}) == [1, 2]
+    assert pending_migrations("sqlite:///s.db", 1, {1: [], 2: []}) == [2]
+    assert pending_migrations("sqlite:///s.db", 2, {1: [], 2: []}) == []
+    with pytest.raises(
+        StateUnavailable, match=r"sqlite:///s.db has schema version 3, newer than this FlexServ knows \(2\)"
+    ):
+        pending_migrations("sqlite:///s.db", 3, {1: [], 2: []})
+
+
 async def test_the_server_holds_the_store_chosen_by_the_url() -> None:
     app = make_app(settings={"state_url": "memory://"})
     server: FlexServer = app.state.flexserv
@@ -76,6 +90,41 @@ def test_an_unknown_scheme_stops_start_up_naming_it_without_the_password() -> No
     with pytest.raises(UsageError, match=r"'redis://'") as caught:
         make_app(settings={"state_url": "redis://user:hunter2@cache:6379/0"})
     assert "hunter2" not in str(caught.value)
+
+
+def test_a_sqlite_url_without_its_plugin_stops_start_up_naming_the_plugin(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'state.db'}"
+    with pytest.raises(UsageError) as caught:
+        make_app(settings={"state_url": url})  # the kit loads only the plugins a test names
+    assert str(caught.value) == (
+        f"--state-url {url}: no loaded plugin serves 'sqlite://' state URLs: the 'state-sqlite' plugin"
+        " (flexserv-state-sqlite) serves them, but it is not loaded (pip install flexserv-state-sqlite;"
+        " FLEXSERV_PLUGINS, when set, must name it). Or choose another store with --state-url (memory:// is built"
+        " in, and lost at exit)."
+    )
+    with pytest.raises(
+        UsageError,
+        match=r"'state-sqlite' plugin \(flexserv-state-sqlite\) serves them, but it is blocked \(drop -p no:state-sqlite\)\.",
+    ):
+        make_app(settings={"state_url": url}, block=["state-sqlite"])
+    assert not (tmp_path / "state.db").exists()
+
+
+def test_the_default_store_without_its_plugin_is_memory_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="flexserv_core.app"):
+        app = make_app(settings={"state_url": None, "cache_dir": str(tmp_path)}, block=["state-sqlite"])
+    server: FlexServer = app.state.flexserv
+    assert isinstance(server.store.backend, MemoryBackend)
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "flexserv_core.app"]
+    assert warning.startswith(
+        f"The default state store is not available (--state-url sqlite://{tmp_path.absolute()}/state.db: no loaded"
+        " plugin serves 'sqlite://' state URLs: the 'state-sqlite' plugin (flexserv-state-sqlite) serves them, but it"
+        " is blocked (drop -p no:state-sqlite)."
+    )
+    assert "Keeping state in memory:// instead: stored responses, files and fitted models are lost at exit." in warning
+    assert not (tmp_path / "state.db").exists()
 
 
 async def test_each_api_key_owns_its_records() -> None:

@@ -26,7 +26,9 @@ def serve(tmp_path: Path) -> Serve:
     @contextmanager
     def run(plugins: tuple[str, ...] = ("anomaly",), **settings: Any) -> Iterator[httpx.Client]:
         state = f"sqlite://{tmp_path.absolute() / 'state.db'}"  # the default store, which the kit replaces by memory://
-        app = make_app(list(plugins), settings={"cache_dir": str(tmp_path), "state_url": state, **settings})
+        app = make_app(
+            [*plugins, "state-sqlite"], settings={"cache_dir": str(tmp_path), "state_url": state, **settings}
+        )
         with ServedApp(app) as url, httpx.Client(base_url=url, timeout=300) as client:
             yield client
 

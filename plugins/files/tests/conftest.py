@@ -26,7 +26,7 @@ def files_settings() -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def files_app(state_dir: Path, files_settings: dict[str, Any]) -> Litestar:
     settings = {"state_url": f"sqlite:///{state_dir / 'state.db'}", **files_settings}
-    return make_app(["files", "ocr"], settings=settings)
+    return make_app(["files", "ocr", "state-sqlite"], settings=settings)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -22,7 +22,7 @@ def keys_file(tmp_path: Path) -> str:
 @pytest.mark.asyncio
 async def test_another_key_sees_nothing(tmp_path: Path) -> None:
     app = make_app(
-        ["files", "ocr"],
+        ["files", "ocr", "state-sqlite"],
         settings={"state_url": f"sqlite:///{tmp_path / 'state.db'}", "api_keys_file": keys_file(tmp_path)},
     )
     async with app_client(app) as http:
@@ -45,7 +45,7 @@ async def test_another_key_sees_nothing(tmp_path: Path) -> None:
 @pytest.mark.asyncio
 async def test_an_operations_key_reads_and_deletes_every_keys_files(tmp_path: Path) -> None:
     app = make_app(
-        ["files", "ocr"],
+        ["files", "ocr", "state-sqlite"],
         settings={"state_url": f"sqlite:///{tmp_path / 'state.db'}", "api_keys_file": keys_file(tmp_path)},
     )
     pdf = text_pdf([INVOICE_LINES])
@@ -69,9 +69,9 @@ async def test_an_operations_key_reads_and_deletes_every_keys_files(tmp_path: Pa
 async def test_files_survive_a_restart(tmp_path: Path) -> None:
     settings = {"state_url": f"sqlite:///{tmp_path / 'state.db'}"}
     pdf = text_pdf([INVOICE_LINES])
-    async with app_client(make_app(["files"], settings=settings)) as http:
+    async with app_client(make_app(["files", "state-sqlite"], settings=settings)) as http:
         created = await openai_client(http).files.create(file=("keep.pdf", pdf), purpose="user_data")
-    async with app_client(make_app(["files"], settings=settings)) as http:
+    async with app_client(make_app(["files", "state-sqlite"], settings=settings)) as http:
         sdk = openai_client(http)
         assert (await sdk.files.retrieve(created.id)).filename == "keep.pdf"
         assert (await sdk.files.content(created.id)).read() == pdf

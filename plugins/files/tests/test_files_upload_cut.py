@@ -14,7 +14,7 @@ from flexserv_core.testing import ServedApp, make_app, wait_until
 
 
 def test_an_upload_cut_mid_way_leaves_nothing(tmp_path: Path) -> None:
-    app = make_app(["files"], settings={"state_url": f"sqlite:///{tmp_path / 'state.db'}"})
+    app = make_app(["files", "state-sqlite"], settings={"state_url": f"sqlite:///{tmp_path / 'state.db'}"})
     boundary = "cutcutcut"
     head = (
         f'--{boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nuser_data\r\n'

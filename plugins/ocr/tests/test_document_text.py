@@ -33,7 +33,7 @@ async def test_pages_are_marked_bounded_and_owned(tmp_path: Path) -> None:
     keys = tmp_path / "keys.txt"
     keys.write_text("alice inference\nbob inference\n")  # an operations key would read alice's files
     app = make_app(
-        ["ocr", "files", DocumentTextPlugin()],
+        ["ocr", "files", "state-sqlite", DocumentTextPlugin()],
         settings={"state_url": f"sqlite:///{tmp_path / 'state.db'}", "api_keys_file": str(keys)},
     )
     pdf = text_pdf([INVOICE_LINES[:2], INVOICE_LINES[2:]])

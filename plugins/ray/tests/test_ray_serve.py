@@ -87,6 +87,8 @@ def cluster() -> Iterator[str]:
 
 
 def deploy(plugins: list[str], settings: dict[str, Any], options: RayOptions, **override: Any) -> None:
+    # autoload is off: replicas open the command's store, by default a SQLite file (the state-sqlite plugin's)
+    plugins = [*plugins, "-p", "state-sqlite"]
     pm = make_plugin_manager([p for p in plugins if p != "-p"])
     resolved = make_settings(pm, settings)
     args = app_args_from(

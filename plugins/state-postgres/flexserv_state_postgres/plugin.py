@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from flexserv_core import Settings, StateBackend, hookimpl
+from flexserv_core import Settings, StateBackend, hookimpl, scheme_of
 
 SCHEMES = ("postgresql", "postgres")
 
 
 @hookimpl
 def flexserv_state_backend(url: str, settings: Settings) -> StateBackend | None:
-    scheme = url.split("://", 1)[0].split("+", 1)[0].lower()
-    if scheme not in SCHEMES:
+    if scheme_of(url) not in SCHEMES:
         return None
     from flexserv_state_postgres.backend import PostgresBackend  # psycopg only when it is used
 

@@ -7,7 +7,7 @@ import logging
 
 import psycopg
 
-from flexserv_core import StateUnavailable
+from flexserv_core import pending_migrations
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +53,7 @@ async def migrate(conn: psycopg.AsyncConnection[object], url: str) -> list[int]:
         cursor = await conn.execute("SELECT coalesce(max(version), 0) FROM flexserv_state_schema")
         row = await cursor.fetchone()
         current = int(row[0]) if row else 0  # type: ignore[index]
-        if current > LATEST:
-            raise StateUnavailable(
-                f"State store {url} has schema version {current}, newer than this FlexServ knows ({LATEST}):"
-                " upgrade FlexServ, or point --state-url elsewhere. Nothing was changed."
-            )
-        applied = [v for v in sorted(MIGRATIONS) if v > current]
+        applied = pending_migrations(url, current, MIGRATIONS)
         for version in applied:
             for statement in MIGRATIONS[version]:
                 await conn.execute(statement.encode())

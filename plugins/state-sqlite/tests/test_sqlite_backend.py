@@ -11,10 +11,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from flexserv_state_sqlite import backend as sqlite_module
+from flexserv_state_sqlite.backend import SqliteBackend
 
 from flexserv_core import CollectionLimits, StateBackend, StateStore, StateUnavailable
-from flexserv_core.state import sqlite as sqlite_module
-from flexserv_core.state.sqlite import SqliteBackend
 from flexserv_core.testing import (
     StateBackendContract,
     blob_chunks,

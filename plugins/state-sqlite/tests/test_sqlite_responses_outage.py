@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from flexserv_state_sqlite import backend as sqlite_module
 
-from flexserv_core.state import sqlite as sqlite_module
-from flexserv_core.testing import app_client, make_app
-from flexserv_core.testing.fakes import FakeBackendPlugin
+from flexserv_core.testing import FakeBackendPlugin, app_client, make_app
 
 
 @pytest.fixture
@@ -23,7 +22,7 @@ def fake() -> FakeBackendPlugin:
 
 @pytest.fixture
 def flexserv_plugins(fake: FakeBackendPlugin) -> list[object | str]:
-    return [fake, "responses"]
+    return [fake, "state-sqlite", "responses"]
 
 
 @pytest.fixture
@@ -72,7 +71,9 @@ async def test_a_locked_store_answers_503_and_chat_keeps_serving(
 
 async def test_two_servers_on_one_file_share_the_responses(state_db: Path, flexserv_client: Any) -> None:
     first = await flexserv_client.post("/v1/responses", json={"model": "fake-model", "input": "hi", "store": True})
-    other = make_app([FakeBackendPlugin(eos_after=10), "responses"], settings={"state_url": f"sqlite://{state_db}"})
+    other = make_app(
+        [FakeBackendPlugin(eos_after=10), "state-sqlite", "responses"], settings={"state_url": f"sqlite://{state_db}"}
+    )
     async with app_client(other) as client:
         follow = await client.post(
             "/v1/responses",

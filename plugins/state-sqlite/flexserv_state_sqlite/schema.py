@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 
-from flexserv_core.errors import StateUnavailable
+from flexserv_core import pending_migrations
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +40,7 @@ def migrate(conn: sqlite3.Connection, url: str) -> list[int]:
     try:
         conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at REAL)")
         current = conn.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
-        if current > LATEST:
-            raise StateUnavailable(
-                f"State store {url} has schema version {current}, newer than this FlexServ knows ({LATEST}):"
-                " upgrade FlexServ, or point --state-url elsewhere. Nothing was changed."
-            )
-        applied = [v for v in sorted(MIGRATIONS) if v > current]
+        applied = pending_migrations(url, current, MIGRATIONS)
         for version in applied:
             for statement in MIGRATIONS[version]:
                 conn.execute(statement)

@@ -15,12 +15,9 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from flexserv_core.errors import StateUnavailable
-from flexserv_core.state.backend import StateBackend
-from flexserv_core.state.blobfiles import ORPHAN_GRACE, BlobFiles
-from flexserv_core.state.limits import plan_eviction
-from flexserv_core.state.records import CollectionLimits, Order, Record, RecordPage
-from flexserv_core.state.sqlite_schema import migrate
+from flexserv_core import CollectionLimits, Record, RecordPage, StateBackend, StateUnavailable, plan_eviction
+from flexserv_state_sqlite.blobfiles import ORPHAN_GRACE, BlobFiles
+from flexserv_state_sqlite.schema import migrate
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -230,7 +227,7 @@ class SqliteBackend(StateBackend):
         return bool(gone)
 
     async def list(
-        self, collection: str, owner: str | None, *, now: float, limit: int, after: str | None, order: Order
+        self, collection: str, owner: str | None, *, now: float, limit: int, after: str | None, order: str
     ) -> RecordPage:
         def select(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
             where = f"collection = ? AND owner IS ? AND {_LIVE}"

@@ -1,0 +1,1 @@
+"""FlexServ's default state store: one SQLite file (``--state-url sqlite:///PATH``)."""
