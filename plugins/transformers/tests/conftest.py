@@ -129,7 +129,9 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "FLEXSERV_CACHE_DIR": cache, "FLEXSERV_LOG_LEVEL": "warning"}
     proc = subprocess.Popen(
-        flexserv_cmd("run", "--host", "127.0.0.1", "--port", str(port)),
+        # this plugin's engine, whatever the CPU: on one without bf16 the llamacpp plugin
+        # would otherwise serve the embedded GGUF (TransformersBackend.preference)
+        flexserv_cmd("run", "--host", "127.0.0.1", "--port", str(port), "-p", "no:llamacpp"),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -186,7 +186,8 @@ def test_embedded_default_spec():
         pytest.fail(SMOLLM2_MISSING)
     s = embedded_spec()
     assert s is not None and s.name == EMBEDDED_MODEL_NAME and s.kind == ModelKind.TEXT
-    assert s.backend == "transformers" and s.origin == "embedded" and Path(s.source) == path and path.suffix == ".gguf"
+    # no backend named: TransformersBackend.preference decides against llama.cpp's claim
+    assert s.backend is None and s.origin == "embedded" and Path(s.source) == path and path.suffix == ".gguf"
 
 
 def test_no_embedded_default_without_the_package(monkeypatch):

@@ -1,0 +1,53 @@
+"""Which text backend serves the embedded SmolLM2 GGUF when both are installed: the
+transformers engine where it runs in bf16 (or quantized) or on an accelerator,
+llama.cpp where transformers would run it in float32 on a CPU (AVX2-only CPUs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flexserv_llamacpp.model import LlamaCppTextModel
+
+from flexserv_core import ModelKind, TextGenerationModel
+from flexserv_core.testing import app_client, make_app
+
+
+def _default_backend(plugins: list[str], settings: dict[str, Any]) -> str:
+    server = make_app(plugins, settings=settings).state.flexserv
+    spec = server.catalog.default(ModelKind.TEXT)
+    assert spec is not None and spec.origin == "embedded"
+    return str(server.registry.backend_for(spec).name)
+
+
+@pytest.mark.parametrize(
+    ("settings", "backend"),
+    [
+        ({"dtype": "float32"}, "llamacpp"),
+        ({"dtype": "bfloat16"}, "transformers"),
+    ],
+)
+def test_the_embedded_gguf_goes_to_the_faster_engine(
+    smollm_gguf: Path, tmp_path: Path, settings: dict[str, Any], backend: str
+) -> None:
+    settings = {**settings, "cache_dir": str(tmp_path), "device": "cpu"}
+    assert _default_backend(["transformers", "llamacpp"], settings) == backend
+    # with one text backend installed, it serves the embedded model whatever the dtype
+    assert _default_backend(["transformers"], settings) == "transformers"
+
+
+async def test_a_float32_cpu_serves_the_embedded_default_through_llamacpp(smollm_gguf: Path, tmp_path: Path) -> None:
+    app = make_app(
+        ["transformers", "llamacpp"], settings={"dtype": "float32", "device": "cpu", "cache_dir": str(tmp_path)}
+    )
+    server = app.state.flexserv
+    async with app_client(app) as client:
+        r = await client.post(
+            "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4, "temperature": 0},
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["model"] == "SmolLM2-135M-Instruct"
+        async with server.registry.acquire(None, TextGenerationModel) as lease:
+            assert isinstance(lease.model, LlamaCppTextModel)
