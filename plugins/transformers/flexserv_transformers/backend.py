@@ -61,9 +61,7 @@ def embedded_spec() -> ModelSpec | None:
     path = embedded_gguf()
     if path is None:
         return None
-    return ModelSpec(
-        name=EMBEDDED_MODEL_NAME, kind=ModelKind.TEXT, source=str(path), origin="embedded"
-    )
+    return ModelSpec(name=EMBEDDED_MODEL_NAME, kind=ModelKind.TEXT, source=str(path), origin="embedded")
 
 
 class TransformersBackend(Backend):
