@@ -37,7 +37,7 @@ PREFIX = "/v1/anomaly"
 class FitRequest(msgspec.Struct, kw_only=True):
     model: str = "default"
     backend: str = "isolation_forest"
-    data: list[Any]
+    data: list[Any] | inputs.NpyData
     schema: dict[str, str] | None = None
     contamination: Annotated[float, msgspec.Meta(gt=0, le=0.5)] = 0.1
     parameters: dict[str, Any] = msgspec.field(default_factory=dict)
@@ -50,7 +50,7 @@ class FitRequest(msgspec.Struct, kw_only=True):
 class ScoreRequest(msgspec.Struct, kw_only=True):
     model: str = "default"
     backend: str | None = None
-    data: list[Any]
+    data: list[Any] | inputs.NpyData
     schema: dict[str, str] | None = None
     threshold: float | None = None
     normalization: Normalization = "standardization"
@@ -95,14 +95,17 @@ def _detector_error(exc: detectors.DetectorError) -> InvalidRequest:
 async def _rows(
     request: Request[Any, Any, Any],
     server: FlexServer,
-    data: list[Any],
+    data: list[Any] | inputs.NpyData,
     *,
     features: list[str] | None,
     embedding_model: str | None,
     text_expected: bool | None,
 ) -> tuple[np.ndarray, inputs.Rows]:
     service = service_for(server.settings)
-    rows = inputs.parse(data, service.limits, features=features)
+    if isinstance(data, inputs.NpyData):
+        rows = inputs.parse_npy(data.npy, service.limits, features=features)
+    else:
+        rows = inputs.parse(data, service.limits, features=features)
     if text_expected is not None and (rows.texts is not None) != text_expected:
         wanted = "texts" if text_expected else "numeric rows"
         raise InvalidRequest(f"This model was fitted on {wanted}; send {wanted}.", param="data", code="invalid_data")
@@ -135,7 +138,7 @@ async def fit(request: Request[Any, Any, Any]) -> dict[str, Any]:
         raise InvalidRequest(
             f"The anomaly model '{name}' exists and 'overwrite' is false.", param="overwrite", code="model_exists"
         )
-    is_text = bool(body.data) and isinstance(body.data[0], str)
+    is_text = isinstance(body.data, list) and bool(body.data) and isinstance(body.data[0], str)
     embedding = text.embedding_model_name(server, body.embedding_model) if is_text else None
     if body.embedding_model is not None and not is_text:
         raise InvalidRequest("'embedding_model' applies to text data only.", param="embedding_model")
