@@ -9,9 +9,14 @@ from sending the body, JSON-encoded beforehand, to receiving the answer:
 parsing, scaling, the fit in the worker process, the score statistics, encoding
 and storing) and scoring them (``POST /v1/anomaly/score`` once the model is
 loaded, the answer's objects built and sent). Memory: the server's resident
-memory after the last repetition's fit and score minus before (noisy: allocator
-pools), what one fitted model holds (its pickled size, in this process) and its
-stored size::
+memory after the last repetition's fits and scores (one model per encoding)
+minus before (noisy: allocator pools), what one fitted model holds (its pickled
+size, in this process) and its stored size.
+
+``--encoding`` picks how the rows travel: ``json`` (rows as lists of numbers),
+``npy`` (``"data": {"npy": "<base64 .npy>"}``) or ``both`` (the default: each
+repetition runs in-process, JSON and NPY in turn, so that load drifting over the
+run hurts all three alike)::
 
     python benchmarks/anomaly_bench.py --rows 10000 --repeat 5
 """
@@ -19,6 +24,8 @@ stored size::
 from __future__ import annotations
 
 import argparse
+import base64
+import io
 import json
 import os
 import statistics
@@ -73,6 +80,19 @@ def model_mb(backend: str, x: np.ndarray) -> float:
     return len(pickle.dumps(fitted.fit(spec, x))) / 2**20
 
 
+def npy_data(x: np.ndarray) -> dict[str, str]:
+    """The NPY encoding of ``x`` for a request's ``data``."""
+    buffer = io.BytesIO()
+    np.save(buffer, np.ascontiguousarray(x, dtype=np.float64), allow_pickle=False)
+    return {"npy": base64.b64encode(buffer.getvalue()).decode("ascii")}
+
+
+def timed_post(client: httpx.Client, path: str, body: str) -> float:
+    started = time.perf_counter()
+    client.post(path, content=body, headers=JSON).raise_for_status()
+    return time.perf_counter() - started
+
+
 def rss_mb(pid: int) -> float:
     return float(psutil.Process(pid).memory_info().rss) / 2**20
 
@@ -83,9 +103,12 @@ def main() -> None:
     parser.add_argument("--features", type=int, default=16)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--detectors", default=",".join(DETECTORS))
+    parser.add_argument("--encoding", choices=["json", "npy", "both"], default="both")
     args = parser.parse_args()
     x = data(args.rows, args.features)
-    rows = x.tolist()
+    encodings = ["json", "npy"] if args.encoding == "both" else [args.encoding]
+    payloads: dict[str, Any] = {"json": x.tolist(), "npy": npy_data(x)}
+    rows = payloads["json"]
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     cache = tempfile.mkdtemp(prefix="anomaly-bench-")
@@ -110,42 +133,45 @@ def main() -> None:
                 time.sleep(0.2)
             client.post("/v1/anomaly/fit", json={"model": "warm", "data": rows[:100]}).raise_for_status()
             for backend in args.detectors.split(","):
-                local_fit, local_score, served_fit, served_score = [], [], [], []
+                local_fit, local_score = [], []
+                served_fit: dict[str, list[float]] = {e: [] for e in encodings}
+                served_score: dict[str, list[float]] = {e: [] for e in encodings}
                 for i in range(args.repeat):
                     f, s = in_process(backend, x)
                     local_fit.append(f)
                     local_score.append(s)
                     before = rss_mb(proc.pid)
-                    # The client's JSON encoding is its own work, done once: outside the timed part.
-                    fit_body = json.dumps(
-                        {"model": f"{backend}-{i}", "backend": backend, "data": rows, "contamination": 0.02}
-                    )
-                    score_body = json.dumps({"model": f"{backend}-{i}", "data": rows})
-                    started = time.perf_counter()
-                    client.post("/v1/anomaly/fit", content=fit_body, headers=JSON).raise_for_status()
-                    served_fit.append(time.perf_counter() - started)
-                    # Load the model (lazily, from the state store) before timing the score.
-                    warm = {"model": f"{backend}-{i}", "data": rows[:2]}
-                    client.post("/v1/anomaly/score", json=warm).raise_for_status()
-                    started = time.perf_counter()
-                    client.post("/v1/anomaly/score", content=score_body, headers=JSON).raise_for_status()
-                    served_score.append(time.perf_counter() - started)
+                    for encoding in encodings:
+                        name = f"{backend}-{encoding}-{i}"
+                        # The client's encoding is its own work, done once: outside the timed part.
+                        fit_body = json.dumps(
+                            {"model": name, "backend": backend, "data": payloads[encoding], "contamination": 0.02}
+                        )
+                        score_body = json.dumps({"model": name, "data": payloads[encoding]})
+                        served_fit[encoding].append(timed_post(client, "/v1/anomaly/fit", fit_body))
+                        # Load the model (lazily, from the state store) before timing the score.
+                        client.post("/v1/anomaly/score", json={"model": name, "data": rows[:2]}).raise_for_status()
+                        served_score[encoding].append(timed_post(client, "/v1/anomaly/score", score_body))
                     grown = rss_mb(proc.pid) - before
                 size = next(
                     m["size_bytes"] for m in client.get("/v1/anomaly/models").json()["data"] if m["backend"] == backend
                 )
-                fit_local, fit_served = statistics.median(local_fit), statistics.median(served_fit)
-                score_local, score_served = statistics.median(local_score), statistics.median(served_score)
-                row = {
+                fit_local, score_local = statistics.median(local_fit), statistics.median(local_score)
+                row: dict[str, Any] = {
                     "detector": backend,
                     "rows": args.rows,
                     "fit_rows_s_sklearn": args.rows / fit_local,
-                    "fit_rows_s_server": args.rows / fit_served,
-                    "fit_ratio": fit_local / fit_served,
                     "score_rows_s_sklearn": args.rows / score_local,
-                    "score_rows_s_server": args.rows / score_served,
-                    "score_ratio": score_local / score_served,
-                    "rss_growth_mb_last_model": grown,
+                }
+                for encoding in encodings:
+                    fit_served = statistics.median(served_fit[encoding])
+                    score_served = statistics.median(served_score[encoding])
+                    row[f"fit_rows_s_server_{encoding}"] = args.rows / fit_served
+                    row[f"fit_ratio_{encoding}"] = fit_local / fit_served
+                    row[f"score_rows_s_server_{encoding}"] = args.rows / score_served
+                    row[f"score_ratio_{encoding}"] = score_local / score_served
+                row |= {
+                    "rss_growth_mb_last_models": grown,
                     "stored_mb": size / 2**20,
                     "model_mb": model_mb(backend, x),
                 }
@@ -153,16 +179,18 @@ def main() -> None:
                 print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
     finally:
         stop(proc)
-    print(
-        "\n| detector | fit rows/s sklearn | fit rows/s server | ratio | score rows/s sklearn | score rows/s server | ratio | RSS growth MB | model MB | stored MB |"
-    )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    served = [f"fit rows/s server {e} | ratio" for e in encodings]
+    scored = [f"score rows/s server {e} | ratio" for e in encodings]
+    head = ["detector", "fit rows/s sklearn", *served, "score rows/s sklearn", *scored, "model MB", "stored MB"]
+    print("\n| " + " | ".join(head) + " |")
+    print("|" + " --- |" * (len(head) + 2 * len(encodings)))
     for r in results:
-        print(
-            f"| {r['detector']} | {r['fit_rows_s_sklearn']:,.0f} | {r['fit_rows_s_server']:,.0f} | {r['fit_ratio']:.2f} | "
-            f"{r['score_rows_s_sklearn']:,.0f} | {r['score_rows_s_server']:,.0f} | {r['score_ratio']:.2f} | "
-            f"{r['rss_growth_mb_last_model']:.1f} | {r['model_mb']:.2f} | {r['stored_mb']:.2f} |"
-        )
+        cells = [r["detector"], f"{r['fit_rows_s_sklearn']:,.0f}"]
+        cells += [f"{r[f'fit_rows_s_server_{e}']:,.0f} | {r[f'fit_ratio_{e}']:.2f}" for e in encodings]
+        cells.append(f"{r['score_rows_s_sklearn']:,.0f}")
+        cells += [f"{r[f'score_rows_s_server_{e}']:,.0f} | {r[f'score_ratio_{e}']:.2f}" for e in encodings]
+        cells += [f"{r['model_mb']:.2f}", f"{r['stored_mb']:.2f}"]
+        print("| " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -162,15 +162,15 @@ def decode(header: dict[str, Any], blob: bytes, *, max_bytes: int) -> FittedMode
     _need(arrays["center"].shape == (n,) and arrays["scale"].shape == (n,), "its scaler does not match its rows")
     _need(bool((arrays["scale"] > 0).all()), "its scaler has a zero scale")
     _need(spec.features is None or len(spec.features) == n, "its feature names do not match its rows")
-    detector, raw = fit_detector(spec, train)
+    detector, fingerprint, raw = fit_detector(spec, train)
     recorded = arrays["fingerprint"]
     _need(
-        recorded.shape == raw[: len(recorded)].shape
-        and np.allclose(raw[: len(recorded)], recorded, rtol=1e-7, atol=1e-9),
+        recorded.shape == fingerprint[: len(recorded)].shape
+        and np.allclose(fingerprint[: len(recorded)], recorded, rtol=1e-7, atol=1e-9),
         "refitting it does not reproduce the scores recorded at fit time "
         f"(fitted with {header.get('library')}, this server has {_versions()}): fit it again",
     )
     # The score statistics come from the refit, not from the header.
-    model = assemble(spec, arrays["center"], arrays["scale"], train, detector, raw, timing)
+    model = assemble(spec, arrays["center"], arrays["scale"], train, detector, fingerprint, raw, timing)
     model.fitted_at = fitted_at
     return model

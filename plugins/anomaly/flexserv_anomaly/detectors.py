@@ -34,6 +34,11 @@ class Detector(Protocol):
 
     def raw_scores(self, x: np.ndarray) -> np.ndarray: ...
 
+    def training_raw_scores(self) -> np.ndarray | None:
+        """Raw scores of every training row that the fit computed anyway, or ``None``
+        (then the training rows are scored again for the score statistics)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Param:
@@ -129,6 +134,12 @@ class _Negated:
     def raw_scores(self, x: np.ndarray) -> np.ndarray:
         return -np.asarray(self.estimator.score_samples(x), dtype=np.float64)
 
+    def training_raw_scores(self) -> np.ndarray | None:
+        # LOF's fit computes every training row's factor among the other training rows;
+        # scoring those rows again as new ones would count each row as its own neighbour.
+        factors = getattr(self.estimator, "negative_outlier_factor_", None)
+        return None if factors is None else -np.asarray(factors, dtype=np.float64)
+
 
 class RobustZScore:
     """Per feature, ``|x - median| / (1.4826 * MAD)`` (a z-score that outliers in the
@@ -151,6 +162,9 @@ class RobustZScore:
         out: np.ndarray = z.max(axis=1) if self.combine == "max" else np.sqrt((z * z).mean(axis=1))
         return out
 
+    def training_raw_scores(self) -> np.ndarray | None:
+        return None
+
 
 class _PyOD:
     """ECOD or COPOD from PyOD: ``decision_function`` is already higher for outliers."""
@@ -168,6 +182,9 @@ class _PyOD:
     def raw_scores(self, x: np.ndarray) -> np.ndarray:
         return np.asarray(self.model.decision_function(x), dtype=np.float64)
 
+    def training_raw_scores(self) -> np.ndarray | None:
+        return None  # PyOD's own training scores are in-sample ones, unlike the scores of new rows
+
 
 def _isolation_forest(params: dict[str, Any], contamination: float) -> Detector:
     from sklearn.ensemble import IsolationForest
@@ -179,7 +196,9 @@ def _isolation_forest(params: dict[str, Any], contamination: float) -> Detector:
             max_samples=max_samples,
             max_features=params["max_features"],
             bootstrap=params["bootstrap"],
-            contamination=contamination,
+            # "auto": with a fraction the fit scores every training row once more only to set
+            # offset_, which nothing here reads (the threshold comes from our own statistics).
+            contamination="auto",
             random_state=params["random_state"],
         )
     )

