@@ -36,7 +36,6 @@ from flexserv_core.backends.base import (
     TranscriptionWord,
 )
 from flexserv_core.backends.token_channel import EngineToken, TokenChannel
-from flexserv_core.batching import BatchRunner, MicroBatcher
 from flexserv_core.commands import Command, CommandContext
 from flexserv_core.constraints import (
     BlockedMasks,
@@ -118,7 +117,6 @@ __all__ = [
     "SAMPLING_EXTENSIONS",
     "SSE_DONE",
     "Backend",
-    "BatchRunner",
     "BlockedMasks",
     "ChatCompletionRequest",
     "ChatTemplates",
@@ -153,7 +151,6 @@ __all__ = [
     "JsonSchemaFormat",
     "Lease",
     "LoadedModel",
-    "MicroBatcher",
     "ModelEvent",
     "ModelEventType",
     "ModelInfo",

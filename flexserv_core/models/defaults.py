@@ -51,6 +51,7 @@ FIRST_PARTY_DISTRIBUTIONS: frozenset[str] = frozenset(
         "flexserv-transformers",
         "flexserv-whisper",
         "flexserv-torch",
+        "flexserv-batching",
         "flexserv-tool-parsers",
         "flexserv-scaffold",
         "flexserv-ocr",
