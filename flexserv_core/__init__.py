@@ -274,7 +274,8 @@ if typing.TYPE_CHECKING:
         ToolCallDelta,
         ToolChoice,
     )
-    from flexserv_core.api.text_session import TextSession, check_chat_request
+    from flexserv_core.api.text_session import TextSession
+    from flexserv_core.api.text_validation import check_chat_request
     from flexserv_core.api.tool_calls import ToolPlan, ToolStreamer
     from flexserv_core.app import create_app
     from flexserv_core.chat_template import ChatTemplates, render_chat_template, select_chat_template
@@ -308,7 +309,7 @@ _LAZY = {
             "ToolChoice",
         )
     },
-    "check_chat_request": ("flexserv_core.api.text_session", "check_chat_request"),
+    "check_chat_request": ("flexserv_core.api.text_validation", "check_chat_request"),
     "TextSession": ("flexserv_core.api.text_session", "TextSession"),
     "ToolPlan": ("flexserv_core.api.tool_calls", "ToolPlan"),
     "ToolStreamer": ("flexserv_core.api.tool_calls", "ToolStreamer"),

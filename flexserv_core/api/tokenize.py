@@ -18,11 +18,9 @@ from msgspec import Meta, Struct
 
 from flexserv_core.api.body import parse_body, request_context
 from flexserv_core.api.file_parts import expand_file_parts
-from flexserv_core.api.message_rules import check_messages
-from flexserv_core.api.text_bounds import check_chat_bounds, check_prompt_chars
 from flexserv_core.api.text_request import chat_prompt
 from flexserv_core.api.text_schemas import ChatCompletionRequest, ChatMessage, Tool, ToolChoice, encode
-from flexserv_core.api.text_validation import check_token_ids
+from flexserv_core.api.text_validation import check_chat_bounds, check_messages, check_prompt_chars, check_token_ids
 from flexserv_core.backends.base import TextGenerationModel
 from flexserv_core.errors import InvalidRequest
 from flexserv_core.models.spec import ModelSpec
