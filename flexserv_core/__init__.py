@@ -119,6 +119,7 @@ __all__ = [
     "Backend",
     "BlockedMasks",
     "ChatCompletionRequest",
+    "ChatMessage",
     "ChatTemplates",
     "ClientDisconnected",
     "Collection",
@@ -220,7 +221,10 @@ __all__ = [
     "UnsupportedParameter",
     "UsageError",
     "__version__",
+    "chat_prompt_ids",
     "check_chat_request",
+    "check_prompt_chars",
+    "check_token_ids",
     "convert_param",
     "create_app",
     "create_plugin_manager",
@@ -263,8 +267,10 @@ if typing.TYPE_CHECKING:
     from flexserv_core.api.disconnect import until_disconnect
     from flexserv_core.api.streaming import DONE as SSE_DONE
     from flexserv_core.api.streaming import READY, SSEGenerator, error_event, sse_event, sse_response
+    from flexserv_core.api.text_request import chat_prompt_ids
     from flexserv_core.api.text_schemas import (
         ChatCompletionRequest,
+        ChatMessage,
         FunctionDefinition,
         JsonSchemaFormat,
         NamedFunction,
@@ -275,7 +281,7 @@ if typing.TYPE_CHECKING:
         ToolChoice,
     )
     from flexserv_core.api.text_session import TextSession
-    from flexserv_core.api.text_validation import check_chat_request
+    from flexserv_core.api.text_validation import check_chat_request, check_prompt_chars, check_token_ids
     from flexserv_core.api.tool_calls import ToolPlan, ToolStreamer
     from flexserv_core.app import create_app
     from flexserv_core.chat_template import ChatTemplates, render_chat_template, select_chat_template
@@ -299,6 +305,7 @@ _LAZY = {
         name: ("flexserv_core.api.text_schemas", name)
         for name in (
             "ChatCompletionRequest",
+            "ChatMessage",
             "FunctionDefinition",
             "JsonSchemaFormat",
             "NamedFunction",
@@ -310,6 +317,9 @@ _LAZY = {
         )
     },
     "check_chat_request": ("flexserv_core.api.text_validation", "check_chat_request"),
+    # a route that counts prompts and ids as the text routes read them (the tokenize plugin)
+    **{name: ("flexserv_core.api.text_validation", name) for name in ("check_prompt_chars", "check_token_ids")},
+    "chat_prompt_ids": ("flexserv_core.api.text_request", "chat_prompt_ids"),
     "TextSession": ("flexserv_core.api.text_session", "TextSession"),
     "ToolPlan": ("flexserv_core.api.tool_calls", "ToolPlan"),
     "ToolStreamer": ("flexserv_core.api.tool_calls", "ToolStreamer"),

@@ -14,13 +14,16 @@ import msgspec
 
 from flexserv_core import hooks
 from flexserv_core.api.chat_images import Images
+from flexserv_core.api.file_parts import expand_file_parts
 from flexserv_core.api.structured import check_logit_bias, guided_constraint, request_constraint
 from flexserv_core.api.text_generation import ChoiceJob, ChoiceResult
 from flexserv_core.api.text_schemas import ChatCompletionRequest, ChatMessage, CompletionRequest
 from flexserv_core.api.text_validation import (
     COMPLETIONS_DEFAULT_MAX_TOKENS,
     check_chat,
+    check_chat_bounds,
     check_completion,
+    check_messages,
     check_sequences,
     check_token_ids,
     is_token_id,
@@ -172,8 +175,8 @@ async def chat_prompt(
     off_loop: bool = False,
 ) -> tuple[list[int], ToolPlan | None]:
     """The chat prompt as the model will see it: messages, tools and template
-    variables through the chat template (``/tokenize`` counts exactly this, and
-    renders ``off_loop``: its prompts are rendered for nothing else)."""
+    variables through the chat template (:func:`chat_prompt_ids` counts exactly this,
+    and renders ``off_loop``: its prompts are rendered for nothing else)."""
     plan = plan_tools(body, model, spec, context.server.tool_parsers)
     kwargs = chat_template_kwargs(spec, context)
     tools = template_tools(plan)
@@ -181,6 +184,22 @@ async def chat_prompt(
         kwargs = {**kwargs, "tools": tools}
     messages = chat_messages(body.messages, plan, images)
     return await render_prompt(model, messages, kwargs, images=bool(images) or off_loop), plan
+
+
+async def chat_prompt_ids(
+    model: TextGenerationModel, spec: ModelSpec, body: ChatCompletionRequest, context: RequestContext
+) -> list[int]:
+    """The chat prompt's token ids as chat completions would render ``body`` for a
+    text-only model, to count it (the ``/tokenize`` route): under chat's edge bounds
+    and message rules, with file parts read as text (no images, even for a
+    vision-language model) and rendered off the event loop."""
+    check_chat_bounds(body, context.server.settings.core)
+    check_messages(body.messages)
+    messages, _origins = await expand_file_parts(model, body.messages, context, images=False)
+    ids, _plan = await chat_prompt(
+        model, spec, msgspec.structs.replace(body, messages=messages), context, off_loop=True
+    )
+    return ids
 
 
 async def chat_plan(

@@ -52,6 +52,7 @@ FIRST_PARTY_DISTRIBUTIONS: frozenset[str] = frozenset(
         "flexserv-whisper",
         "flexserv-torch",
         "flexserv-batching",
+        "flexserv-tokenize",
         "flexserv-tool-parsers",
         "flexserv-scaffold",
         "flexserv-ocr",

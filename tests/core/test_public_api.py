@@ -181,8 +181,8 @@ def test_a_shared_library_is_importable_only_by_its_dependents(tmp_path: Path) -
 #: side effect (the error message says which names differ).
 FACADE = {
     "EmbeddingLimits", "CHAT_TEMPLATE_DEFAULTS", "CHAT_TEMPLATE_REQUEST", "TemplateVariablesMisconfigured", "reserved_template_names",
-    "__version__", "Backend", "BlockedMasks", "ChatCompletionRequest", "ChatTemplates",
-    "check_chat_request", "ClientDisconnected", "Collection", "CollectionLimits", "Command",
+    "__version__", "Backend", "BlockedMasks", "ChatCompletionRequest", "ChatMessage", "ChatTemplates",
+    "chat_prompt_ids", "check_chat_request", "check_prompt_chars", "check_token_ids", "ClientDisconnected", "Collection", "CollectionLimits", "Command",
     "CommandContext", "CompiledConstraint", "Constraint", "ConstraintKind", "ConstraintVocabulary",
     "ContextLengthExceeded", "convert_param", "CoreSettings", "CpuCoreInfo", "create_app",
     "create_plugin_manager", "default_cache_dir", "EmbeddingModel", "EmbeddingResult", "EngineStats", "EngineToken",
