@@ -35,7 +35,6 @@ from flexserv_core.backends.base import (
     TranscriptionTask,
     TranscriptionWord,
 )
-from flexserv_core.backends.token_channel import EngineToken, TokenChannel
 from flexserv_core.commands import Command, CommandContext
 from flexserv_core.constraints import (
     BlockedMasks,
@@ -137,7 +136,6 @@ __all__ = [
     "EmbeddingModel",
     "EmbeddingResult",
     "EngineStats",
-    "EngineToken",
     "ErrorResponse",
     "EvictionReason",
     "FinishReason",
@@ -196,7 +194,6 @@ __all__ = [
     "TextGenerationModel",
     "TextLimits",
     "TextSession",
-    "TokenChannel",
     "TokenDelta",
     "TokenMatcher",
     "TooManyRequests",
