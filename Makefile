@@ -15,7 +15,7 @@ LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 	-DGGML_OPENMP=ON -DLLAVA_BUILD=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF \
 	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 
-.PHONY: setup chromium postgresql tesseract serve test lint mutation clean
+.PHONY: setup chromium postgresql tesseract serve test lint hook-docs mutation clean
 
 setup: $(STAMP) chromium postgresql tesseract
 
@@ -82,7 +82,13 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	# The packages, not the *.egg-info directories an editable install leaves beside them.
-	$(BIN)/mypy $$(ls -d flexserv_core plugins/*/flexserv_* contrib/*/flexserv_* | grep -v '\.egg-info$$')
+	$(BIN)/mypy $$(ls -d flexserv_core plugins/*/flexserv_* contrib/*/flexserv_* | grep -v '\.egg-info$$') scripts
+	$(BIN)/python scripts/hookdocs.py --check docs/hooks.md
+
+# docs/hooks.md is generated from flexserv_core/hookspecs.py, its one source.
+hook-docs: setup
+	$(BIN)/python scripts/hookdocs.py > docs/hooks.md.tmp
+	mv docs/hooks.md.tmp docs/hooks.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

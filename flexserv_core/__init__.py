@@ -35,8 +35,6 @@ from flexserv_core.backends.base import (
     TranscriptionTask,
     TranscriptionWord,
 )
-from flexserv_core.backends.token_channel import EngineToken, TokenChannel
-from flexserv_core.batching import BatchRunner, MicroBatcher
 from flexserv_core.commands import Command, CommandContext
 from flexserv_core.constraints import (
     BlockedMasks,
@@ -118,9 +116,9 @@ __all__ = [
     "SAMPLING_EXTENSIONS",
     "SSE_DONE",
     "Backend",
-    "BatchRunner",
     "BlockedMasks",
     "ChatCompletionRequest",
+    "ChatMessage",
     "ChatTemplates",
     "ClientDisconnected",
     "Collection",
@@ -138,7 +136,6 @@ __all__ = [
     "EmbeddingModel",
     "EmbeddingResult",
     "EngineStats",
-    "EngineToken",
     "ErrorResponse",
     "EvictionReason",
     "FinishReason",
@@ -153,7 +150,6 @@ __all__ = [
     "JsonSchemaFormat",
     "Lease",
     "LoadedModel",
-    "MicroBatcher",
     "ModelEvent",
     "ModelEventType",
     "ModelInfo",
@@ -198,7 +194,6 @@ __all__ = [
     "TextGenerationModel",
     "TextLimits",
     "TextSession",
-    "TokenChannel",
     "TokenDelta",
     "TokenMatcher",
     "TooManyRequests",
@@ -223,7 +218,10 @@ __all__ = [
     "UnsupportedParameter",
     "UsageError",
     "__version__",
+    "chat_prompt_ids",
     "check_chat_request",
+    "check_prompt_chars",
+    "check_token_ids",
     "convert_param",
     "create_app",
     "create_plugin_manager",
@@ -266,8 +264,10 @@ if typing.TYPE_CHECKING:
     from flexserv_core.api.disconnect import until_disconnect
     from flexserv_core.api.streaming import DONE as SSE_DONE
     from flexserv_core.api.streaming import READY, SSEGenerator, error_event, sse_event, sse_response
+    from flexserv_core.api.text_request import chat_prompt_ids
     from flexserv_core.api.text_schemas import (
         ChatCompletionRequest,
+        ChatMessage,
         FunctionDefinition,
         JsonSchemaFormat,
         NamedFunction,
@@ -277,7 +277,8 @@ if typing.TYPE_CHECKING:
         ToolCallDelta,
         ToolChoice,
     )
-    from flexserv_core.api.text_session import TextSession, check_chat_request
+    from flexserv_core.api.text_session import TextSession
+    from flexserv_core.api.text_validation import check_chat_request, check_prompt_chars, check_token_ids
     from flexserv_core.api.tool_calls import ToolPlan, ToolStreamer
     from flexserv_core.app import create_app
     from flexserv_core.chat_template import ChatTemplates, render_chat_template, select_chat_template
@@ -301,6 +302,7 @@ _LAZY = {
         name: ("flexserv_core.api.text_schemas", name)
         for name in (
             "ChatCompletionRequest",
+            "ChatMessage",
             "FunctionDefinition",
             "JsonSchemaFormat",
             "NamedFunction",
@@ -311,7 +313,10 @@ _LAZY = {
             "ToolChoice",
         )
     },
-    "check_chat_request": ("flexserv_core.api.text_session", "check_chat_request"),
+    "check_chat_request": ("flexserv_core.api.text_validation", "check_chat_request"),
+    # a route that counts prompts and ids as the text routes read them (the tokenize plugin)
+    **{name: ("flexserv_core.api.text_validation", name) for name in ("check_prompt_chars", "check_token_ids")},
+    "chat_prompt_ids": ("flexserv_core.api.text_request", "chat_prompt_ids"),
     "TextSession": ("flexserv_core.api.text_session", "TextSession"),
     "ToolPlan": ("flexserv_core.api.tool_calls", "ToolPlan"),
     "ToolStreamer": ("flexserv_core.api.tool_calls", "ToolStreamer"),

@@ -1,8 +1,8 @@
 """The FlexServ hook specifications: the whole plugin API, in one place.
 
 This module is the one source of the hook documentation: ``docs/hooks.md`` is
-generated from it by ``python -m flexserv_core.tools.hookdocs`` (a test fails
-when the file is out of date).
+generated from it by ``make hook-docs`` (``scripts/hookdocs.py``; ``make lint``
+and a test fail when the file is out of date).
 
 Hook policy (one rule for every hook; :mod:`flexserv_core.hooks` enforces it):
 

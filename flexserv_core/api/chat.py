@@ -26,7 +26,8 @@ from flexserv_core.api.text_schemas import (
     Usage,
     encode,
 )
-from flexserv_core.api.text_session import TextSession, check_chat_request
+from flexserv_core.api.text_session import TextSession
+from flexserv_core.api.text_validation import check_chat_request
 from flexserv_core.api.tool_calls import ToolPlan, ToolStreamer, split_output
 from flexserv_core.server import FlexServer
 

@@ -12,12 +12,12 @@ from litestar import MediaType, Request, Response, post
 
 from flexserv_core.api.body import new_id, parse_body, request_context
 from flexserv_core.api.streaming import DONE, READY, SSEGenerator, error_event, sse_event, sse_response
-from flexserv_core.api.text_bounds import check_completion_bounds
 from flexserv_core.api.text_generation import ChoiceResult
 from flexserv_core.api.text_logprobs import completion_logprobs
 from flexserv_core.api.text_request import pick_best_of
 from flexserv_core.api.text_schemas import Completion, CompletionChoice, CompletionRequest, Usage, encode
 from flexserv_core.api.text_session import TextSession
+from flexserv_core.api.text_validation import check_completion_bounds
 from flexserv_core.backends.base import TextGenerationModel
 from flexserv_core.server import FlexServer
 

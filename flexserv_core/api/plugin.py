@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from flexserv_core.api import chat, completions, embeddings, models_routes, tokenize
+from flexserv_core.api import chat, completions, embeddings, models_routes
 from flexserv_core.hookspecs import hookimpl
 from flexserv_core.settings import Settings
 
@@ -23,5 +23,4 @@ def flexserv_register_routes(settings: Settings) -> list[Any]:
         *chat.ROUTES,
         *completions.ROUTES,
         *embeddings.ROUTES,
-        *tokenize.ROUTES,
     ]

@@ -14,34 +14,32 @@ import msgspec
 
 from flexserv_core import hooks
 from flexserv_core.api.chat_images import Images
+from flexserv_core.api.file_parts import expand_file_parts
 from flexserv_core.api.structured import check_logit_bias, guided_constraint, request_constraint
-from flexserv_core.api.text_bounds import default_budget
 from flexserv_core.api.text_generation import ChoiceJob, ChoiceResult
 from flexserv_core.api.text_schemas import ChatCompletionRequest, ChatMessage, CompletionRequest
 from flexserv_core.api.text_validation import (
     COMPLETIONS_DEFAULT_MAX_TOKENS,
+    check_chat,
+    check_chat_bounds,
+    check_completion,
+    check_messages,
+    check_sequences,
     check_token_ids,
     is_token_id,
     max_tokens_for,
+    stop_strings,
 )
 from flexserv_core.api.tool_calls import ToolPlan, plan_tools, template_messages, template_tools
 from flexserv_core.backends.base import Constraint, ImageInput, SamplingParams, TextGenerationModel
 from flexserv_core.constraints.prepare import prepare_params
-from flexserv_core.errors import InvalidRequest, UnsupportedParameter
+from flexserv_core.errors import InvalidRequest
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.request_context import RequestContext
 from flexserv_core.settings import CoreSettings
 from flexserv_core.template_variables import CHAT_TEMPLATE_DEFAULTS, CHAT_TEMPLATE_REQUEST, merge_template_variables
 
 _SEED_SPACE = 2**63
-#: Most sequences (prompts x n) one completions request may start.
-MAX_SEQUENCES = 64
-
-
-def stop_strings(stop: str | list[str] | None) -> list[str]:
-    if stop is None:
-        return []
-    return [stop] if isinstance(stop, str) else list(stop)
 
 
 def choice_seed(seed: int | None, choice: int) -> int | None:
@@ -85,15 +83,6 @@ def sampling_params(
     )
 
 
-def check_min_tokens(body: ChatCompletionRequest | CompletionRequest, max_tokens: int, max_tokens_param: str) -> None:
-    """``min_tokens`` may not exceed the budget (vLLM's rule), given or defaulted."""
-    if body.min_tokens is not None and body.min_tokens > max_tokens:
-        raise InvalidRequest(
-            f"'min_tokens' ({body.min_tokens}) must be at most the request's '{max_tokens_param}' ({max_tokens}).",
-            param="min_tokens",
-        )
-
-
 async def prepare_jobs(jobs: list[ChoiceJob]) -> None:
     """Compile the jobs' constraint with the platform's service and let the backend
     check what they need, before any output: the choices share constraint and bias,
@@ -106,11 +95,6 @@ async def prepare_jobs(jobs: list[ChoiceJob]) -> None:
 
 
 # --- chat --------------------------------------------------------------------------
-
-
-def check_chat(body: ChatCompletionRequest) -> None:
-    if body.top_logprobs is not None and body.top_logprobs > 0 and not body.logprobs:
-        raise InvalidRequest("'top_logprobs' requires 'logprobs' to be true.", param="top_logprobs")
 
 
 def chat_messages(
@@ -191,8 +175,8 @@ async def chat_prompt(
     off_loop: bool = False,
 ) -> tuple[list[int], ToolPlan | None]:
     """The chat prompt as the model will see it: messages, tools and template
-    variables through the chat template (``/tokenize`` counts exactly this, and
-    renders ``off_loop``: its prompts are rendered for nothing else)."""
+    variables through the chat template (:func:`chat_prompt_ids` counts exactly this,
+    and renders ``off_loop``: its prompts are rendered for nothing else)."""
     plan = plan_tools(body, model, spec, context.server.tool_parsers)
     kwargs = chat_template_kwargs(spec, context)
     tools = template_tools(plan)
@@ -200,6 +184,22 @@ async def chat_prompt(
         kwargs = {**kwargs, "tools": tools}
     messages = chat_messages(body.messages, plan, images)
     return await render_prompt(model, messages, kwargs, images=bool(images) or off_loop), plan
+
+
+async def chat_prompt_ids(
+    model: TextGenerationModel, spec: ModelSpec, body: ChatCompletionRequest, context: RequestContext
+) -> list[int]:
+    """The chat prompt's token ids as chat completions would render ``body`` for a
+    text-only model, to count it (the ``/tokenize`` route): under chat's edge bounds
+    and message rules, with file parts read as text (no images, even for a
+    vision-language model) and rendered off the event loop."""
+    check_chat_bounds(body, context.server.settings.core)
+    check_messages(body.messages)
+    messages, _origins = await expand_file_parts(model, body.messages, context, images=False)
+    ids, _plan = await chat_prompt(
+        model, spec, msgspec.structs.replace(body, messages=messages), context, off_loop=True
+    )
+    return ids
 
 
 async def chat_plan(
@@ -223,16 +223,10 @@ async def chat_plan(
             )
         constraint = plan.constraint
     logit_bias = check_logit_bias(body.logit_bias, model.limits.vocab_size)
-    requested: int | None = body.max_tokens
-    max_tokens_param = "max_tokens"
-    if body.max_completion_tokens is not None:
-        requested, max_tokens_param = body.max_completion_tokens, "max_completion_tokens"
+    core = context.server.settings.core
     max_tokens = max_tokens_for(
-        model.limits, len(prompt_ids), requested, prompt_param="messages", max_tokens_param=max_tokens_param
+        body, model.limits, len(prompt_ids), core, sequences=body.n or 1, prompt_param="messages"
     )
-    if requested is None:
-        max_tokens = default_budget(max_tokens, body.n or 1, context.server.settings.core)
-    check_min_tokens(body, max_tokens, max_tokens_param)
     logprobs = bool(body.logprobs)
     top = (body.top_logprobs or 0) if logprobs else 0
     stops = stop_strings(body.stop)
@@ -277,19 +271,6 @@ def completion_prompts(model: TextGenerationModel, prompt: str | list[Any]) -> l
     )
 
 
-def check_completion(body: CompletionRequest) -> None:
-    if body.best_of is not None and body.best_of < (body.n or 1):
-        raise InvalidRequest("'best_of' must be at least 'n'.", param="best_of")
-    if body.best_of is not None and body.best_of > (body.n or 1) and body.stream:
-        raise InvalidRequest("'best_of' greater than 'n' cannot be streamed.", param="best_of")
-    if body.suffix:
-        raise UnsupportedParameter("'suffix' (insertion) is not supported by this server.", param="suffix")
-    if body.echo and body.logprobs is not None:
-        raise InvalidRequest(
-            "'echo' together with 'logprobs' is not supported (prompt logprobs are not computed).", param="echo"
-        )
-
-
 def completion_jobs(
     model: TextGenerationModel, body: CompletionRequest, core: CoreSettings
 ) -> tuple[list[tuple[list[int], str | None]], list[ChoiceJob]]:
@@ -298,11 +279,7 @@ def completion_jobs(
     check_completion(body)
     prompts = completion_prompts(model, body.prompt)
     n = max(body.n or 1, body.best_of or 1)
-    if len(prompts) * n > MAX_SEQUENCES:
-        raise InvalidRequest(
-            f"At most {MAX_SEQUENCES} sequences (prompts x max(n, best_of)) per request; this asks for {len(prompts) * n}.",
-            param="prompt",
-        )
+    check_sequences(len(prompts), n)
     constraint = request_constraint(None, body.structured_outputs, guided_constraint(body))
     logit_bias = check_logit_bias(body.logit_bias, model.limits.vocab_size)
     # best_of ranks candidates by their cumulative logprob, so they need their logprobs
@@ -312,16 +289,14 @@ def completion_jobs(
     for p, (ids, _text) in enumerate(prompts):
         param = "prompt" if len(prompts) == 1 else f"prompt[{p}]"
         max_tokens = max_tokens_for(
+            body,
             model.limits,
             len(ids),
-            body.max_tokens,
+            core,
+            sequences=len(prompts) * n,
             prompt_param=param,
-            max_tokens_param="max_tokens",
             default=COMPLETIONS_DEFAULT_MAX_TOKENS,
         )
-        if body.max_tokens is None:
-            max_tokens = default_budget(max_tokens, len(prompts) * n, core)
-        check_min_tokens(body, max_tokens, "max_tokens")
         for i in range(n):
             params = sampling_params(
                 body,

@@ -26,7 +26,7 @@ Seed = Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)]
 TopLogprobs = Annotated[int, Meta(ge=0, le=MAX_TOP_LOGPROBS)]
 NumChoices = Annotated[int, Meta(ge=1, le=MAX_N)]
 StopString = Annotated[str, Meta(min_length=1)]
-#: How many stop strings, and how long, is bounded by settings (text_bounds), not here.
+#: How many stop strings, and how long, is bounded by settings (text_validation), not here.
 Stop = StopString | list[StopString]
 TopK = Annotated[int, Meta(ge=-1, description="Sample from the k most likely tokens (0 or -1: no limit). Extension.")]
 MinP = Annotated[

@@ -39,12 +39,10 @@ import msgspec
 from flexserv_core.api.chat_images import load_images
 from flexserv_core.api.disconnect import until_disconnect
 from flexserv_core.api.file_parts import expand_file_parts
-from flexserv_core.api.message_rules import check_messages
-from flexserv_core.api.text_bounds import check_chat_bounds
 from flexserv_core.api.text_generation import ChoiceEvent, ChoiceJob, ChoiceResult, admitted, collect, merge
 from flexserv_core.api.text_request import chat_plan, completion_jobs, prepare_jobs
 from flexserv_core.api.timeouts import apply_timeouts
-from flexserv_core.api.tool_calls import ToolPlan, check_tool_history
+from flexserv_core.api.tool_calls import ToolPlan
 from flexserv_core.backends.base import TextGenerationModel
 from flexserv_core.errors import FlexServError
 from flexserv_core.metrics.text import TextRequestMetrics
@@ -56,20 +54,10 @@ if TYPE_CHECKING:
     from flexserv_core.models.spec import ModelSpec
     from flexserv_core.request_context import RequestContext
     from flexserv_core.server import FlexServer
-    from flexserv_core.settings import CoreSettings
 
 #: Turns an error of the plan into the route's own (the Responses API names its
 #: parameters, ``input[...]`` and ``text.format``, where chat names ``messages``).
 ErrorMapper = Callable[[FlexServError], FlexServError]
-
-
-def check_chat_request(body: ChatCompletionRequest, core: CoreSettings) -> None:
-    """The checks a chat request passes before a session opens (no model is loaded
-    for a request that fails them): the edge bounds, the per-role message rules and
-    the tool-call history."""
-    check_chat_bounds(body, core)
-    check_messages(body.messages)
-    check_tool_history(body.messages)
 
 
 @dataclass(slots=True)

@@ -121,14 +121,14 @@ def _native(model: TextGenerationModel) -> bool:
 
 def check_tool_history(messages: list[ChatMessage]) -> None:
     """Every ``tool`` message answers a call an earlier assistant message made (runs after
-    :func:`~flexserv_core.api.message_rules.check_messages`)."""
+    :func:`~flexserv_core.api.text_validation.check_messages`)."""
     calls: dict[str, str] = {}
     for i, message in enumerate(messages):
         if message.role == "assistant":
             for call in message.tool_calls or ():
                 calls[call.id] = call.function.name
         elif message.role == "tool":
-            # a missing tool_call_id is message_rules' 400, checked before this
+            # a missing tool_call_id is check_messages' 400, checked before this
             if message.tool_call_id not in calls:
                 raise InvalidRequest(
                     f"tool_call_id '{quote(message.tool_call_id)}' does not match a tool call of an earlier assistant message.",

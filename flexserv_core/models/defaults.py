@@ -51,6 +51,8 @@ FIRST_PARTY_DISTRIBUTIONS: frozenset[str] = frozenset(
         "flexserv-transformers",
         "flexserv-whisper",
         "flexserv-torch",
+        "flexserv-batching",
+        "flexserv-tokenize",
         "flexserv-tool-parsers",
         "flexserv-scaffold",
         "flexserv-ocr",

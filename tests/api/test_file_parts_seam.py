@@ -98,7 +98,7 @@ def files() -> FilesPlugin:
 
 @pytest.fixture
 def flexserv_plugins(fake: FakeBackendPlugin, files: FilesPlugin) -> list[object | str]:
-    return [fake, "tool-parsers", "image-input", files]
+    return [fake, "tool-parsers", "image-input", files, "tokenize"]
 
 
 async def test_without_a_plugin_a_file_part_names_the_plugin() -> None:

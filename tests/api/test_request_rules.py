@@ -110,29 +110,3 @@ async def test_best_of_counts_against_the_request_token_bound() -> None:
         assert not fake.requests  # nothing was generated
         fine = await client.post("/v1/completions", json={**body, "best_of": 1})
         assert fine.status_code == 200
-
-
-async def test_tokenize_counts_what_chat_renders_with_tools_and_template_variables() -> None:
-    fake = FakeBackendPlugin(eos_after=0)
-    app = make_app([fake, "template-kwargs", "responses", "tool-parsers"])
-    async with app_client(app) as client:
-        extra = {"tools": [WEATHER], "chat_template_kwargs": {"persona": "terse"}}
-        chat = await client.post("/v1/chat/completions", json={"model": "fake-model", "messages": USER, **extra})
-        counted = await client.post("/tokenize", json={"model": "fake-model", "messages": USER, **extra})
-        assert counted.status_code == 200, counted.text
-        assert counted.json()["count"] == chat.json()["usage"]["prompt_tokens"]
-        plain = await client.post("/tokenize", json={"model": "fake-model", "messages": USER})
-        assert plain.json()["count"] < counted.json()["count"]  # tools and variables were counted
-        assert "persona=terse" in fake.last_prompt
-
-
-@pytest.mark.parametrize("field", ["prompt", "messages"])
-async def test_tokenize_has_the_prompt_bounds_of_the_generating_routes(field: str) -> None:
-    fake = FakeBackendPlugin()
-    app = make_app([fake, "responses"], settings={"max_prompt_chars": 1000})
-    async with app_client(app) as client:
-        text = "x" * 5000
-        value: Any = text if field == "prompt" else [{"role": "user", "content": text}]
-        response = await client.post("/tokenize", json={"model": "fake-model", field: value})
-        assert response.status_code == 400, response.text
-        assert response.json()["error"]["code"] == "prompt_too_long"

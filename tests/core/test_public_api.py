@@ -80,8 +80,11 @@ def _is_package_module(plugin_dir: Path, path: Path) -> bool:
 
 
 #: First-party libraries a plugin may import (their ``__all__``) when its distribution
-#: depends on them: shared code that is not the core's, like the torch helpers.
-SHARED_LIBRARIES = {"flexserv-torch": ("flexserv_torch", ROOT / "plugins" / "torch-support" / "flexserv_torch")}
+#: depends on them: shared code that is not the core's, like the torch helpers and the micro-batcher.
+SHARED_LIBRARIES = {
+    "flexserv-torch": ("flexserv_torch", ROOT / "plugins" / "torch-support" / "flexserv_torch"),
+    "flexserv-batching": ("flexserv_batching", ROOT / "plugins" / "batching" / "flexserv_batching"),
+}
 
 
 def _public_names(package_dir: Path) -> set[str]:
@@ -178,15 +181,15 @@ def test_a_shared_library_is_importable_only_by_its_dependents(tmp_path: Path) -
 #: side effect (the error message says which names differ).
 FACADE = {
     "EmbeddingLimits", "CHAT_TEMPLATE_DEFAULTS", "CHAT_TEMPLATE_REQUEST", "TemplateVariablesMisconfigured", "reserved_template_names",
-    "__version__", "Backend", "BatchRunner", "BlockedMasks", "ChatCompletionRequest", "ChatTemplates",
-    "check_chat_request", "ClientDisconnected", "Collection", "CollectionLimits", "Command",
+    "__version__", "Backend", "BlockedMasks", "ChatCompletionRequest", "ChatMessage", "ChatTemplates",
+    "chat_prompt_ids", "check_chat_request", "check_prompt_chars", "check_token_ids", "ClientDisconnected", "Collection", "CollectionLimits", "Command",
     "CommandContext", "CompiledConstraint", "Constraint", "ConstraintKind", "ConstraintVocabulary",
     "ContextLengthExceeded", "convert_param", "CoreSettings", "CpuCoreInfo", "create_app",
-    "create_plugin_manager", "default_cache_dir", "EmbeddingModel", "EmbeddingResult", "EngineStats", "EngineToken",
+    "create_plugin_manager", "default_cache_dir", "EmbeddingModel", "EmbeddingResult", "EngineStats",
     "ErrorResponse", "EvictionReason", "fill_blocked_masks", "FinishReason", "FlexServer", "FlexServError",
     "FlexServPluginManager", "FunctionDefinition", "GatewayTimeout", "get_gpu_info",
     "get_max_vram_used_pct", "get_ram_info", "get_system_resources", "GpuInfo", "hookimpl", "hookspec",
-    "ImageInput", "InvalidRequest", "JsonSchemaFormat", "Lease", "LoadedModel", "MicroBatcher",
+    "ImageInput", "InvalidRequest", "JsonSchemaFormat", "Lease", "LoadedModel",
     "ModelEvent", "ModelEventType", "ModelInfo", "ModelKind", "ModelLoadError", "ModelNotFound",
     "ModelRegistry", "ModelSpec", "ModelState", "NamedFunction", "NamedToolChoice",
     "NotFound", "open_request_context", "parse_body", "ParsedToolCall", "ParsedToolOutput",
@@ -198,7 +201,7 @@ FACADE = {
     "ResourceProbe", "ResponseFormat", "route_scope", "SAMPLING_EXTENSIONS", "SamplingParams",
     "select_chat_template", "ServiceUnavailable", "Settings", "sniff_media_type", "sse_event", "sse_response", "error_event", "SSE_DONE",
     "SSEGenerator", "Stash", "StashKey", "StateBackend", "StateStore", "StateUnavailable",
-    "SystemResourceSnapshot", "TextGenerationModel", "TextLimits", "TextSession", "TokenChannel", "TokenDelta",
+    "SystemResourceSnapshot", "TextGenerationModel", "TextLimits", "TextSession", "TokenDelta",
     "TokenMatcher", "Tool", "ToolCallDelta", "ToolCallFragment", "ToolCallStream", "ToolChoice",
     "ToolParser", "ToolParsers", "ToolPlan", "ToolStreamer", "ToolStreamEvent", "TooManyRequests",
     "TopLogprob", "Transcription", "TranscriptionModel", "TranscriptionSegment", "TranscriptionTask",

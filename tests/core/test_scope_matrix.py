@@ -19,7 +19,7 @@ from tests.core.test_api_key_routes import PLUGINS
 INFERENCE, OPERATIONS, METRICS, PUBLIC = Scope.INFERENCE, Scope.OPERATIONS, Scope.METRICS, None
 
 SCOPES: dict[tuple[str, str], Scope | None] = {
-    # OpenAI's API and vLLM's tokenizer routes
+    # OpenAI's API and vLLM's tokenizer routes (the tokenize plugin)
     ("GET", "/v1/models"): INFERENCE,
     ("GET", "/v1/models/{model_id:path}"): INFERENCE,
     ("POST", "/v1/chat/completions"): INFERENCE,
@@ -101,7 +101,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Litestar:
     keys = Path(tmp_path_factory.mktemp("keys")) / "keys"
     keys.write_text("".join(f"sk-{scope} {scope}\n" for scope in Scope))
     # every first-party plugin that adds routes
-    plugins = [*PLUGINS, "responses", "docs", "tool-parsers", "image-input", "files", "ocr", "anomaly"]
+    plugins = [*PLUGINS, "responses", "docs", "tool-parsers", "image-input", "files", "ocr", "anomaly", "tokenize"]
     return make_app(plugins, settings={"api_keys_file": str(keys)})
 
 

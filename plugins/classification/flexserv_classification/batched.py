@@ -12,9 +12,10 @@ import abc
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
+from flexserv_batching import MicroBatcher
 from flexserv_torch import use_all_intra_op_threads
 
-from flexserv_core import ContextLengthExceeded, EngineStats, InvalidRequest, MicroBatcher
+from flexserv_core import ContextLengthExceeded, EngineStats, InvalidRequest
 
 JobT = TypeVar("JobT")
 ItemT = TypeVar("ItemT")

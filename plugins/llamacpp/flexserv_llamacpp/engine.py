@@ -31,13 +31,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from flexserv_batching import EngineToken, TokenChannel
 
 from flexserv_core import (
-    EngineToken,
     FinishReason,
     SamplingParams,
     ServiceUnavailable,
-    TokenChannel,
     TokenMatcher,
     TooManyRequests,
     fill_blocked_masks,

@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import msgspec
+from flexserv_batching import MicroBatcher
 
-from flexserv_core import EngineStats, InvalidRequest, LoadedModel, MicroBatcher
+from flexserv_core import EngineStats, InvalidRequest, LoadedModel
 
 OCR = "ocr"
 

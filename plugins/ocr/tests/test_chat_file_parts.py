@@ -97,7 +97,7 @@ def reader(monkeypatch: pytest.MonkeyPatch) -> Reader:
 
 @pytest.fixture
 def flexserv_plugins(fake: FakeBackendPlugin, reader: Reader) -> list[object | str]:
-    return [fake, "tool-parsers", "image-input", "ocr"]
+    return [fake, "tool-parsers", "image-input", "ocr", "tokenize"]
 
 
 @pytest.fixture

@@ -39,7 +39,9 @@ def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     keys = root / "keys.txt"
     keys.write_text(f"{KEYS['alice']} inference\n{KEYS['bob']} inference\n{KEYS['ops']}\n")  # ops: every scope
     settings = {"state_url": f"sqlite:///{root / 'state.db'}", "api_keys_file": str(keys)}
-    with ServedApp(make_app(["ocr", "files", "transformers", "responses", "state-sqlite"], settings=settings)) as url:
+    with ServedApp(
+        make_app(["ocr", "files", "transformers", "responses", "state-sqlite", "tokenize"], settings=settings)
+    ) as url:
         yield url
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 import numpy as np
 import torch
+from flexserv_batching import MicroBatcher
 from flexserv_torch import IntraOpThreads, use_all_intra_op_threads
 from sentence_transformers import SentenceTransformer
 
@@ -17,7 +18,6 @@ from flexserv_core import (
     EmbeddingResult,
     EngineStats,
     InvalidRequest,
-    MicroBatcher,
     ModelSpec,
 )
 

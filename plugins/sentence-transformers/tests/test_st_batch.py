@@ -51,6 +51,6 @@ def test_a_mixed_batch_answers_each_request_as_if_it_ran_alone(model: Any) -> No
 @pytest.mark.slow
 def test_the_batcher_gathers_overlapping_requests_by_default(model: Any) -> None:
     """--sentence-transformers-gather-wait-ms (50 ms) reaches the model's batcher; a lone
-    client is not delayed by it (``tests/core/test_batching.py``)."""
+    client is not delayed by it (``plugins/batching/tests/test_batching.py``)."""
     assert model.batcher.gather_wait == pytest.approx(0.05)
     assert model.batcher.max_wait == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -56,19 +57,15 @@ def test_an_instance_made_before_torch_loaded_still_uses_all_threads(monkeypatch
     assert _in_a_thread(lambda: (threads.use_for(500), torch.get_num_threads())) == (full, full)
 
 
-async def test_a_micro_batcher_worker_starts_on_all_threads_after_another_switched_to_one() -> None:
-    from flexserv_core import MicroBatcher
-
+def test_a_worker_thread_started_with_the_initializer_runs_on_all_threads_after_another_switched_to_one() -> None:
+    """The torch plugins' micro-batchers (flexserv_batching.MicroBatcher) start their
+    worker thread with ``thread_initializer=use_all_intra_op_threads``: one executor
+    thread whose initializer is that function."""
     full = full_intra_op_threads()
     _in_a_thread(lambda: IntraOpThreads(small_work=16).use_for(1))  # new threads now inherit one
-    batcher: MicroBatcher[int, int] = MicroBatcher(
-        lambda jobs: [torch.get_num_threads() for _ in jobs],
-        max_batch=4,
-        max_wait=0.0,
-        thread_initializer=use_all_intra_op_threads,  # as the torch plugins make theirs
-    )
+    worker = ThreadPoolExecutor(max_workers=1, initializer=use_all_intra_op_threads)
     try:
-        assert await batcher.submit(0) == full
+        assert worker.submit(torch.get_num_threads).result() == full
     finally:
-        batcher.close()
+        worker.shutdown()
         _in_a_thread(lambda: IntraOpThreads(small_work=0).use_for(1))  # and all again, for later tests

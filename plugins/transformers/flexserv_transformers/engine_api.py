@@ -61,8 +61,9 @@ from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import msgspec
+from flexserv_batching import EngineToken
 
-from flexserv_core import EngineToken, SamplingParams, ServiceUnavailable
+from flexserv_core import SamplingParams, ServiceUnavailable
 
 if TYPE_CHECKING:
     import torch

@@ -102,7 +102,7 @@ async def test_limits_are_checked_by_the_api_not_the_model(tiny_dir, tmp_path):
 async def test_tokenize_and_detokenize_with_the_embedded_model(smollm_spec, flexserv_test_cache):
     from flexserv_core.testing import openai_client
 
-    app = make_app(["transformers"], settings={"cache_dir": str(flexserv_test_cache), "dtype": "float32"})
+    app = make_app(["transformers", "tokenize"], settings={"cache_dir": str(flexserv_test_cache), "dtype": "float32"})
     server = app.state.flexserv
     text = "Hello world, tokenize me."
     async with app_client(app) as client:

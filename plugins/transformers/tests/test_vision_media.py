@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from flexserv_batching import TokenChannel
 from flexserv_transformers.engine.sequence import Sequence
 from flexserv_transformers.media import PromptMedia
 from flexserv_transformers.testing import build_tiny_idefics3, build_tiny_llava
 from PIL import Image
 
-from flexserv_core import ImageInput, ModelKind, ModelSpec, SamplingParams, TokenChannel
+from flexserv_core import ImageInput, ModelKind, ModelSpec, SamplingParams
 
 IMG = 99  # the image token id in the unit tests
 

@@ -16,6 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
+from flexserv_batching import TokenChannel
 from flexserv_torch import IntraOpThreads
 
 from flexserv_core import (
@@ -25,7 +26,6 @@ from flexserv_core import (
     ModelLoadError,
     SamplingParams,
     ServiceUnavailable,
-    TokenChannel,
     TokenMatcher,
     TooManyRequests,
     fill_blocked_masks,

@@ -5,7 +5,9 @@ from __future__ import annotations
 import itertools
 import time
 
-from flexserv_core import SamplingParams, TokenChannel, TokenMatcher
+from flexserv_batching import TokenChannel
+
+from flexserv_core import SamplingParams, TokenMatcher
 from flexserv_transformers.engine.blocks import BlockKey
 from flexserv_transformers.engine.speculative import DraftState
 from flexserv_transformers.engine_api import EngineToken

@@ -8,11 +8,12 @@ import asyncio
 import random
 
 import pytest
+from flexserv_batching import TokenChannel
 from flexserv_transformers.engine.blocks import BlockManager
 from flexserv_transformers.engine.scheduler import Scheduler
 from flexserv_transformers.engine.sequence import Sequence
 
-from flexserv_core import SamplingParams, TokenChannel
+from flexserv_core import SamplingParams
 
 BS = 4
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import random
 
+from flexserv_batching import TokenChannel
 from flexserv_transformers.engine.blocks import BlockManager
 from flexserv_transformers.engine.scheduler import Scheduler
 from flexserv_transformers.engine.sequence import Sequence
 
-from flexserv_core import SamplingParams, TokenChannel
+from flexserv_core import SamplingParams
 
 
 def _run_to_end(sch: Scheduler, seq: Sequence, rng: random.Random, gen: int) -> None:

@@ -9,11 +9,12 @@ import asyncio
 from collections.abc import Callable, Iterator
 
 import pytest
+from flexserv_batching import TokenChannel
 from flexserv_transformers.engine.blocks import HOLE, BlockManager
 from flexserv_transformers.engine.scheduler import Scheduler
 from flexserv_transformers.engine.sequence import Sequence
 
-from flexserv_core import SamplingParams, TokenChannel
+from flexserv_core import SamplingParams
 
 BS = 4
 WINDOW = 8  # a query at p reads p-7..p: blocks wholly before p-7 are never read again

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Generic, TypeVar
 
-from flexserv_core.backends.base import EngineStats
+from flexserv_core import EngineStats
 
 JobT = TypeVar("JobT")
 ResultT = TypeVar("ResultT")

@@ -7,8 +7,8 @@ import threading
 from collections.abc import Sequence
 
 import pytest
+from flexserv_batching import MicroBatcher
 
-from flexserv_core import MicroBatcher
 from flexserv_core.testing import wait_until_async
 
 
@@ -191,4 +191,22 @@ async def test_the_batch_history_stays_bounded_while_the_count_goes_on() -> None
     assert batcher.sizes_since(batcher.batches_run) == []
     stats = batcher.stats()
     assert (stats.micro_batches, stats.micro_batch_items) == (total + 2, total + 4)
+    batcher.close()
+
+
+async def test_the_thread_initializer_runs_first_in_the_worker_thread() -> None:
+    """A torch plugin's batcher sets its worker's intra-op threads this way
+    (``thread_initializer=flexserv_torch.use_all_intra_op_threads``)."""
+    seen: list[str] = []
+    run = Recorder()
+    batcher: MicroBatcher[int, int] = MicroBatcher(
+        run,
+        max_batch=4,
+        max_wait=0.0,
+        name="init",
+        thread_initializer=lambda: seen.append(threading.current_thread().name),
+    )
+    assert await batcher.submit(1) == 10
+    assert seen == list(run.threads)
+    assert seen[0].startswith("init")
     batcher.close()

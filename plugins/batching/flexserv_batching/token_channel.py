@@ -15,7 +15,7 @@ from collections.abc import AsyncGenerator, Callable
 
 import msgspec
 
-from flexserv_core.backends.base import FinishReason
+from flexserv_core import FinishReason
 
 __all__ = ["EngineToken", "TokenChannel"]
 

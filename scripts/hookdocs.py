@@ -1,7 +1,9 @@
 """Generate ``docs/hooks.md`` from :mod:`flexserv_core.hookspecs`, its one source.
 
-``python -m flexserv_core.tools.hookdocs > docs/hooks.md`` rewrites the file;
-``--check FILE`` exits 1 when FILE differs from what would be generated. The
+``make hook-docs`` (``python scripts/hookdocs.py > docs/hooks.md``) rewrites the
+file; ``--check FILE`` exits 1 when FILE differs from what would be generated
+(``make lint`` checks ``docs/hooks.md``). A developer tool, not part of the
+installed core. The
 hook policy comes from the module docstring, the sections from its ``# --- name
 ---`` comments, and each hook's signature and text from its spec.
 """
@@ -20,7 +22,7 @@ from flexserv_core import hookspecs
 HEADER = """\
 # Hook reference
 
-<!-- Generated from flexserv_core/hookspecs.py by `python -m flexserv_core.tools.hookdocs > docs/hooks.md`;
+<!-- Generated from flexserv_core/hookspecs.py by `make hook-docs` (scripts/hookdocs.py);
      edit the hookspecs, not this file (a test fails when it is out of date). -->
 
 FlexServ plugins are Python modules or objects with functions marked `@hookimpl`
@@ -95,7 +97,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flexserv_core.tools.hookdocs", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python scripts/hookdocs.py", description=__doc__)
     parser.add_argument("--check", metavar="FILE", type=Path, help="Exit 1 if FILE is not what would be generated.")
     args = parser.parse_args(argv)
     text = render()
@@ -104,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.check.read_text(encoding="utf-8") != text:
         print(
-            f"{args.check} is out of date: run python -m flexserv_core.tools.hookdocs > {args.check}", file=sys.stderr
+            f"{args.check} is out of date: run make hook-docs (python scripts/hookdocs.py > {args.check})",
+            file=sys.stderr,
         )
         return 1
     return 0

@@ -7,8 +7,9 @@ import threading
 from contextlib import aclosing
 
 import pytest
+from flexserv_batching import EngineToken, TokenChannel
 
-from flexserv_core import EngineToken, ServiceUnavailable, TokenChannel
+from flexserv_core import ServiceUnavailable
 
 
 def _from_thread(channel: TokenChannel, items: list[EngineToken | BaseException]) -> threading.Thread:

@@ -16,18 +16,22 @@ import msgspec
 from litestar import MediaType, Request, Response, post
 from msgspec import Meta, Struct
 
-from flexserv_core.api.body import parse_body, request_context
-from flexserv_core.api.file_parts import expand_file_parts
-from flexserv_core.api.message_rules import check_messages
-from flexserv_core.api.text_bounds import check_chat_bounds, check_prompt_chars
-from flexserv_core.api.text_request import chat_prompt
-from flexserv_core.api.text_schemas import ChatCompletionRequest, ChatMessage, Tool, ToolChoice, encode
-from flexserv_core.api.text_validation import check_token_ids
-from flexserv_core.backends.base import TextGenerationModel
-from flexserv_core.errors import InvalidRequest
-from flexserv_core.models.spec import ModelSpec
-from flexserv_core.request_context import RequestContext
-from flexserv_core.server import FlexServer
+from flexserv_core import (
+    ChatCompletionRequest,
+    ChatMessage,
+    FlexServer,
+    InvalidRequest,
+    ModelSpec,
+    RequestContext,
+    TextGenerationModel,
+    Tool,
+    ToolChoice,
+    chat_prompt_ids,
+    check_prompt_chars,
+    check_token_ids,
+    open_request_context,
+    parse_body,
+)
 
 TOKENIZE = "/tokenize"
 DETOKENIZE = "/detokenize"
@@ -91,14 +95,9 @@ async def _prompt_ids(
     chat = ChatCompletionRequest(
         model=body.model, messages=body.messages, tools=body.tools, tool_choice=body.tool_choice
     )
-    check_chat_bounds(chat, core)
-    check_messages(chat.messages)
     # counted as chat renders them for a text-only model: /tokenize takes no images, so even
     # a vision-language model's documents are read as text here
-    messages, _origins = await expand_file_parts(model, chat.messages, context, images=False)
-    chat = msgspec.structs.replace(chat, messages=messages)
-    ids, _plan = await chat_prompt(model, spec, chat, context, off_loop=True)
-    return ids
+    return await chat_prompt_ids(model, spec, chat, context)
 
 
 @post(
@@ -108,7 +107,7 @@ async def _prompt_ids(
     opt={"body": TokenizeRequest, "response": TokenizeResponse, "scope": "inference"},
 )
 async def tokenize(request: Request[Any, Any, Any]) -> Response[Any]:
-    context = request_context(request, TOKENIZE)
+    context = open_request_context(request, TOKENIZE)
     body = await parse_body(request, TokenizeRequest, context)
     server: FlexServer = request.app.state.flexserv
     async with server.registry.acquire(body.model, TextGenerationModel) as lease:
@@ -118,7 +117,7 @@ async def tokenize(request: Request[Any, Any, Any]) -> Response[Any]:
         answer = TokenizeResponse(
             count=len(ids), max_model_len=model.limits.context_length, tokens=ids, token_strs=strs
         )
-    return Response(content=encode(answer), media_type=MediaType.JSON)
+    return Response(content=msgspec.json.encode(answer), media_type=MediaType.JSON)
 
 
 @post(
@@ -128,13 +127,13 @@ async def tokenize(request: Request[Any, Any, Any]) -> Response[Any]:
     opt={"body": DetokenizeRequest, "response": DetokenizeResponse, "scope": "inference"},
 )
 async def detokenize(request: Request[Any, Any, Any]) -> Response[Any]:
-    context = request_context(request, DETOKENIZE)
+    context = open_request_context(request, DETOKENIZE)
     body = await parse_body(request, DetokenizeRequest, context)
     server: FlexServer = request.app.state.flexserv
     async with server.registry.acquire(body.model, TextGenerationModel) as lease:
         ids = check_token_ids(lease.model.limits, body.tokens, "tokens")
         text = lease.model.decode(ids)
-    return Response(content=encode(DetokenizeResponse(prompt=text)), media_type=MediaType.JSON)
+    return Response(content=msgspec.json.encode(DetokenizeResponse(prompt=text)), media_type=MediaType.JSON)
 
 
 ROUTES = [tokenize, detokenize]

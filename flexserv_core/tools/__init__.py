@@ -1,1 +1,0 @@
-"""Developer tools of the core (not part of the plugin API)."""
