@@ -55,8 +55,10 @@ class UnknownFieldWarnings:
             return
         new: list[str] = []
         full_now = False
+        examined = 0
         with self._lock:
             for path in paths[: self.scanned_per_request]:
+                examined += 1
                 key = (endpoint, quote(_INDEX.sub("[]", path)))
                 if key in self._warned or key[1] in new:
                     continue
@@ -78,9 +80,10 @@ class UnknownFieldWarnings:
             log.warning(
                 "ignoring field %r of %s requests: not a parameter this server knows (logged once)", pattern, endpoint
             )
-        if new and len(paths) > len(new):
+        # the fields not looked at; those already warned about were named before
+        if new and len(paths) > examined:
             log.warning(
-                "ignoring %d more unknown field(s) of this %s request, not listed", len(paths) - len(new), endpoint
+                "ignoring %d more unknown field(s) of this %s request, not listed", len(paths) - examined, endpoint
             )
 
 

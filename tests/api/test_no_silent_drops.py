@@ -76,13 +76,16 @@ async def test_suffix_is_unsupported(flexserv_client: Any) -> None:
 
 async def test_unknown_fields_warn_once(flexserv_client: Any, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="flexserv_core.api.field_warnings")
-    body = {"messages": [{"role": "user", "content": "hi", "colour": "red"}], "max_tokens": 2, "frobnicate_x": 1}
+    # names no other test sends: the warned-about set is the process's
+    body = {"messages": [{"role": "user", "content": "hi", "hue_once": "red"}], "max_tokens": 2, "frobnicate_once": 1}
     for _ in range(3):
         r = await flexserv_client.post(CHAT, json=body)
         assert r.status_code == 200, r.text
-    warnings = [rec.getMessage() for rec in caplog.records if "not a parameter" in rec.getMessage()]
-    assert len([w for w in warnings if "frobnicate_x" in w]) == 1
-    assert len([w for w in warnings if "messages[].colour" in w]) == 1
+    messages = [rec.getMessage() for rec in caplog.records]
+    warnings = [m for m in messages if "not a parameter" in m]
+    assert len([w for w in warnings if "frobnicate_once" in w]) == 1
+    assert len([w for w in warnings if "messages[].hue_once" in w]) == 1
+    assert not [m for m in messages if "not listed" in m]  # both were named, nothing left unlisted
 
 
 async def test_block_on_unexpected_fields_covers_nested_fields() -> None:
@@ -171,3 +174,16 @@ def test_remembered_unknown_field_names_are_bounded(caplog: pytest.LogCaptureFix
     assert caplog.records == []
     warnings.warn("/v1/x", ["y" * 10_000])
     assert max(len(rec.getMessage()) for rec in caplog.records) < 300  # a name is quoted cut
+
+
+def test_the_unlisted_count_is_the_fields_not_looked_at(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
+    warnings = UnknownFieldWarnings(lines_per_request=2)
+    warnings.warn("/v1/x", ["p1", "p2", "p3", "p4", "p5"])
+    lines = [rec.getMessage() for rec in caplog.records]
+    assert len(lines) == 3 and "ignoring 3 more unknown field(s)" in lines[-1]
+    caplog.clear()
+    warnings.warn("/v1/x", ["p1", "p2", "q1"])  # two named before, one new: nothing unlisted
+    assert [rec.getMessage() for rec in caplog.records] == [
+        "ignoring field 'q1' of /v1/x requests: not a parameter this server knows (logged once)"
+    ]
