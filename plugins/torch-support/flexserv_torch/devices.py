@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
 
 def pick_device(choice: str, *, mps: bool = True) -> str:
     """``auto`` -> ``cuda`` when available, else ``mps`` (unless the engine cannot use
@@ -17,8 +20,38 @@ def pick_device(choice: str, *, mps: bool = True) -> str:
     return "cpu"
 
 
+# oneDNN ISA names (ONEDNN_MAX_CPU_ISA, or its older spelling DNNL_MAX_CPU_ISA) that
+# cap the ISA below AVX512-BF16: with one of these oneDNN runs bf16 matmuls without
+# bf16 instructions, slower than float32, exactly as on a CPU that lacks them.
+_ONEDNN_ISAS_WITHOUT_BF16 = frozenset(
+    {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"}
+)
+# ATen capabilities (ATEN_CPU_CAPABILITY) below AVX512: the vectorized kernels then
+# have no bf16 paths worth using.
+_ATEN_CAPABILITIES_WITHOUT_BF16 = frozenset({"default", "avx2"})
+
+
+def cpu_isa_capped_below_bf16(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the environment caps PyTorch's CPU kernels below bf16 instructions:
+    ``ATEN_CPU_CAPABILITY`` set to ``default``/``avx2``, or ``ONEDNN_MAX_CPU_ISA``
+    (``DNNL_MAX_CPU_ISA``) set below ``AVX512_CORE_BF16``. PyTorch and oneDNN honour
+    these variables, so a machine with AMX set up this way computes like an AVX2-only
+    CPU, and the dtype choice must follow (that is how AVX2 behaviour is emulated)."""
+    env = os.environ if environ is None else environ
+    if env.get("ATEN_CPU_CAPABILITY", "").strip().lower() in _ATEN_CAPABILITIES_WITHOUT_BF16:
+        return True
+    for name in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
+        if env.get(name, "").strip().upper() in _ONEDNN_ISAS_WITHOUT_BF16:
+            return True
+    return False
+
+
 def cpu_has_fast_bf16() -> bool:
-    """Whether the CPU has bf16 matrix instructions (AMX or AVX512-BF16) that oneDNN uses."""
+    """Whether the CPU has bf16 matrix instructions (AMX or AVX512-BF16) that oneDNN
+    uses, and the environment does not cap PyTorch below them
+    (:func:`cpu_isa_capped_below_bf16`)."""
+    if cpu_isa_capped_below_bf16():
+        return False
     import torch
 
     checks = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")

@@ -44,7 +44,8 @@ class TransformersSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=T
         DType,
         _meta(
             "Weights and compute dtype. auto: bfloat16 on CUDA with bf16 support (else float16), "
-            "float16 on MPS, bfloat16 on CPUs with AMX or AVX512-BF16, else float32.",
+            "float16 on MPS, bfloat16 on CPUs with AMX or AVX512-BF16, else float32 (also when "
+            "ATEN_CPU_CAPABILITY=avx2/default or ONEDNN_MAX_CPU_ISA below AVX512_CORE_BF16 caps PyTorch's kernels).",
             aliases=("dtype",),
         ),
     ] = "auto"

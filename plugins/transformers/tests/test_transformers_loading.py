@@ -241,6 +241,22 @@ def test_auto_dtype_on_cpu():
 
 
 @pytest.mark.parametrize(
+    "env", [{"ATEN_CPU_CAPABILITY": "avx2"}, {"ONEDNN_MAX_CPU_ISA": "AVX2"}, {"ATEN_CPU_CAPABILITY": "default"}]
+)
+def test_auto_dtype_is_float32_when_the_environment_caps_the_cpu_at_avx2(monkeypatch, env):
+    """As on a real AVX2-only CPU, even on a machine with AMX (which is how AVX2 is emulated)."""
+    import torch
+
+    for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    assert resolve_dtype("auto", torch.device("cpu")) is torch.bfloat16
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert resolve_dtype("auto", torch.device("cpu")) is torch.float32
+
+
+@pytest.mark.parametrize(
     ("settings", "message"),
     [
         ({"quantization": "bnb-4bit", "device": "cpu"}, r"bitsandbytes quantization needs a CUDA GPU"),
