@@ -4,6 +4,8 @@ llama.cpp where transformers would run it in float32 on a CPU (AVX2-only CPUs)."
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -51,3 +53,20 @@ async def test_a_float32_cpu_serves_the_embedded_default_through_llamacpp(smollm
         assert r.json()["model"] == "SmolLM2-135M-Instruct"
         async with server.registry.acquire(None, TextGenerationModel) as lease:
             assert isinstance(lease.model, LlamaCppTextModel)
+
+
+def test_choosing_at_start_up_imports_no_torch(smollm_gguf: Path) -> None:
+    from flexserv_torch import no_accelerator_for_certain
+
+    if not no_accelerator_for_certain():
+        pytest.skip("with a GPU's device nodes present only torch can tell where models go")
+    probe = (
+        "import sys\n"
+        "from flexserv_core.testing import make_app\n"
+        "from flexserv_core import ModelKind\n"
+        "server = make_app(['transformers', 'llamacpp'], settings={'dtype': 'float32'}).state.flexserv\n"
+        "spec = server.catalog.default(ModelKind.TEXT)\n"
+        "print(server.registry.backend_for(spec).name, 'torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["llamacpp", "False"], out.stderr[-2000:]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from flexserv_llamacpp.gguf_info import GgufInfo, read_gguf_info
+from flexserv_llamacpp.gguf_info import GgufInfo, _int, read_gguf_info
 from flexserv_llamacpp.sizing import available_memory, plan_context
 
 from flexserv_core import ModelLoadError
@@ -18,6 +18,20 @@ def test_the_embedded_gguf_metadata(smollm_gguf: Path) -> None:
     assert (info.n_layers, info.n_kv_heads, info.key_length) == (30, 3, 64)
     assert info.kv_bytes_per_token == 23040
     assert info.chat_template and "<|im_start|>" in info.chat_template
+
+
+def test_the_metadata_equals_what_ggufs_own_reader_finds(smollm_gguf: Path) -> None:
+    gguf = pytest.importorskip("gguf")
+    fields = gguf.GGUFReader(str(smollm_gguf), "r").fields
+    info = read_gguf_info(smollm_gguf)
+    assert info.chat_template == fields["tokenizer.chat_template"].contents()
+    assert info.context_length == fields["llama.context_length"].contents()
+    assert info.n_kv_heads == fields["llama.attention.head_count_kv"].contents()
+
+
+def test_a_per_layer_array_counts_its_largest_entry() -> None:
+    assert _int("[2, 4, 8, 4]") == 8
+    assert _int("32") == 32 and _int(None, 7) == 7 and _int("", 3) == 3
 
 
 def test_not_a_gguf_is_a_load_error(tmp_path: Path) -> None:

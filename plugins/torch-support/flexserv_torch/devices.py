@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 
 def pick_device(choice: str, *, mps: bool = True) -> str:
@@ -46,13 +48,48 @@ def cpu_isa_capped_below_bf16(environ: Mapping[str, str] | None = None) -> bool:
     return False
 
 
-def cpu_has_fast_bf16() -> bool:
-    """Whether the CPU has bf16 matrix instructions (AMX or AVX512-BF16) that oneDNN
-    uses, and the environment does not cap PyTorch below them
-    (:func:`cpu_isa_capped_below_bf16`)."""
-    if cpu_isa_capped_below_bf16():
-        return False
+#: Linux's names for the CPU features PyTorch's bf16 check looks for (AMX tiles, AVX512-BF16).
+_BF16_CPU_FLAGS = frozenset({"amx_tile", "avx512_bf16"})
+
+
+def linux_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str] | None:
+    """The CPU's feature flags as Linux reports them (the first processor's), or
+    ``None`` where there is no such file."""
+    try:
+        with cpuinfo.open() as lines:
+            for line in lines:
+                if line.startswith("flags"):
+                    return frozenset(line.partition(":")[2].split())
+    except OSError:
+        return None
+    return None
+
+
+def cpu_hardware_has_bf16() -> bool:
+    """Whether the CPU has AMX or AVX512-BF16: from Linux's flags without importing
+    torch (start-up asks before torch is loaded), else from torch's own check."""
+    flags = linux_cpu_flags()
+    if flags is not None:
+        return bool(flags & _BF16_CPU_FLAGS)
     import torch
 
     checks = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
     return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in checks)
+
+
+def cpu_has_fast_bf16() -> bool:
+    """Whether the CPU has bf16 matrix instructions (AMX or AVX512-BF16) that oneDNN
+    uses (:func:`cpu_hardware_has_bf16`), and the environment does not cap PyTorch
+    below them (:func:`cpu_isa_capped_below_bf16`)."""
+    return not cpu_isa_capped_below_bf16() and cpu_hardware_has_bf16()
+
+
+#: Device nodes of GPU drivers torch uses on Linux (NVIDIA's, and AMD's ROCm).
+_GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
+
+
+def no_accelerator_for_certain() -> bool:
+    """True only where ``auto`` certainly resolves to the CPU, told without importing
+    torch: Linux with none of the GPU drivers' device nodes. Anywhere else (macOS's
+    MPS, a GPU's nodes present) ask torch (:func:`pick_device`)."""
+    return sys.platform.startswith("linux") and not any(os.path.exists(node) for node in _GPU_DEVICE_NODES)

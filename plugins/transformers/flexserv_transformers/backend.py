@@ -22,6 +22,7 @@ from flexserv_core import (
 from flexserv_transformers.settings import (
     TransformersSettings,
     check_quantization,
+    cpu_placement_without_torch,
     resolve_device,
     resolve_dtype,
 )
@@ -105,13 +106,15 @@ class TransformersBackend(Backend):
         installed, serves it. Any other source: the base preference (0)."""
         if spec.origin != "embedded" or not spec.source.endswith(".gguf"):
             return 0
-        from flexserv_transformers import prewarm
+        if self._placement is None and (cheap := cpu_placement_without_torch(self.settings.get(TransformersSettings))):
+            device, dtype = cheap  # the usual case, asked at start-up: no torch import for it
+        else:
+            from flexserv_transformers import prewarm
 
-        prewarm.wait()  # the placement imports torch: never from two threads at once
-        placement = self.placement(spec)
-        if placement is not None and placement.device == "cpu" and placement.dtype == "float32":
-            return 0
-        return EMBEDDED_PREFERENCE
+            prewarm.wait()  # the placement imports torch: never from two threads at once
+            placement = self.placement(spec)
+            device, dtype = (placement.device, placement.dtype) if placement else (None, None)
+        return 0 if (device, dtype) == ("cpu", "float32") else EMBEDDED_PREFERENCE
 
     def load(self, spec: ModelSpec, progress: ProgressCallback) -> TransformersTextModel:
         from flexserv_transformers import prewarm

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import msgspec
-from flexserv_torch import cpu_has_fast_bf16
+from flexserv_torch import cpu_has_fast_bf16, no_accelerator_for_certain
 
 from flexserv_core import UsageError
 from flexserv_transformers.engine_api import DEFAULT_ENGINE, ENGINES
@@ -152,6 +152,19 @@ def resolve_device(value: str) -> torch.device:
             f"invalid value for setting 'transformers_device' (--transformers-device): {value!r}; use auto, cpu, cuda, cuda:N or mps"
         )
     return device
+
+
+def cpu_placement_without_torch(settings: TransformersSettings) -> tuple[str, str] | None:
+    """``("cpu", dtype name)`` when the settings certainly place models on the CPU,
+    told without importing torch (the backend's choice at start-up asks before torch
+    is loaded); ``None`` where only torch can tell (:func:`resolve_device`)."""
+    device = settings.transformers_device
+    if device != "cpu" and not (device == "auto" and no_accelerator_for_certain()):
+        return None
+    dtype = settings.transformers_dtype
+    if dtype == "auto":
+        dtype = "bfloat16" if cpu_has_fast_bf16() else "float32"
+    return "cpu", dtype
 
 
 def resolve_dtype(value: DType, device: torch.device) -> torch.dtype:
