@@ -48,6 +48,18 @@ def test_draft_length_adapts_and_backs_off_when_nothing_is_accepted() -> None:
     assert state.failures == 0 and state.want() == 2
 
 
+def test_draft_length_starts_at_four_and_doubles_up_to_the_cap() -> None:
+    state = DraftState(32)
+    lengths = []
+    for _ in range(5):
+        lengths.append(state.want())
+        state.update(lengths[-1], lengths[-1])
+    assert lengths == [4, 8, 16, 32, 32]
+    state.update(32, 10)  # accepted under half: falls as before
+    assert state.want() == 11
+    assert DraftState(2).want() == 2  # a cap under four is the first length
+
+
 def _state(**params: object) -> SamplerState:
     return SamplerState(SamplingParams(max_tokens=100, **params), vocab_size=6)  # type: ignore[arg-type]
 
