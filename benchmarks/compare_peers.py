@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -205,6 +206,15 @@ def build_peers(args: argparse.Namespace, gguf: Path, checkpoint: Path) -> list[
                 # Only the transformers plugin: the text server alone, as the peers are.
                 env = {"FLEXSERV_PLUGINS": "transformers"}
                 peers.append(Peer(f"flexserv-{engine}", command, model=args.flexserv_model, env=env))
+                for variant, variant_env, variant_args in args.flexserv_variant:
+                    peers.append(
+                        Peer(
+                            f"flexserv-{engine}-{variant}",
+                            [*command, *variant_args],
+                            model=args.flexserv_model,
+                            env={**env, **variant_env},
+                        )
+                    )
         elif name == "flexserv-llamacpp":
             threads = str(args.llama_threads)
             command = [sys.executable, "-m", "flexserv_core", "run", "--host", "127.0.0.1", "--port", "{port}"]
@@ -362,7 +372,14 @@ def markdown(results: list[PeerResult], args: argparse.Namespace, baseline: str)
         head += [f"c={c} tok/s", f"c={c} TTFT p50", f"c={c} TTFT p95"]
     head += [f"c={top} E2E p95", "idle RSS", f"peak RSS at c={top}", f"same text as {baseline}", "load avg", "status"]
     rows = [head, ["---"] * len(head)]
-    base = next((r for r in results if r.name == baseline), None)
+    by_name = {r.name: r for r in results}
+    base = by_name.get(baseline)
+
+    def base_of(r: PeerResult) -> PeerResult | None:
+        """The baseline of ``r``'s round (``--rounds``: rows of round N end in ``-rN``)."""
+        _stem, sep, n = r.name.rpartition("-r")
+        return by_name.get(f"{baseline}-r{n}", base) if sep and n.isdigit() else base
+
     for r in results:
         row = [r.name]
         for c in levels:
@@ -374,7 +391,7 @@ def markdown(results: list[PeerResult], args: argparse.Namespace, baseline: str)
             )
         last = r.levels.get(top)
         row += [_s(last["e2e_s"]["p95"]) if last else "-", _gb(r.rss_idle), _gb(r.rss_peak.get(f"c={top}"))]
-        row += [_same(r, base), "/".join(f"{x:.1f}" for x in r.load_avg) or "-", r.status]
+        row += [_same(r, base_of(r)), "/".join(f"{x:.1f}" for x in r.load_avg) or "-", r.status]
         rows.append(row)
     lines = ["| " + " | ".join(row) + " |" for row in rows]
     if base is not None and base.levels:
@@ -386,14 +403,15 @@ def markdown(results: list[PeerResult], args: argparse.Namespace, baseline: str)
         rows = [head, ["---"] * len(head)]
         for r in results:
             row = [r.name]
+            own_base = base_of(r) or base
             for c in levels:
-                mine, theirs = r.levels.get(c), base.levels.get(c)
+                mine, theirs = r.levels.get(c), own_base.levels.get(c)
                 row += [
                     _ratio(mine and mine["output_tokens_per_s"], theirs and theirs["output_tokens_per_s"]),
                     _ratio(mine and mine["ttft_s"]["p95"], theirs and theirs["ttft_s"]["p95"]),
                 ]
             peak = r.rss_peak.get(f"c={top}")
-            row += [_ratio(peak, base.rss_peak.get(f"c={top}")), _ratio(peak, r.rss_idle)]
+            row += [_ratio(peak, own_base.rss_peak.get(f"c={top}")), _ratio(peak, r.rss_idle)]
             rows.append(row)
         lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
@@ -664,6 +682,20 @@ def write_results(results: list[PeerResult], args: argparse.Namespace, out_dir: 
     return text
 
 
+def variant_arg(value: str) -> tuple[str, dict[str, str], list[str]]:
+    """``"nospec=--transformers-speculative-draft-tokens 0"`` -> the variant's name, its
+    environment (leading ``VAR=value`` words) and its extra ``flexserv run`` arguments."""
+    name, sep, rest = value.partition("=")
+    if not sep or not name or any(c in name for c in " /"):
+        raise argparse.ArgumentTypeError(f"expected NAME=[VAR=value ...] [ARGS], got {value!r}")
+    words = shlex.split(rest)
+    env: dict[str, str] = {}
+    while words and "=" in words[0] and not words[0].startswith("-"):
+        key, _, val = words.pop(0).partition("=")
+        env[key] = val
+    return name, env, words
+
+
 def levels_arg(value: str) -> list[tuple[int, int]]:
     """``"1:5,20:20"`` -> ``[(1, 5), (20, 20)]`` (concurrency:requests)."""
     try:
@@ -693,6 +725,24 @@ def main() -> int:
     parser.add_argument("--device", default="cpu", help="Device of the transformers-based servers (cpu, cuda).")
     parser.add_argument("--flexserv-model", default="SmolLM2-135M-Instruct")
     parser.add_argument("--flexserv-args", default="", help="Extra 'flexserv run' arguments (one string).")
+    parser.add_argument(
+        "--flexserv-variant",
+        type=variant_arg,
+        action="append",
+        default=[],
+        metavar="NAME=[VAR=value ...] [ARGS]",
+        help="Another FlexServ row per engine, flexserv-ENGINE-NAME, started like the flexserv peer plus these "
+        "environment variables and 'flexserv run' arguments (after --flexserv-args), e.g. "
+        "'nospec=--transformers-speculative-draft-tokens 0' or 'avx2=ATEN_CPU_CAPABILITY=avx2 "
+        "ONEDNN_MAX_CPU_ISA=AVX2'. Repeatable; needs the flexserv peer.",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="Run the whole list of servers this many times, alternating (rows of later rounds end in -r2, -r3..., "
+        "and their ratios divide by the baseline of their own round).",
+    )
     parser.add_argument(
         "--llama-threads",
         type=int,
@@ -752,7 +802,11 @@ def main() -> int:
     load_before = os.getloadavg()[0]
     results: list[PeerResult] = []
     try:
-        for peer in build_peers(args, Path(gguf), checkpoint):
+        peers = build_peers(args, Path(gguf), checkpoint)
+        rounds = [peers] + [
+            [dataclasses.replace(peer, name=f"{peer.name}-r{n}") for peer in peers] for n in range(2, args.rounds + 1)
+        ]
+        for peer in (peer for round_peers in rounds for peer in round_peers):
             results.append(run_peer(args, peer, out_dir))
             print(f"[{peer.name}] {results[-1].status}", file=sys.stderr)
             write_results(results, args, out_dir, load_before)  # after each peer: an interrupted run keeps its rows

@@ -74,13 +74,14 @@ class EngineSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         msgspec.Meta(
             description="Prompt-lookup speculative decoding: the most tokens a decoding sequence drafts per step "
             "from an earlier occurrence of its last few tokens in its prompt or output, verified in the same "
-            "forward pass (same output at temperature 0, same distribution above it; the length adapts to how "
-            "many are accepted, and drafting stops for a sequence where it does not pay); 0: off. "
-            "Constrained (grammar) requests never speculate.",
+            "forward pass (same output at temperature 0, same distribution above it). A draft starts at 4 "
+            "tokens and doubles while drafts are accepted whole, up to this cap; it shrinks on rejections, and "
+            "drafting stops for a sequence where it does not pay; 0: off. Constrained (grammar) requests never "
+            "speculate.",
             ge=0,
             le=64,
         ),
-    ] = 8
+    ] = 32
     transformers_speculative_step_tokens: Annotated[
         int,
         msgspec.Meta(

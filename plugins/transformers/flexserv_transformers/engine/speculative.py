@@ -54,6 +54,9 @@ MIN_NGRAM = 2
 LOOKUP_WINDOW = 4096
 #: Steps a sequence waits before drafting again after its drafts kept failing.
 COOLDOWN_STEPS = 8
+#: The first draft's length (or the cap, when lower): short, since most drafts of a
+#: request that does not copy are rejected, and doubled while drafts are accepted whole.
+FIRST_DRAFT = 4
 
 
 def may_speculate(params: SamplingParams, grammar: TokenMatcher | None) -> bool:
@@ -89,9 +92,10 @@ def propose(tokens: list[int], max_tokens: int) -> list[int]:
 class DraftState:
     """One sequence's adaptive draft length.
 
-    It starts at ``max_draft // 2``; a draft accepted whole doubles it (up to
-    ``max_draft``), one accepted less than half shrinks it to what was accepted
-    plus one. ``COOLDOWN_STEPS`` steps without drafting follow a draft of which
+    It starts at ``FIRST_DRAFT`` tokens; a draft accepted whole doubles it (up to
+    ``max_draft``: 4, 8, 16, 32 under the default cap, so a request copying a long
+    passage soon verifies 32 tokens per forward pass), one accepted less than half
+    shrinks it to what was accepted plus one. ``COOLDOWN_STEPS`` steps without drafting follow a draft of which
     nothing was accepted, twice as many after each further one (up to 64 steps):
     a request whose output does not repeat its context soon stops paying for
     drafts, while one that starts copying later still gets them.
@@ -101,7 +105,7 @@ class DraftState:
 
     def __init__(self, max_draft: int) -> None:
         self.max_draft = max_draft
-        self.length = max(1, max_draft // 2)
+        self.length = max(1, min(FIRST_DRAFT, max_draft))
         self.failures = 0  # consecutive drafts with nothing accepted
         self.cooldown = 0
         self.wait = 0  # steps left before drafting again

@@ -48,6 +48,18 @@ def test_draft_length_adapts_and_backs_off_when_nothing_is_accepted() -> None:
     assert state.failures == 0 and state.want() == 2
 
 
+def test_draft_length_starts_at_four_and_doubles_up_to_the_cap() -> None:
+    state = DraftState(32)
+    lengths = []
+    for _ in range(5):
+        lengths.append(state.want())
+        state.update(lengths[-1], lengths[-1])
+    assert lengths == [4, 8, 16, 32, 32]
+    state.update(32, 10)  # accepted under half: falls as before
+    assert state.want() == 11
+    assert DraftState(2).want() == 2  # a cap under four is the first length
+
+
 def _state(**params: object) -> SamplerState:
     return SamplerState(SamplingParams(max_tokens=100, **params), vocab_size=6)  # type: ignore[arg-type]
 
@@ -139,3 +151,33 @@ def test_sampled_verification_keeps_the_distribution() -> None:
                 assert counts[k] == 0  # top-k removed it: never drawn, not even as a draft
                 continue
             assert abs(float(counts[k]) / n - p) < 4.5 * math.sqrt(p * (1 - p) / n) + 1e-9, (k, counts, expected)
+
+
+def test_batched_verification_equals_the_stepwise_one() -> None:
+    """The one-batch path (no penalties) keeps exactly the tokens, counts and
+    logprobs that processing one position at a time keeps, greedy, with a logit
+    bias and with logprobs, for drafts rejected anywhere or accepted whole."""
+    from flexserv_transformers.sampling import _verify_stepwise
+
+    gen = torch.Generator().manual_seed(3)
+    for trial in range(40):
+        logits = torch.randn(9, 6, generator=gen)
+        best = logits.argmax(-1).tolist()
+        cut = trial % 9  # the draft follows the argmax up to here, then differs
+        draft = [b if j < cut else (b + 1) % 6 for j, b in enumerate(best[:8])]
+        params = [
+            {"temperature": 0},
+            {"temperature": 0, "logit_bias": {2: 1.5}},
+            {"temperature": 0, "logprobs": True, "top_logprobs": 3},
+        ][trial % 3]
+        limit = 10 if trial % 4 else 1 + trial % 7
+        batched, stepwise = _state(**params), _state(**params)
+        out_b, acc_b = verify_draft(logits, batched, draft, limit=limit, stop_ids=frozenset({5}))
+        out_s, acc_s = _verify_stepwise(logits, stepwise, draft, limit=limit, stop_ids=frozenset({5}))
+        assert [t.token_id for t in out_b] == [t.token_id for t in out_s]
+        for b, s in zip(out_b, out_s, strict=True):
+            assert (b.logprob is None) == (s.logprob is None)
+            if b.logprob is not None and s.logprob is not None:
+                assert math.isclose(b.logprob, s.logprob, rel_tol=1e-6, abs_tol=1e-7)
+            assert [i for i, _ in b.top_logprobs or []] == [i for i, _ in s.top_logprobs or []]
+        assert acc_b == acc_s and batched.generated == stepwise.generated == len(out_b)
