@@ -152,7 +152,8 @@ async def fit(request: Request[Any, Any, Any]) -> dict[str, Any]:
         params=params,
         contamination=body.contamination,
         scaler=body.scaler_type,
-        features=rows.features,
+        # list or NPY rows carry no names: the schema's, when given, name their columns
+        features=rows.features if rows.features is not None or rows.texts is not None else features,
         input_type="text" if rows.texts is not None else "numeric",
         embedding_model=embedding,
         schema=body.schema,
@@ -200,7 +201,7 @@ async def fit(request: Request[Any, Any, Any]) -> dict[str, Any]:
             "parameters": params,
             "scaler_type": body.scaler_type,
         },
-        "encoder": {"schema": body.schema, "features": rows.features} if rows.features else None,
+        "encoder": {"schema": body.schema, "features": spec.features} if spec.features else None,
         "input_type": spec.input_type,
         "embedding_model": embedding,
         "training_stats": model.training_stats(),

@@ -115,3 +115,20 @@ def test_hostile_npy_payloads_are_refused_with_400s_naming_data(serve: Serve) ->
         assert wrong_type["param"].startswith("data")
         # After all that the model still scores.
         assert score(client, model="m", data=npy(rows))["total_count"] == 5
+
+
+@pytest.mark.slow
+def test_a_schema_names_the_columns_of_npy_and_list_rows(serve: Serve) -> None:
+    """Rows without names fitted with a ``schema``: the schema's order is the model's
+    features, so objects in any key order, and the same schema, score as those rows."""
+    train, _ = blobs(n=200, outliers=10, seed=5)
+    probe = train[:20]
+    schema = {"a": "numeric", "b": "numeric", "c": "numeric"}
+    shuffled = [{"c": r[2], "a": r[0], "b": r[1]} for r in probe.tolist()]
+    with serve() as client:
+        for name, data in (("as-npy", npy(train)), ("as-lists", train.tolist())):
+            result = fit(client, model=name, data=data, schema=schema)
+            assert result["encoder"] == {"schema": schema, "features": ["a", "b", "c"]}
+            expected = score(client, model=name, data=npy(probe))["data"]
+            assert score(client, model=name, data=shuffled)["data"] == expected
+            assert score(client, model=name, data=probe.tolist(), schema=schema)["data"] == expected
