@@ -38,10 +38,12 @@ _VALUE_BYTES = 1 << 20
 
 
 def _metadata(path: Path) -> dict[str, str]:
-    """Every metadata key of the GGUF as llama.cpp renders it (numbers as text, arrays
-    as ``[a, b, ...]``), read by llama.cpp itself with ``vocab_only``: the header and
-    the vocabulary, no weights. 50 ms for SmolLM2, where gguf's Python ``GGUFReader``
-    took 1.9 s building an object per vocabulary entry."""
+    """The GGUF's scalar metadata keys as llama.cpp renders them (numbers as text),
+    read by llama.cpp itself with ``vocab_only``: the header and the vocabulary, no
+    weights. 50 ms for SmolLM2, where gguf's Python ``GGUFReader`` took 1.9 s building
+    an object per vocabulary entry. Array-valued keys are absent: llama.cpp's model
+    metadata leaves them out (``llama_model::load_hparams``), so a per-layer array
+    (e.g. ``head_count_kv`` of some architectures) reads as a missing key here."""
     from flexserv_llamacpp.binding import _llama
 
     llama = _llama()
