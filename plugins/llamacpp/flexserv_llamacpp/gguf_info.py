@@ -76,12 +76,35 @@ def _int(text: str | None, default: int = 0) -> int:
     return max(numbers, default=default)
 
 
+def _with_gguf_reader(path: Path, keys: list[str]) -> dict[str, str]:
+    """``keys`` read with gguf's Python reader (slow: 1.9 s for SmolLM2), arrays
+    rendered ``[a, b, ...]``: for the keys llama.cpp's metadata leaves out."""
+    from gguf import GGUFReader
+
+    fields = GGUFReader(str(path), "r").fields
+    found: dict[str, str] = {}
+    for key in keys:
+        field = fields.get(key)
+        if field is not None:
+            value = field.contents()
+            found[key] = f"[{', '.join(map(str, value))}]" if isinstance(value, list) else str(value)
+    return found
+
+
 def read_gguf_info(path: Path) -> GgufInfo:
-    """The metadata of the GGUF at ``path``; a :class:`ModelLoadError` if it is not one."""
+    """The metadata of the GGUF at ``path``; a :class:`ModelLoadError` if it is not one.
+
+    The KV-cache geometry must be right (the memory check sizes the cache from it):
+    a geometry key llama.cpp's metadata lacks, an array such as per-layer head counts,
+    is read again with gguf's reader."""
     meta = _metadata(path)
     arch = meta.get("general.architecture", "")
     if not arch:
         raise ModelLoadError(f"{path.name} has no general.architecture: not a model GGUF.", param="model")
+    geometry = [f"{arch}.{key}" for key in ("block_count", "embedding_length", "attention.head_count")]
+    geometry.append(f"{arch}.attention.head_count_kv")
+    if missing := [key for key in geometry if key not in meta]:
+        meta.update(_with_gguf_reader(path, missing))
     n_heads = _int(meta.get(f"{arch}.attention.head_count"))
     embedding = _int(meta.get(f"{arch}.embedding_length"))
     head_dim = embedding // n_heads if n_heads else 0

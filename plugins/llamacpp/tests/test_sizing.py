@@ -29,6 +29,24 @@ def test_the_metadata_equals_what_ggufs_own_reader_finds(smollm_gguf: Path) -> N
     assert info.n_kv_heads == fields["llama.attention.head_count_kv"].contents()
 
 
+def test_geometry_llama_cpp_leaves_out_is_read_with_ggufs_reader(
+    smollm_gguf: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """llama.cpp's model metadata has no array-valued keys (per-layer head counts of
+    some architectures): those are read again, so the KV cache is never sized from a
+    default."""
+    from flexserv_llamacpp import gguf_info
+
+    real = gguf_info._metadata
+
+    def without_head_counts(path: Path) -> dict[str, str]:
+        return {k: v for k, v in real(path).items() if "head_count" not in k}
+
+    monkeypatch.setattr(gguf_info, "_metadata", without_head_counts)
+    info = read_gguf_info(smollm_gguf)
+    assert (info.n_kv_heads, info.key_length, info.kv_bytes_per_token) == (3, 64, 23040)
+
+
 def test_a_per_layer_array_counts_its_largest_entry() -> None:
     assert _int("[2, 4, 8, 4]") == 8
     assert _int("32") == 32 and _int(None, 7) == 7 and _int("", 3) == 3
