@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Mapping
@@ -52,9 +53,10 @@ def cpu_isa_capped_below_bf16(environ: Mapping[str, str] | None = None) -> bool:
 _BF16_CPU_FLAGS = frozenset({"amx_tile", "avx512_bf16"})
 
 
+@functools.cache
 def linux_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str] | None:
     """The CPU's feature flags as Linux reports them (the first processor's), or
-    ``None`` where there is no such file."""
+    ``None`` where there is no such file. Read once (health asks on every probe)."""
     try:
         with cpuinfo.open() as lines:
             for line in lines:
