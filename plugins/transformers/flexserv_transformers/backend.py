@@ -106,15 +106,16 @@ class TransformersBackend(Backend):
         installed, serves it. Any other source: the base preference (0)."""
         if spec.origin != "embedded" or not spec.source.endswith(".gguf"):
             return 0
-        if self._placement is None and (cheap := cpu_placement_without_torch(self.settings.get(TransformersSettings))):
-            device, dtype = cheap  # the usual case, asked at start-up: no torch import for it
-        else:
+        where: tuple[str | None, str | None] | None = None
+        if self._placement is None:  # the usual case, asked at start-up: no torch import for it
+            where = cpu_placement_without_torch(self.settings.get(TransformersSettings))
+        if where is None:
             from flexserv_transformers import prewarm
 
             prewarm.wait()  # the placement imports torch: never from two threads at once
             placement = self.placement(spec)
-            device, dtype = (placement.device, placement.dtype) if placement else (None, None)
-        return 0 if (device, dtype) == ("cpu", "float32") else EMBEDDED_PREFERENCE
+            where = (placement.device, placement.dtype) if placement else (None, None)
+        return 0 if where == ("cpu", "float32") else EMBEDDED_PREFERENCE
 
     def load(self, spec: ModelSpec, progress: ProgressCallback) -> TransformersTextModel:
         from flexserv_transformers import prewarm
