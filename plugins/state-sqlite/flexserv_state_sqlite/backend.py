@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,6 +35,24 @@ def sqlite_path(url: str) -> Path:
     if not rest or "?" in rest or "#" in rest:
         raise ValueError(f"state URL {url!r}: expected sqlite:///PATH (no query)")
     return Path(rest).expanduser()
+
+
+def _enable_wal(conn: sqlite3.Connection) -> None:
+    """Switch the file to WAL mode, waiting out other processes doing the same.
+
+    On a new file two connections switching at once each hold a shared lock and want
+    an exclusive one; SQLite answers one of them "database is locked" at once, without
+    its busy handler (that wait could never end), so the switch is retried here, for
+    as long as any other lock would be waited for."""
+    deadline = time.monotonic() + BUSY_TIMEOUT
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 class SqliteBackend(StateBackend):
@@ -83,7 +102,7 @@ class SqliteBackend(StateBackend):
         self.blobs.directory.mkdir(exist_ok=True)
         conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
+            _enable_wal(conn)
             # WAL with NORMAL: a killed process loses no commit; a power cut may lose the last ones, never half of one
             conn.execute("PRAGMA synchronous=NORMAL")
             migrate(conn, self.url)
