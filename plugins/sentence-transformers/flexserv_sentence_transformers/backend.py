@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from flexserv_torch import cpu_has_fast_bf16, pick_device
+from flexserv_torch import cpu_default_dtype, pick_device
 
 from flexserv_core import Backend, LoadedModel, ModelKind, ModelLoadError, ModelSpec, ProgressCallback
 from flexserv_sentence_transformers.settings import SentenceTransformersSettings
@@ -21,7 +21,7 @@ def pick_dtype(choice: str, device: str) -> str:
     """
     if choice != "auto":
         return choice
-    return "bfloat16" if device == "cpu" and cpu_has_fast_bf16() else "float32"
+    return cpu_default_dtype() if device == "cpu" else "float32"
 
 
 class SentenceTransformersBackend(Backend):

@@ -25,10 +25,10 @@ QUERIES = ["What is the capital of France?", "How do plants make energy?", "Wher
 
 
 def test_auto_is_bf16_only_on_a_bf16_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(backend, "cpu_has_fast_bf16", lambda: True)
+    monkeypatch.setattr(backend, "cpu_default_dtype", lambda: "bfloat16")
     assert pick_dtype("auto", "cpu") == "bfloat16"
     assert pick_dtype("auto", "cuda") == pick_dtype("auto", "mps") == "float32"
-    monkeypatch.setattr(backend, "cpu_has_fast_bf16", lambda: False)
+    monkeypatch.setattr(backend, "cpu_default_dtype", lambda: "float32")
     assert pick_dtype("auto", "cpu") == "float32"
     assert pick_dtype("float32", "cpu") == "float32" and pick_dtype("bfloat16", "cuda") == "bfloat16"
 

@@ -86,6 +86,12 @@ def cpu_has_fast_bf16() -> bool:
     return not cpu_isa_capped_below_bf16() and cpu_hardware_has_bf16()
 
 
+def cpu_default_dtype() -> str:
+    """The dtype torch plugins compute in on this CPU by default: ``bfloat16`` where it
+    has fast bf16 (:func:`cpu_has_fast_bf16`), else ``float32``."""
+    return "bfloat16" if cpu_has_fast_bf16() else "float32"
+
+
 #: Device nodes of GPU drivers torch uses on Linux (NVIDIA's, and AMD's ROCm).
 _GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import msgspec
-from flexserv_torch import cpu_has_fast_bf16, no_accelerator_for_certain
+from flexserv_torch import cpu_default_dtype, no_accelerator_for_certain
 
 from flexserv_core import UsageError
 from flexserv_transformers.engine_api import DEFAULT_ENGINE, ENGINES
@@ -162,9 +162,7 @@ def cpu_placement_without_torch(settings: TransformersSettings) -> tuple[str, st
     if device != "cpu" and not (device == "auto" and no_accelerator_for_certain()):
         return None
     dtype = settings.transformers_dtype
-    if dtype == "auto":
-        dtype = "bfloat16" if cpu_has_fast_bf16() else "float32"
-    return "cpu", dtype
+    return "cpu", cpu_default_dtype() if dtype == "auto" else dtype
 
 
 def resolve_dtype(value: DType, device: torch.device) -> torch.dtype:
@@ -182,7 +180,8 @@ def resolve_dtype(value: DType, device: torch.device) -> torch.dtype:
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     if device.type == "mps":
         return torch.float16
-    return torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
+    cpu_dtype: torch.dtype = getattr(torch, cpu_default_dtype())
+    return cpu_dtype
 
 
 def check_quantization(quantization: Quantization, device: torch.device, dtype: torch.dtype | None = None) -> None:
