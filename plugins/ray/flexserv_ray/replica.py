@@ -22,10 +22,10 @@ from typing import Any
 
 import httpx
 import msgspec
+from flexserv_embeddings import EmbeddingModel
 from ray import serve
 
 from flexserv_core import (
-    EmbeddingModel,
     FlexServer,
     FlexServError,
     LoadedModel,
