@@ -26,11 +26,6 @@ from flexserv_core.backends.base import (
     TextLimits,
     TokenDelta,
     TopLogprob,
-    Transcription,
-    TranscriptionModel,
-    TranscriptionSegment,
-    TranscriptionTask,
-    TranscriptionWord,
 )
 from flexserv_core.commands import Command, CommandContext
 from flexserv_core.constraints import (
@@ -202,11 +197,6 @@ __all__ = [
     "ToolStreamEvent",
     "ToolStreamer",
     "TopLogprob",
-    "Transcription",
-    "TranscriptionModel",
-    "TranscriptionSegment",
-    "TranscriptionTask",
-    "TranscriptionWord",
     "UnloadResult",
     "UnsupportedMediaType",
     "UnsupportedParameter",

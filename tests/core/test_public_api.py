@@ -39,7 +39,6 @@ def test_facade_has_what_plugins_need() -> None:
     # The names the platform design promises plugins; removing one breaks them.
     promised = {
         "hookimpl", "hookspec", "PROJECT_NAME", "Backend", "LoadedModel", "TextGenerationModel",
-        "TranscriptionModel", "Transcription", "TranscriptionSegment",
         "SamplingParams", "TokenDelta", "TopLogprob", "FinishReason", "ProgressCallback",
         "RESERVED_TEMPLATE_KWARGS", "ModelSpec", "ModelKind", "RequestContext", "FlexServer", "Stash",
         "StashKey", "Settings", "default_cache_dir", "ModelEvent", "ModelEventType", "EvictionReason",
@@ -86,6 +85,8 @@ SHARED_LIBRARIES = {
     "flexserv-batching": ("flexserv_batching", ROOT / "plugins" / "batching" / "flexserv_batching"),
     # a plugin (/v1/embeddings) that is also the library of embedding backends (EmbeddingModel)
     "flexserv-embeddings": ("flexserv_embeddings", ROOT / "plugins" / "embeddings" / "flexserv_embeddings"),
+    # a plugin (the audio routes) that is also the library of transcription backends (TranscriptionModel)
+    "flexserv-audio": ("flexserv_audio", ROOT / "plugins" / "audio" / "flexserv_audio"),
 }
 
 
@@ -206,8 +207,7 @@ FACADE = {
     "SystemResourceSnapshot", "TextGenerationModel", "TextLimits", "TextSession", "TokenDelta",
     "TokenMatcher", "Tool", "ToolCallDelta", "ToolCallFragment", "ToolCallStream", "ToolChoice",
     "ToolParser", "ToolParsers", "ToolPlan", "ToolStreamer", "ToolStreamEvent", "TooManyRequests",
-    "TopLogprob", "Transcription", "TranscriptionModel", "TranscriptionSegment", "TranscriptionTask",
-    "TranscriptionWord", "UnloadResult", "UnsupportedMediaType", "UnsupportedParameter", "until_disconnect",
+    "TopLogprob", "UnloadResult", "UnsupportedMediaType", "UnsupportedParameter", "until_disconnect",
     "UsageError", "validate_body"
 }  # fmt: skip
 TESTING_KIT = {

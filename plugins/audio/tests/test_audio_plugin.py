@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from flexserv_audio import Transcription, TranscriptionModel
 from flexserv_audio.routes import UNSUPPORTED
 from flexserv_audio.schemas import TranscriptionSettings
 
@@ -17,8 +18,6 @@ from flexserv_core import (
     ModelKind,
     ModelSpec,
     ProgressCallback,
-    Transcription,
-    TranscriptionModel,
     create_plugin_manager,
     hookimpl,
     resolve_plugin_settings,

@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 import msgspec
+from flexserv_audio import TranscriptionModel
 from flexserv_embeddings import EmbeddingModel
 from ray import serve
 
@@ -32,7 +33,6 @@ from flexserv_core import (
     ModelKind,
     ModelSpec,
     TextGenerationModel,
-    TranscriptionModel,
     create_app,
     hookimpl,
 )
