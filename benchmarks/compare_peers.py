@@ -448,7 +448,9 @@ def embedding_peers(args: argparse.Namespace, path: Path) -> list[Peer]:
         if peer == "flexserv":
             command = [sys.executable, "-m", "flexserv_core", "run", "--host", "127.0.0.1", "--port", "{port}"]
             command += shlex.split(args.flexserv_args)
-            peers.append(Peer("flexserv", command, model=name, env={"FLEXSERV_PLUGINS": "sentence-transformers"}))
+            peers.append(
+                Peer("flexserv", command, model=name, env={"FLEXSERV_PLUGINS": "sentence-transformers,embeddings"})
+            )
         elif peer == "infinity":
             command = [str(venv_python(args.venv)), "-m", "infinity_emb.cli", "v2", "--model-id", str(path)]
             command += ["--served-model-name", name, "--host", "127.0.0.1", "--port", "{port}", "--device", "cpu"]

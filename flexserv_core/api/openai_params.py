@@ -22,7 +22,6 @@ from flexserv_core.errors import UnsupportedParameter
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
-EMBEDDINGS = "/v1/embeddings"
 
 
 def _never(value: Any) -> bool:
@@ -50,7 +49,6 @@ UNSUPPORTED: dict[str, dict[str, tuple[Callable[[Any], bool], str]]] = {
         "verbosity": (_never, "'verbosity' is not supported"),
     },
     COMPLETIONS: {},
-    EMBEDDINGS: {},
 }
 
 #: endpoint -> bookkeeping parameters accepted and ignored.
@@ -67,7 +65,6 @@ IGNORED: dict[str, frozenset[str]] = {
         }
     ),
     COMPLETIONS: frozenset({"user"}),
-    EMBEDDINGS: frozenset({"user"}),
 }
 
 

@@ -4,16 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
-
-from flexserv_core.api import chat, completions, embeddings, models_routes
+from flexserv_core.api import chat, completions, models_routes
 from flexserv_core.hookspecs import hookimpl
 from flexserv_core.settings import Settings
-
-
-@hookimpl
-def flexserv_add_settings() -> list[type[msgspec.Struct]]:
-    return [embeddings.EmbeddingSettings]
 
 
 @hookimpl
@@ -22,5 +15,4 @@ def flexserv_register_routes(settings: Settings) -> list[Any]:
         *models_routes.ROUTES,
         *chat.ROUTES,
         *completions.ROUTES,
-        *embeddings.ROUTES,
     ]

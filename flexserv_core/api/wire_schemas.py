@@ -24,24 +24,6 @@ class ErrorResponse(Struct, kw_only=True):
     error: ErrorDetail
 
 
-class EmbeddingObject(Struct, kw_only=True):
-    object: Literal["embedding"] = "embedding"
-    index: int
-    embedding: list[float] | str  # str: base64 of little-endian float32 (encoding_format="base64")
-
-
-class EmbeddingUsage(Struct, kw_only=True):
-    prompt_tokens: int
-    total_tokens: int
-
-
-class EmbeddingResponse(Struct, kw_only=True):
-    object: Literal["list"] = "list"
-    data: list[EmbeddingObject]
-    model: str
-    usage: EmbeddingUsage
-
-
 class ModelObject(Struct, kw_only=True):
     id: str
     object: Literal["model"] = "model"

@@ -180,12 +180,6 @@ class ServerMetrics:
             buckets=REQUEST_BUCKETS,
             registry=r,
         )
-        self.embedding_inputs = Counter(
-            f"{PREFIX}embedding_inputs", "Inputs embedded (texts or token lists).", [MODEL], registry=r
-        )
-        self.embedding_tokens = Counter(
-            f"{PREFIX}embedding_tokens", "Tokens embedded (as the responses' usage).", [MODEL], registry=r
-        )
 
     def register(self, collectors: Iterable[Collector]) -> None:
         """Add collectors (the core's own and the plugins')."""

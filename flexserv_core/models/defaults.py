@@ -58,6 +58,7 @@ FIRST_PARTY_DISTRIBUTIONS: frozenset[str] = frozenset(
         "flexserv-ocr",
         "flexserv-files",
         "flexserv-docs",
+        "flexserv-embeddings",
     }
 )
 

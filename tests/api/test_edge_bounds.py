@@ -135,7 +135,7 @@ async def test_long_model_ids_come_back_cut(fake: FakeBackendPlugin) -> None:
     from flexserv_core.testing import app_client, make_app
 
     model = "m" * 100_000
-    async with app_client(make_app([fake])) as client:
+    async with app_client(make_app([fake, "embeddings"])) as client:
         for path in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings"):
             body = {"model": model, "messages": USER, "prompt": "a", "input": "a"}
             error = assert_error(await client.post(path, json=body), 404, "model", "model_not_found")

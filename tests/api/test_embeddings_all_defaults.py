@@ -15,7 +15,7 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 @pytest.fixture
 def flexserv_plugins() -> list[object | str]:
-    return ["transformers", "sentence-transformers", "audio", "whisper"]
+    return ["transformers", "embeddings", "sentence-transformers", "audio", "whisper"]
 
 
 async def test_all_three_defaults_are_offered_and_two_serve(

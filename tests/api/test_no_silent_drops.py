@@ -89,7 +89,7 @@ async def test_unknown_fields_warn_once(flexserv_client: Any, caplog: pytest.Log
 
 
 async def test_block_on_unexpected_fields_covers_nested_fields() -> None:
-    app = make_app([FakeBackendPlugin()], settings={"block_on_unexpected_fields": True})
+    app = make_app([FakeBackendPlugin(), "embeddings"], settings={"block_on_unexpected_fields": True})
     async with app_client(app) as client:
         cases = [
             (CHAT, {"messages": [{"role": "user", "content": "hi", "colour": "red"}]}, "messages[0].colour"),

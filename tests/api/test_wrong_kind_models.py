@@ -20,7 +20,7 @@ ENDPOINTS: dict[str, tuple[str, dict[str, Any]]] = {
 
 
 async def test_each_endpoint_refuses_the_embedded_models_of_the_other_kinds() -> None:
-    app = make_app(["transformers", "sentence-transformers", "audio", "whisper"])
+    app = make_app(["transformers", "embeddings", "sentence-transformers", "audio", "whisper"])
     catalog = app.state.flexserv.catalog
     models = {kind: catalog.default(kind) for kind in ENDPOINTS}
     assert all(models.values()), models

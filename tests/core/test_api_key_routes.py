@@ -25,6 +25,7 @@ PLUGINS: list[object | str] = [
     "whisper",
     "resources",
     "audio",
+    "embeddings",
     "oom-monitor",
 ]
 

@@ -24,7 +24,7 @@ SOCKET_TIMEOUT = 15.0  # a connection the server should have dropped by then fai
 
 @contextmanager
 def served(**settings: Any) -> Iterator[tuple[str, ServedApp]]:
-    app = make_app(settings=settings)
+    app = make_app(["embeddings"], settings=settings)  # the slow bodies go to /v1/embeddings
     served_app = ServedApp(app)
     with served_app as url:
         yield url, served_app

@@ -17,8 +17,8 @@ async def test_every_metric_the_dashboard_queries_is_exported() -> None:
     dashboard = json.loads(DASHBOARD.read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     used = {re.sub(r"_(bucket|total)$", "", m) for e in exprs for m in re.findall(r"flexserv:\w+", e)}
-    # the audio panel's counter is the audio plugin's: the dashboard covers the default install
-    async with app_client(make_app([FakeBackendPlugin(), "audio"])) as client:
+    # the audio and embeddings panels' counters are those plugins': the dashboard covers the default install
+    async with app_client(make_app([FakeBackendPlugin(), "audio", "embeddings"])) as client:
         await client.post(
             "/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
         )

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from flexserv_core.backends.base import (
-    EmbeddingModel,
     LoadedModel,
     ProgressCallback,
     TextGenerationModel,
@@ -162,6 +161,12 @@ async def test_shutdown_unloads_everything() -> None:
     assert fake.backend.models[0].unloaded
 
 
+class EmbeddingKindModel(LoadedModel):
+    """A model class of the embedding kind (the ``embeddings`` plugin's ``EmbeddingModel`` is one)."""
+
+    kind = ModelKind.EMBEDDING
+
+
 async def test_acquire_is_typed_by_the_model_class() -> None:
     app = make_app([FakeBackendPlugin()])
     async with app_client(app):
@@ -169,7 +174,7 @@ async def test_acquire_is_typed_by_the_model_class() -> None:
         async with registry.acquire("fake-model", TextGenerationModel) as lease:
             assert isinstance(lease.model, FakeTextModel) and lease.spec.name == "fake-model"
         with pytest.raises(InvalidRequest) as info:
-            async with registry.acquire("fake-model", EmbeddingModel):
+            async with registry.acquire("fake-model", EmbeddingKindModel):
                 pass
         assert info.value.code == "model_kind_mismatch" and info.value.param == "model"
 

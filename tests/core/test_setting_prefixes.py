@@ -27,6 +27,8 @@ SPEC_ALIASES: dict[str, frozenset[str]] = {
     ),
     # the names these settings had while the audio API was part of the core
     "audio": frozenset({"max_audio_bytes", "max_audio_seconds"}),
+    # the names these settings had while the embeddings API was part of the core
+    "embeddings": frozenset({"max_embedding_inputs", "embedding_truncate"}),
     # the name it had while documents were part of the core
     "ocr": frozenset({"max_document_page_images"}),
     "oom-monitor": frozenset({"oom_ram_threshold", "oom_vram_threshold", "oom_check_interval"}),

@@ -212,7 +212,7 @@ def _derived_from_input(path: str) -> bool:
 
 async def test_no_file_is_opened_because_of_a_request() -> None:
     fake = FakeBackendPlugin()
-    app = make_app([fake, "audio"])
+    app = make_app([fake, "audio", "embeddings"])
     async with app_client(app) as client:
         r = await client.post(CHAT, json={"messages": USER, "max_tokens": 1})  # load the model outside the recording
         assert r.status_code == 200
@@ -258,7 +258,7 @@ async def test_hostile_input_over_http_against_a_real_server(tmp_path: Path) -> 
         "FLEXSERV_CACHE_DIR": str(tmp_path / "cache"),
     }
     port = free_port()
-    cmd = flexserv_cmd("run", "--port", str(port), "-p", "hostilefake", "--log-level", "warning")
+    cmd = flexserv_cmd("run", "--port", str(port), "-p", "hostilefake", "-p", "embeddings", "--log-level", "warning")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     base = f"http://127.0.0.1:{port}"
     try:

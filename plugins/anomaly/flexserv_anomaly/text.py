@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+from flexserv_embeddings import EmbeddingModel
 
 from flexserv_anomaly.settings import AnomalySettings
-from flexserv_core import EmbeddingModel, FlexServer, InvalidRequest, ModelKind
+from flexserv_core import FlexServer, InvalidRequest, ModelKind
 
-#: Texts per ``embed`` call: the core's embeddings route accepts 2048 per request by default.
+#: Texts per ``embed`` call: the embeddings route accepts 2048 per request by default.
 CHUNK = 256
 
 

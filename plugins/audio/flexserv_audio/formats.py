@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flexserv_core import Transcription, TranscriptionSegment
+from flexserv_audio import Transcription, TranscriptionSegment
 
 
 def _timestamp(seconds: float, separator: str) -> str:

@@ -21,6 +21,7 @@ from litestar.exceptions import ClientException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.handlers import HTTPRouteHandler
 
+from flexserv_audio import TranscriptionModel
 from flexserv_audio.decode import load_audio
 from flexserv_audio.formats import render
 from flexserv_audio.metrics import counts_for
@@ -42,7 +43,6 @@ from flexserv_core import (
     PayloadTooLarge,
     Settings,
     SSEGenerator,
-    TranscriptionModel,
     UnsupportedMediaType,
     UnsupportedParameter,
     error_event,

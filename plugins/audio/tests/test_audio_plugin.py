@@ -1,6 +1,6 @@
 """The audio API is a plugin: on by default through its entry point, and
-``-p no:audio`` removes its routes (an OpenAI-shaped 404) while chat and embeddings
-are still served. A tiny fake transcription model stands in for Whisper."""
+``-p no:audio`` removes its routes (an OpenAI-shaped 404) while chat and the model
+list are still served. A tiny fake transcription model stands in for Whisper."""
 
 from __future__ import annotations
 
@@ -8,19 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from flexserv_audio import Transcription, TranscriptionModel
 from flexserv_audio.routes import UNSUPPORTED
 from flexserv_audio.schemas import TranscriptionSettings
 
 from flexserv_core import (
     Backend,
-    EmbeddingModel,
-    EmbeddingResult,
     LoadedModel,
     ModelKind,
     ModelSpec,
     ProgressCallback,
-    Transcription,
-    TranscriptionModel,
     create_plugin_manager,
     hookimpl,
     resolve_plugin_settings,
@@ -44,19 +41,8 @@ class EchoTranscriber(TranscriptionModel):
         pass
 
 
-class UnitEmbedder(EmbeddingModel):
-    dimensions = 2
-    max_input_tokens = 16
-
-    async def embed(self, inputs: list[str] | list[list[int]], *, truncate: bool = True) -> EmbeddingResult:
-        return EmbeddingResult(vectors=[[1.0, 0.0] for _ in inputs], prompt_tokens=len(inputs))
-
-    def unload(self) -> None:
-        pass
-
-
 class FakeBackends:
-    """A transcription and an embedding model, offered as ``echo`` and ``unit``."""
+    """A transcription model, offered as ``echo``."""
 
     class Loader(Backend):
         def __init__(self, name: str, kind: ModelKind, model: type[LoadedModel]) -> None:
@@ -67,16 +53,12 @@ class FakeBackends:
 
     @hookimpl
     def flexserv_register_backends(self, settings: Any) -> list[Backend]:
-        return [
-            self.Loader("echo", ModelKind.TRANSCRIPTION, EchoTranscriber),
-            self.Loader("unit", ModelKind.EMBEDDING, UnitEmbedder),
-        ]
+        return [self.Loader("echo", ModelKind.TRANSCRIPTION, EchoTranscriber)]
 
     @hookimpl
     def flexserv_default_models(self, settings: Any) -> list[ModelSpec]:
         return [
-            ModelSpec(name=n, kind=k, source=f"{n}://", backend=n, origin="embedded")
-            for n, k in (("echo", ModelKind.TRANSCRIPTION), ("unit", ModelKind.EMBEDDING))
+            ModelSpec(name="echo", kind=ModelKind.TRANSCRIPTION, source="echo://", backend="echo", origin="embedded")
         ]
 
 
@@ -112,9 +94,6 @@ async def test_without_the_plugin_its_routes_are_404_and_the_rest_is_served(path
         assert gone.status_code == 404, gone.text
         assert gone.json()["error"]["type"] == "invalid_request_error"
         assert (await client.post("/v1/chat/completions", json=CHAT)).status_code == 200
-        embedded = await client.post("/v1/embeddings", json={"model": "unit", "input": "hi"})
-        assert embedded.status_code == 200, embedded.text
-        assert embedded.json()["data"][0]["embedding"] == [1.0, 0.0]
         assert (await client.get("/v1/models")).status_code == 200
 
 

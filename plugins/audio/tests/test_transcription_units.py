@@ -6,17 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from flexserv_audio import Transcription, TranscriptionModel, TranscriptionSegment, TranscriptionTask, TranscriptionWord
 from flexserv_audio.formats import render
 from flexserv_audio.routes import DeltaJoiner
 
 from flexserv_core import (
     ModelKind,
     ModelSpec,
-    Transcription,
-    TranscriptionModel,
-    TranscriptionSegment,
-    TranscriptionTask,
-    TranscriptionWord,
 )
 
 

@@ -31,7 +31,9 @@ class PluginRoutes:
 
 
 def _app(*, block: tuple[str, ...] = (), **settings: Any) -> Any:
-    return make_app([FakeBackendPlugin(), PluginRoutes(), "audio", "docs", "tokenize"], settings=settings, block=block)
+    return make_app(
+        [FakeBackendPlugin(), PluginRoutes(), "audio", "docs", "embeddings", "tokenize"], settings=settings, block=block
+    )
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ async def test_real_embedding_model_is_evicted_on_real_ram_reading(caplog: pytes
     threshold = max(0.5, round(used / 2, 1))  # below the current use: always met
     recorder = EventRecorder()
     app = make_app(
-        ["sentence-transformers", "resources", "oom-monitor", recorder],
+        ["embeddings", "sentence-transformers", "resources", "oom-monitor", recorder],
         settings={
             "oom_monitor": True,
             "oom_monitor_ram_threshold": threshold,

@@ -22,17 +22,17 @@ from typing import Any
 
 import httpx
 import msgspec
+from flexserv_audio import TranscriptionModel
+from flexserv_embeddings import EmbeddingModel
 from ray import serve
 
 from flexserv_core import (
-    EmbeddingModel,
     FlexServer,
     FlexServError,
     LoadedModel,
     ModelKind,
     ModelSpec,
     TextGenerationModel,
-    TranscriptionModel,
     create_app,
     hookimpl,
 )

@@ -9,17 +9,11 @@ import msgspec
 import numpy as np
 import torch
 from flexserv_batching import MicroBatcher
+from flexserv_embeddings import EmbeddingModel, EmbeddingResult
 from flexserv_torch import IntraOpThreads, use_all_intra_op_threads
 from sentence_transformers import SentenceTransformer
 
-from flexserv_core import (
-    ContextLengthExceeded,
-    EmbeddingModel,
-    EmbeddingResult,
-    EngineStats,
-    InvalidRequest,
-    ModelSpec,
-)
+from flexserv_core import ContextLengthExceeded, EngineStats, InvalidRequest, ModelSpec
 
 
 class EmbedJob(msgspec.Struct, frozen=True):

@@ -41,7 +41,7 @@ def embed_settings() -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def embed_app(embed_settings: dict[str, Any]) -> Litestar:
     embedded_minilm()
-    return make_app(["sentence-transformers"], settings=embed_settings)
+    return make_app(["embeddings", "sentence-transformers"], settings=embed_settings)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -7,12 +7,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from flexserv_embeddings import EmbeddingResult
 from flexserv_sentence_transformers.backend import SentenceTransformersBackend
 from flexserv_sentence_transformers.model import EmbedJob
 from flexserv_sentence_transformers.plugin import embedded_model_path
 from flexserv_sentence_transformers.settings import SentenceTransformersSettings
 
-from flexserv_core import ContextLengthExceeded, EmbeddingResult, ModelKind, ModelSpec
+from flexserv_core import ContextLengthExceeded, ModelKind, ModelSpec
 
 
 @pytest.fixture(scope="module")

@@ -37,7 +37,7 @@ def model_counter(metrics: str, name: str) -> float:
 
 
 async def test_requests_of_clients_gone_are_dropped_from_the_batcher() -> None:
-    app = make_app(["sentence-transformers"])
+    app = make_app(["embeddings", "sentence-transformers"])
     server = app.state.flexserv
     with ServedApp(app) as url:
         async with httpx.AsyncClient(base_url=url, timeout=120) as client:

@@ -11,7 +11,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 @pytest.fixture(scope="module")
 def embed_settings() -> dict[str, Any]:
-    return {"max_embedding_inputs": 3, "embedding_truncate": False}
+    return {"max_embedding_inputs": 3, "embedding_truncate": False}  # the former core names, now aliases
 
 
 async def test_too_many_inputs(embed_client: Any) -> None:

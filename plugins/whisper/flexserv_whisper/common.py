@@ -12,16 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
+from flexserv_audio import Transcription, TranscriptionModel, TranscriptionSegment, TranscriptionTask, TranscriptionWord
 
 from flexserv_core import (
     InvalidRequest,
     ModelLoadError,
     ModelSpec,
-    Transcription,
-    TranscriptionModel,
-    TranscriptionSegment,
-    TranscriptionTask,
-    TranscriptionWord,
 )
 
 T = TypeVar("T")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from flexserv_audio import TranscriptionSegment, TranscriptionWord
 from flexserv_torch import pick_device
 
 from flexserv_core import (
@@ -15,8 +16,6 @@ from flexserv_core import (
     ModelLoadError,
     ModelSpec,
     ProgressCallback,
-    TranscriptionSegment,
-    TranscriptionWord,
 )
 from flexserv_whisper.common import Decoded, DecodeRequest, SerialWhisperModel, load_error
 from flexserv_whisper.faster import is_faster_whisper_source

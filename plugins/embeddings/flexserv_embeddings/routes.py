@@ -3,55 +3,32 @@
 The route validates and normalises the request, takes the model from the
 registry (so embedding models are listed, loaded once, unloadable, and evicted by
 TTL/OOM like text models), and shapes the answer. Batching of concurrent
-requests is the backend's job (see ``EmbeddingModel.embed``).
+requests is the backend's job (see ``EmbeddingModel.embed``). ``-p no:embeddings``
+removes the route (404).
 """
 
 from __future__ import annotations
 
 import base64
 import math
-from typing import Annotated, Any, Literal
+from typing import Any
 
-import msgspec
 import numpy as np
 from litestar import Request, post
 
-from flexserv_core.api.body import parse_body, request_context
-from flexserv_core.api.disconnect import until_disconnect
-from flexserv_core.api.wire_schemas import EmbeddingResponse
-from flexserv_core.backends.base import EmbeddingLimits, EmbeddingModel
-from flexserv_core.errors import ContextLengthExceeded, InvalidRequest
-from flexserv_core.server import FlexServer
+from flexserv_core import (
+    ContextLengthExceeded,
+    FlexServer,
+    InvalidRequest,
+    open_request_context,
+    parse_body,
+    until_disconnect,
+)
+from flexserv_embeddings.metrics import counts_for
+from flexserv_embeddings.model import EmbeddingLimits, EmbeddingModel
+from flexserv_embeddings.schemas import EmbeddingInput, EmbeddingRequest, EmbeddingResponse, EmbeddingSettings
 
 ENDPOINT = "/v1/embeddings"
-
-#: What OpenAI accepts: a string, strings, token ids, or lists of token ids. msgspec
-#: allows one array type per union, so items are checked by :func:`normalise_input`.
-EmbeddingInput = str | list[str | int | list[int]]
-
-
-class EmbeddingSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """Limits of ``POST /v1/embeddings`` (declared by the built-in ``openai`` plugin)."""
-
-    max_embedding_inputs: Annotated[
-        int, msgspec.Meta(ge=1, description="Most inputs one /v1/embeddings request may carry (OpenAI: 2048).")
-    ] = 2048
-    embedding_truncate: Annotated[
-        bool,
-        msgspec.Meta(
-            description="Truncate embedding inputs longer than the model's maximum; with --no-embedding-truncate they get a 400."
-        ),
-    ] = True
-
-
-class EmbeddingRequest(msgspec.Struct, kw_only=True):
-    """The body of ``POST /v1/embeddings`` (OpenAI's fields)."""
-
-    input: EmbeddingInput
-    model: str | None = None
-    encoding_format: Literal["float", "base64"] = "float"
-    dimensions: Annotated[int, msgspec.Meta(ge=1)] | None = None
-    user: str | None = None
 
 
 def normalise_input(value: EmbeddingInput, *, max_inputs: int) -> list[str] | list[list[int]]:
@@ -133,8 +110,9 @@ def _shape_vector(vector: list[float], dimensions: int | None, encoding: str) ->
 async def create_embeddings(request: Request[Any, Any, Any]) -> dict[str, Any]:
     server: FlexServer = request.app.state.flexserv
     limits = server.settings.get(EmbeddingSettings)
-    body = await parse_body(request, EmbeddingRequest, request_context(request, ENDPOINT))
-    inputs = normalise_input(body.input, max_inputs=limits.max_embedding_inputs)
+    body = await parse_body(request, EmbeddingRequest, open_request_context(request, ENDPOINT))
+    inputs = normalise_input(body.input, max_inputs=limits.embeddings_max_inputs)
+    truncate = limits.embeddings_truncate
     async with server.registry.acquire(body.model, EmbeddingModel) as lease:
         model = lease.model
         size = model.dimensions
@@ -143,11 +121,10 @@ async def create_embeddings(request: Request[Any, Any, Any]) -> dict[str, Any]:
                 f"'dimensions' is {body.dimensions}, but model '{lease.spec.name}' produces {size}-dimensional embeddings.",
                 param="dimensions",
             )
-        check_token_inputs(inputs, model.limits, lease.spec.name, truncate=limits.embedding_truncate)
-        result = await until_disconnect(request, model.embed(inputs, truncate=limits.embedding_truncate))
+        check_token_inputs(inputs, model.limits, lease.spec.name, truncate=truncate)
+        result = await until_disconnect(request, model.embed(inputs, truncate=truncate))
         name = lease.spec.name
-    server.metrics.embedding_inputs.labels(name).inc(len(inputs))
-    server.metrics.embedding_tokens.labels(name).inc(result.prompt_tokens)
+    counts_for(server.settings).add(name, len(inputs), result.prompt_tokens)
     data = [
         {"object": "embedding", "index": i, "embedding": _shape_vector(v, body.dimensions, body.encoding_format)}
         for i, v in enumerate(result.vectors)

@@ -1,4 +1,4 @@
-"""The core ``/v1/embeddings`` route over a deterministic embedding backend written
+"""The ``/v1/embeddings`` route over a deterministic embedding backend written
 here: response shape, base64 layout, ``dimensions`` and model-kind checks."""
 
 from __future__ import annotations
@@ -8,11 +8,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from flexserv_embeddings import EmbeddingModel, EmbeddingResult
 
-from flexserv_core.backends.base import Backend, EmbeddingModel, EmbeddingResult, LoadedModel, ProgressCallback
-from flexserv_core.hookspecs import hookimpl
-from flexserv_core.models.spec import ModelKind, ModelSpec
-from flexserv_core.testing.fakes import FakeBackendPlugin
+from flexserv_core import Backend, LoadedModel, ModelKind, ModelSpec, ProgressCallback, hookimpl
+from flexserv_core.testing import FakeBackendPlugin
 
 
 class CountingEmbeddingModel(EmbeddingModel):
@@ -63,7 +62,7 @@ class CountingPlugin:
 
 @pytest.fixture
 def flexserv_plugins() -> list[object | str]:
-    return [CountingPlugin(), FakeBackendPlugin()]
+    return [CountingPlugin(), FakeBackendPlugin(), "embeddings"]
 
 
 def expected(text: str, dims: int = 8) -> np.ndarray:
@@ -122,7 +121,7 @@ async def test_token_ids_are_checked_against_the_declared_limits_before_embed(
 async def test_untruncated_token_ids_longer_than_the_model_takes_are_refused() -> None:
     from flexserv_core.testing import app_client, make_app
 
-    app = make_app([CountingPlugin()], settings={"embedding_truncate": False})
+    app = make_app([CountingPlugin(), "embeddings"], settings={"embedding_truncate": False})
     async with app_client(app) as client:
         r = await client.post("/v1/embeddings", json={"input": [[1] * 101]})
         assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"

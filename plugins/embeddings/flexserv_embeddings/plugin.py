@@ -1,0 +1,27 @@
+"""Hook implementations of the ``embeddings`` plugin: ``POST /v1/embeddings`` and its settings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from flexserv_core import Settings, hookimpl
+from flexserv_embeddings import routes
+from flexserv_embeddings.metrics import counts_for
+from flexserv_embeddings.schemas import EmbeddingSettings
+
+
+@hookimpl
+def flexserv_add_settings() -> list[type[msgspec.Struct]]:
+    return [EmbeddingSettings]
+
+
+@hookimpl
+def flexserv_register_routes(settings: Settings) -> list[Any]:
+    return routes.ROUTES
+
+
+@hookimpl
+def flexserv_metrics_collectors(settings: Settings) -> list[Any]:
+    return [counts_for(settings)]
