@@ -92,7 +92,7 @@ def main() -> None:
     _instrument()
     from flexserv_core.testing import ServedApp, make_app
 
-    with ServedApp(make_app(["transformers"]), start_timeout=300) as url:
+    with ServedApp(make_app(["transformers", "constraints"]), start_timeout=300) as url:
         for round_ in range(1, args.rounds + 1):
             # ABBA: odd rounds start unconstrained, even rounds constrained, so a drift
             # of the machine's load over a round does not favour one side
