@@ -60,16 +60,15 @@ def _timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _instrument() -> None:
+    import flexserv_constraints.matcher as matcher
     import flexserv_transformers.sampling as sampling
     from flexserv_transformers.engine import engine, runner
-
-    import flexserv_core.constraints.matcher as matcher
 
     sampling.apply_blocked_masks = _timed("mask", sampling.apply_blocked_masks)  # type: ignore[assignment]
     engine.sample_next = _timed("sample", engine.sample_next)  # type: ignore[assignment]
     runner.ModelRunner.forward = _timed("forward", runner.ModelRunner.forward)  # type: ignore[method-assign]
     engine.PagedEngine._step = _timed("step", engine.PagedEngine._step)  # type: ignore[method-assign]
-    matcher.TokenMatcher.advance = _timed("advance", matcher.TokenMatcher.advance)  # type: ignore[method-assign]
+    matcher.LLTokenMatcher.advance = _timed("advance", matcher.LLTokenMatcher.advance)  # type: ignore[method-assign]
 
 
 def _bench(url: str, extra: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
@@ -93,7 +92,7 @@ def main() -> None:
     _instrument()
     from flexserv_core.testing import ServedApp, make_app
 
-    with ServedApp(make_app(["transformers"]), start_timeout=300) as url:
+    with ServedApp(make_app(["transformers", "constraints"]), start_timeout=300) as url:
         for round_ in range(1, args.rounds + 1):
             # ABBA: odd rounds start unconstrained, even rounds constrained, so a drift
             # of the machine's load over a round does not favour one side

@@ -30,7 +30,7 @@ def same(a: Any, b: str) -> bool:
 
 
 async def run(count: int) -> None:
-    app = make_app(["ocr", "transformers"], settings={"state_url": "memory://"})
+    app = make_app(["ocr", "transformers", "constraints"], settings={"state_url": "memory://"})
     fields = list(INVOICE_SCHEMA["properties"])
     results: dict[str, dict[str, int]] = {kind: {"valid": 0, **dict.fromkeys(fields, 0)} for kind in ("text", "scan")}
     seconds: dict[str, list[float]] = {"text": [], "scan": []}

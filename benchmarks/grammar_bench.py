@@ -326,6 +326,7 @@ def step_overhead(batch: int = 20, steps: int = 40) -> None:
     unpack, masking, sampling) plus advancing every matcher, for ``batch``
     sequences, against ``sample_next`` without constraints, on random logits."""
     import torch
+    from flexserv_constraints import LLGuidanceCompiler
     from flexserv_transformers.grammar import constraint_vocabulary
     from flexserv_transformers.sampling import SamplerState, sample_next
 
@@ -333,9 +334,9 @@ def step_overhead(batch: int = 20, steps: int = 40) -> None:
 
     tokenizer = load_tokenizer()
     vocab = len(tokenizer)
-    compiler = constraint_vocabulary(tokenizer, vocab, [tokenizer.eos_token_id]).compiler
+    vocabulary = constraint_vocabulary(tokenizer, vocab, [tokenizer.eos_token_id])
     constraint = Constraint(kind="json_schema", spec=json.dumps(NESTED))
-    compiled = compiler.compile(constraint)
+    compiled = LLGuidanceCompiler().compile(constraint, vocabulary)
     params = SamplingParams(max_tokens=steps, temperature=1.0)
     logits = torch.randn(batch, vocab)
     for label, constrained in (("free", False), ("json_schema", True)):

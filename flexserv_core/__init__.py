@@ -31,6 +31,7 @@ from flexserv_core.commands import Command, CommandContext
 from flexserv_core.constraints import (
     BlockedMasks,
     CompiledConstraint,
+    ConstraintCompiler,
     ConstraintVocabulary,
     TokenMatcher,
     fill_blocked_masks,
@@ -119,6 +120,7 @@ __all__ = [
     "CommandContext",
     "CompiledConstraint",
     "Constraint",
+    "ConstraintCompiler",
     "ConstraintKind",
     "ConstraintVocabulary",
     "ContextLengthExceeded",

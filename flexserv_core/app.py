@@ -128,6 +128,7 @@ def build_server(settings: Settings, pm: FlexServPluginManager) -> FlexServer:
         preloader=Preloader(registry, preload_specs(catalog, settings.core.preload)),
         store=state_store(pm, settings),
         tool_parsers=ToolParsers(hooks.tool_parsers(pm, settings)),
+        constraints=hooks.constraint_compiler(pm, settings),
     )
     return server
 

@@ -44,6 +44,7 @@ from flexserv_core.tool_parsers import ToolParser
 if TYPE_CHECKING:
     from litestar.types import ControllerRouterHandler
 
+    from flexserv_core.constraints import ConstraintCompiler
     from flexserv_core.events import ModelEvent
     from flexserv_core.plugin_manager import FlexServPluginManager
     from flexserv_core.request_context import RequestContext
@@ -357,6 +358,15 @@ def tool_parsers(pm: FlexServPluginManager, settings: Settings) -> dict[str, lis
             owner[item.name] = plugin
             out.setdefault(plugin, []).append(item)
     return out
+
+
+def constraint_compiler(pm: FlexServPluginManager, settings: Settings) -> ConstraintCompiler | None:
+    """The first plugin's constraint compiler; ``None`` when no loaded plugin offers one."""
+    from flexserv_core.constraints import ConstraintCompiler
+
+    hook = "flexserv_constraint_compiler"
+    found = _items(pm, hook, call_hook(pm, hook, {"settings": settings}, firstresult=True), ConstraintCompiler)
+    return found[0] if found else None
 
 
 def default_models(pm: FlexServPluginManager, settings: Settings) -> list[ModelOffer]:

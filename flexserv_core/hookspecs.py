@@ -38,8 +38,8 @@ Hook policy (one rule for every hook; :mod:`flexserv_core.hooks` enforces it):
   distribution and the hook. Exceptions a hook documents as its way to answer
   (:class:`~flexserv_core.FlexServError` subclasses at request time,
   :class:`~flexserv_core.UsageError` from ``flexserv_configure``) pass
-  through unchanged. At start-up (settings, configure, backends, tool parsers, default
-  models, probes, metrics collectors, routes, startup) the error stops the server: ``flexserv run`` prints it
+  through unchanged. At start-up (settings, configure, backends, tool parsers, constraint
+  compiler, default models, probes, metrics collectors, routes, startup) the error stops the server: ``flexserv run`` prints it
   (with ``-p no:NAME`` to start without the plugin) and exits non-zero (3 before
   serving, 1 when ``flexserv_startup`` fails). At request time (preprocess, template kwargs, resolve model,
   load image, expand file parts, health) it is logged with the plugin and distribution and the client
@@ -53,8 +53,8 @@ Hook policy (one rule for every hook; :mod:`flexserv_core.hooks` enforces it):
   numbers reach ``/metrics`` through ``LoadedModel.stats()`` and a backend tells
   health where it would load a model through ``Backend.placement(spec)``. Hook
   wrappers are not supported (rejected when the plugin is registered).
-* The hooks that build the server (routes, backends, tool parsers, default models,
-  probes, metrics collectors) get
+* The hooks that build the server (routes, backends, tool parsers, the constraint
+  compiler, default models, probes, metrics collectors) get
   ``settings``, not a server: they run before the server exists. Route handlers
   reach the server at request time as ``request.app.state.flexserv``.
 """
@@ -72,6 +72,7 @@ if TYPE_CHECKING:
 
     from flexserv_core.backends.base import Backend, ImageInput, TextGenerationModel
     from flexserv_core.commands import Command
+    from flexserv_core.constraints import ConstraintCompiler
     from flexserv_core.events import ModelEvent
     from flexserv_core.models.spec import ModelSpec
     from flexserv_core.request_context import RequestContext
@@ -317,6 +318,29 @@ def flexserv_register_tool_parsers(settings: Settings) -> list[type[ToolParser]]
     each with a unique ``name``.
 
     Collect all; synchronous; return a list of ToolParser classes.
+    """
+
+
+@hookspec(firstresult=True)
+def flexserv_constraint_compiler(settings: Settings) -> ConstraintCompiler | None:
+    """Provide the compiler of constrained decoding: what turns a request's output
+    constraint into the per-sequence matchers a text backend honours.
+
+    Called once while the app is built, before the server exists; the server keeps
+    the result as ``server.constraints`` and shares it across every request and
+    model (it must be thread-safe). For a request with ``response_format``
+    (``json_object``, ``json_schema``), ``structured_outputs``, a required or named
+    ``tool_choice``, or Responses ``text.format``, the core calls its
+    ``compile(constraint, vocabulary)`` off the event loop before anything is
+    generated, and its ``check_schema(schema, param)`` for every tool's
+    ``parameters``. The first-party ``constraints`` plugin (llguidance, on by
+    default) answers it. With no compiler, such requests get a 400 naming the
+    parameter and everything else is served (tools with ``tool_choice: "auto"``
+    included, their schemas unchecked). See "Writing a text backend" in ``docs/plugins.md``.
+
+    :param settings: all resolved settings.
+
+    First result; synchronous; return a :class:`~flexserv_core.ConstraintCompiler`, or ``None`` to leave it to another plugin.
     """
 
 

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from litestar.types import ControllerRouterHandler
 
     from flexserv_core.backends.base import Backend
+    from flexserv_core.constraints import ConstraintCompiler
     from flexserv_core.metrics.core import ServerMetrics
     from flexserv_core.models.catalog import ModelCatalog
     from flexserv_core.models.registry import ModelRegistry
@@ -46,6 +47,7 @@ class FlexServer:
         preloader: Preloader,
         store: StateStore,
         tool_parsers: ToolParsers | None = None,
+        constraints: ConstraintCompiler | None = None,
     ) -> None:
         self.settings = settings
         self.pm = pm
@@ -65,3 +67,6 @@ class FlexServer:
         self.store = store
         #: The tool-call formats plugins registered (``flexserv_register_tool_parsers``).
         self.tool_parsers = tool_parsers or ToolParsers()
+        #: The compiler of constrained decoding (``flexserv_constraint_compiler``);
+        #: ``None``: constrained requests are refused with a 400.
+        self.constraints = constraints

@@ -32,7 +32,7 @@ from flexserv_core.api.text_validation import (
 )
 from flexserv_core.api.tool_calls import ToolPlan, plan_tools, template_messages, template_tools
 from flexserv_core.backends.base import Constraint, ImageInput, SamplingParams, TextGenerationModel
-from flexserv_core.constraints.prepare import prepare_params
+from flexserv_core.constraints import ConstraintCompiler, constraints_unavailable, prepare_params
 from flexserv_core.errors import InvalidRequest
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.request_context import RequestContext
@@ -83,13 +83,13 @@ def sampling_params(
     )
 
 
-async def prepare_jobs(jobs: list[ChoiceJob]) -> None:
+async def prepare_jobs(jobs: list[ChoiceJob], constraints: ConstraintCompiler | None) -> None:
     """Compile the jobs' constraint with the platform's service and let the backend
     check what they need, before any output: the choices share constraint and bias,
     so the first job stands for all."""
     if not jobs:
         return
-    params = await prepare_params(jobs[0].model, jobs[0].params)
+    params = await prepare_params(jobs[0].model, jobs[0].params, constraints=constraints)
     for job in jobs:
         job.params = msgspec.structs.replace(job.params, grammar=params.grammar)
 
@@ -177,7 +177,7 @@ async def chat_prompt(
     """The chat prompt as the model will see it: messages, tools and template
     variables through the chat template (:func:`chat_prompt_ids` counts exactly this,
     and renders ``off_loop``: its prompts are rendered for nothing else)."""
-    plan = plan_tools(body, model, spec, context.server.tool_parsers)
+    plan = plan_tools(body, model, spec, context.server.tool_parsers, context.server.constraints)
     kwargs = chat_template_kwargs(spec, context)
     tools = template_tools(plan)
     if tools is not None:
@@ -222,6 +222,11 @@ async def chat_plan(
                 param="tool_choice",
             )
         constraint = plan.constraint
+    if constraint is not None and context.server.constraints is None:
+        # a tool call is constrained because of tool_choice: name it, not tools
+        raise constraints_unavailable(
+            "tool_choice" if plan is not None and constraint is plan.constraint else constraint.param
+        )
     logit_bias = check_logit_bias(body.logit_bias, model.limits.vocab_size)
     core = context.server.settings.core
     max_tokens = max_tokens_for(

@@ -149,7 +149,7 @@ class TextSession:
                 body = msgspec.structs.replace(body, messages=messages)
             images = await load_images(self.model, self.spec, body.messages, self.context, origins)
             prompt_ids, jobs, tools = await chat_plan(self.model, self.spec, body, self.context, images)
-            await prepare_jobs(jobs)
+            await prepare_jobs(jobs, self.server.constraints)
         except FlexServError as exc:
             raise self._mapped(exc) from None
         return self._start(TextPlan([(prompt_ids, None)], jobs, tools))
@@ -158,7 +158,7 @@ class TextSession:
         """Plan, prepare, deadlines and metrics for a completions request."""
         try:
             prompts, jobs = completion_jobs(self.model, body, self.server.settings.core)
-            await prepare_jobs(jobs)
+            await prepare_jobs(jobs, self.server.constraints)
         except FlexServError as exc:
             raise self._mapped(exc) from None
         return self._start(TextPlan(prompts, jobs))

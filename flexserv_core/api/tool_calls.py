@@ -27,7 +27,7 @@ from flexserv_core.api.text_schemas import (
     ToolCallFunction,
 )
 from flexserv_core.backends.base import Constraint, TextGenerationModel
-from flexserv_core.constraints.grammar import check_json_schema
+from flexserv_core.constraints import ConstraintCompiler
 from flexserv_core.errors import InvalidRequest, quote
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.tool_call_stream import ToolStreamEvent
@@ -71,9 +71,15 @@ def _parser(spec: ModelSpec, model: TextGenerationModel, parsers: ToolParsers) -
 
 
 def plan_tools(
-    body: ChatCompletionRequest, model: TextGenerationModel, spec: ModelSpec, parsers: ToolParsers
+    body: ChatCompletionRequest,
+    model: TextGenerationModel,
+    spec: ModelSpec,
+    parsers: ToolParsers,
+    constraints: ConstraintCompiler | None,
 ) -> ToolPlan | None:
-    """Check ``tools``/``tool_choice``/``parallel_tool_calls``; ``None`` without tools."""
+    """Check ``tools``/``tool_choice``/``parallel_tool_calls``; ``None`` without tools.
+    Each tool's ``parameters`` are checked by ``constraints`` (the server's compiler)
+    whatever ``tool_choice`` says; without one only their shape is."""
     if not body.tools:
         if body.tool_choice not in (None, "none"):
             raise InvalidRequest("'tool_choice' needs 'tools'.", param="tool_choice")
@@ -91,7 +97,8 @@ def plan_tools(
                 "A function's 'parameters' must be a JSON schema of type 'object'.",
                 param=f"tools[{i}].function.parameters",
             )
-        check_json_schema(params, f"tools[{i}].function.parameters")  # whatever tool_choice is
+        if constraints is not None:
+            constraints.check_schema(params, f"tools[{i}].function.parameters")  # whatever tool_choice is
         entry: dict[str, Any] = {"name": fn.name}
         if fn.description is not None:
             entry["description"] = fn.description

@@ -169,9 +169,11 @@ ConstraintKind = Literal["json_object", "json_schema", "regex", "choice", "gramm
 class Constraint(msgspec.Struct, frozen=True, kw_only=True):
     """What a completion must match, described without naming a grammar library.
 
-    The API layer checks the shape (``kind``, that ``spec`` is there); the backend
-    compiles it and raises :class:`~flexserv_core.errors.InvalidRequest` with
-    ``param`` when it cannot (see :meth:`TextGenerationModel.prepare`).
+    The API layer checks the shape (``kind``, that ``spec`` is there); the
+    platform's compiler (``flexserv_constraint_compiler``) compiles it for the
+    model's vocabulary and raises :class:`~flexserv_core.errors.InvalidRequest` with
+    ``param`` when it cannot; the backend may refuse it too (see
+    :meth:`TextGenerationModel.prepare`).
 
     ``spec`` by ``kind``: ``json_object`` none (any JSON object); ``json_schema``
     the schema as JSON text; ``regex`` the pattern (matched in full); ``choice`` a

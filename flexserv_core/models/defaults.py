@@ -37,6 +37,7 @@ FIRST_PARTY_DISTRIBUTIONS: frozenset[str] = frozenset(
         "flexserv-audio",
         "flexserv-bench",
         "flexserv-classification",
+        "flexserv-constraints",
         "flexserv-image-input",
         "flexserv-llamacpp",
         "flexserv-oom-monitor",

@@ -1,5 +1,5 @@
 """Fixtures the text-route modules share: the app serves the deterministic fake
-text backend (``fake-model``) with the built-in tool parsers, and a test can look at what it recorded through
+text backend (``fake-model``) with the built-in tool parsers and constraint compiler, and a test can look at what it recorded through
 ``fake``. Modules that need other plugins override ``flexserv_plugins``."""
 
 from __future__ import annotations
@@ -17,4 +17,4 @@ def fake() -> FakeBackendPlugin:
 
 @pytest.fixture
 def flexserv_plugins(fake: FakeBackendPlugin) -> list[object | str]:
-    return [fake, "tool-parsers"]
+    return [fake, "tool-parsers", "constraints"]

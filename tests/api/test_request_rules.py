@@ -33,7 +33,7 @@ def sse(text: str) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def flexserv_plugins() -> list[object | str]:
-    return [FakeBackendPlugin(script=CALL, eos_after=len(CALL)), "responses", "tool-parsers"]
+    return [FakeBackendPlugin(script=CALL, eos_after=len(CALL)), "responses", "tool-parsers", "constraints"]
 
 
 async def test_a_whole_call_is_tool_calls(flexserv_openai: openai.AsyncOpenAI) -> None:

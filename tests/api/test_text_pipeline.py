@@ -138,7 +138,7 @@ def stream(request: pytest.FixtureRequest) -> bool:
 @pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.path)
 async def test_a_constraint_that_cannot_be_compiled_is_a_400_and_not_served(route: Route, stream: bool) -> None:
     fake = plugin()
-    with ServedApp(make_app([fake, "responses"])) as base:
+    with ServedApp(make_app([fake, "responses", "constraints"])) as base:
         async with httpx.AsyncClient(base_url=base, timeout=30) as client:
             await client.post(route.path, json=route.body("warm", 2, False))  # the model is loaded
             before = served(fake, await client.get("/metrics"))
@@ -154,7 +154,7 @@ async def test_a_constraint_that_cannot_be_compiled_is_a_400_and_not_served(rout
 @pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.path)
 async def test_a_prompt_over_the_context_is_a_400_and_not_served(route: Route, stream: bool) -> None:
     fake = plugin()
-    with ServedApp(make_app([fake, "responses"])) as base:
+    with ServedApp(make_app([fake, "responses", "constraints"])) as base:
         async with httpx.AsyncClient(base_url=base, timeout=30) as client:
             await client.post(route.path, json=route.body("warm", 2, False))
             before = served(fake, await client.get("/metrics"))
@@ -167,7 +167,7 @@ async def test_a_prompt_over_the_context_is_a_400_and_not_served(route: Route, s
 @pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.path)
 async def test_a_full_queue_is_a_429_with_retry_after(route: Route, stream: bool) -> None:
     fake = plugin()
-    with ServedApp(make_app([fake, "responses"])) as base:
+    with ServedApp(make_app([fake, "responses", "constraints"])) as base:
         async with httpx.AsyncClient(base_url=base, timeout=30) as client:
             await client.post(route.path, json=route.body("warm", 2, False))
             model = fake.backend.models[0]
@@ -191,7 +191,7 @@ def app_active(base: str) -> int:
 @pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.path)
 async def test_a_client_that_goes_away_cancels_its_sequence(route: Route, stream: bool) -> None:
     fake = plugin(token_delay=0.05)
-    with ServedApp(make_app([fake, "responses"])) as base:
+    with ServedApp(make_app([fake, "responses", "constraints"])) as base:
         async with httpx.AsyncClient(base_url=base, timeout=30) as client:
             await client.post(route.path, json=route.body("warm", 1, False))
             model = fake.backend.models[0]
@@ -230,7 +230,7 @@ async def test_a_client_that_goes_away_cancels_its_sequence(route: Route, stream
 @pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.path)
 async def test_no_first_token_in_time_is_a_504_before_anything_streams(route: Route, stream: bool) -> None:
     fake = plugin(token_delay=30.0)  # half a minute a token
-    with ServedApp(make_app([fake, "responses"], settings={"first_token_timeout": 0.3})) as base:
+    with ServedApp(make_app([fake, "responses", "constraints"], settings={"first_token_timeout": 0.3})) as base:
         async with httpx.AsyncClient(base_url=base, timeout=30) as client:
             response = await post(client, route, route.body("hi", 5, stream))
             assert response.status_code == 504

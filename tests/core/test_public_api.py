@@ -186,7 +186,7 @@ FACADE = {
     "CHAT_TEMPLATE_DEFAULTS", "CHAT_TEMPLATE_REQUEST", "TemplateVariablesMisconfigured", "reserved_template_names",
     "__version__", "Backend", "BlockedMasks", "ChatCompletionRequest", "ChatMessage", "ChatTemplates",
     "chat_prompt_ids", "check_chat_request", "check_prompt_chars", "check_token_ids", "ClientDisconnected", "Collection", "CollectionLimits", "Command",
-    "CommandContext", "CompiledConstraint", "Constraint", "ConstraintKind", "ConstraintVocabulary",
+    "CommandContext", "CompiledConstraint", "Constraint", "ConstraintCompiler", "ConstraintKind", "ConstraintVocabulary",
     "ContextLengthExceeded", "convert_param", "CoreSettings", "CpuCoreInfo", "create_app",
     "create_plugin_manager", "default_cache_dir", "EngineStats",
     "ErrorResponse", "EvictionReason", "fill_blocked_masks", "FinishReason", "FlexServer", "FlexServError",

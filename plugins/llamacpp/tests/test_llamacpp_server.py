@@ -25,7 +25,7 @@ NEVER_STOP = {"2": -100, "0": -100}  # SmolLM2's end-of-turn and end-of-text: ba
 
 def serve(gguf: Path, **settings: Any) -> tuple[ServedApp, Any]:
     app = make_app(
-        ["llamacpp", "responses", "tool-parsers"],
+        ["llamacpp", "responses", "tool-parsers", "constraints"],
         settings={
             "model": [f"{MODEL}={gguf}"],
             "llamacpp_context_length": 2048,

@@ -147,7 +147,8 @@ async def generate_json(
         temperature=0.0,
         constraint=Constraint(kind="json_schema", spec=schema_text, param="schema"),
     )
-    params = await prepare_params(model, params)  # the platform compiles the schema; the backend checks
+    # the platform's compiler (the constraints plugin) compiles the schema; the backend checks
+    params = await prepare_params(model, params, constraints=request.app.state.flexserv.constraints)
 
     async def run() -> tuple[str, str, int]:
         parts, finish, count = [], "length", 0

@@ -19,7 +19,9 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 @pytest.fixture(scope="module")
 def extract_app(tmp_path_factory: pytest.TempPathFactory) -> Litestar:
     state = tmp_path_factory.mktemp("state") / "state.db"
-    return make_app(["ocr", "files", "transformers", "state-sqlite"], settings={"state_url": f"sqlite:///{state}"})
+    return make_app(
+        ["ocr", "files", "transformers", "constraints", "state-sqlite"], settings={"state_url": f"sqlite:///{state}"}
+    )
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -15,4 +15,4 @@ def fake() -> FakeBackendPlugin:
 
 @pytest.fixture
 def flexserv_plugins(fake: FakeBackendPlugin) -> list[object | str]:
-    return [fake, "responses", "tool-parsers"]
+    return [fake, "responses", "tool-parsers", "constraints"]

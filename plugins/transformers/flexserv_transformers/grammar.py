@@ -1,8 +1,8 @@
 """The transformers engines' side of the platform's constraint service.
 
-The core compiles a request's constraint (:mod:`flexserv_core.constraints`); each
-sequence holds a :class:`~flexserv_core.TokenMatcher`. Here: the vocabulary handed
-to the core (the serialized Rust tokenizer behind the model's tokenizer), and
+The platform compiles a request's constraint (the ``constraints`` plugin, through
+the core); each sequence holds a :class:`~flexserv_core.TokenMatcher`. Here: the
+vocabulary handed to it (the serialized Rust tokenizer behind the model's tokenizer), and
 setting the blocked logits of a batch to ``-inf`` with torch.
 """
 
@@ -42,7 +42,7 @@ def tokenizer_json(text_tokenizer: TextTokenizer) -> str:
 def constraint_vocabulary(
     text_tokenizer: TextTokenizer, vocab_size: int, eos_token_ids: Iterable[int]
 ) -> ConstraintVocabulary:
-    """The model's vocabulary for the core's constraint service (built on first use)."""
+    """The model's vocabulary for the platform's constraint service (read on first use)."""
     return ConstraintVocabulary.from_tokenizer_json(
         lambda: tokenizer_json(text_tokenizer), vocab_size=vocab_size, eos_token_ids=sorted(eos_token_ids)
     )

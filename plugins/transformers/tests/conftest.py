@@ -151,7 +151,7 @@ def tiny_tools_served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tupl
         tmp_path_factory.mktemp("tiny-tools"), chat_template=TINY_TOOLS_CHAT_TEMPLATE, max_position_embeddings=2048
     )
     app = make_app(
-        ["transformers", "tool-parsers", "responses"],
+        ["transformers", "tool-parsers", "responses", "constraints"],
         settings={"model": [f"tiny={path}"], "dtype": "float32", "cache_dir": str(tmp_path_factory.mktemp("c"))},
     )
     with ServedApp(app, start_timeout=120) as url:

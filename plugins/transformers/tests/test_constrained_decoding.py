@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 import pytest
+from flexserv_constraints import LLGuidanceCompiler
 from flexserv_transformers.testing import build_tiny_llama
 
 from flexserv_core import Constraint, InvalidRequest, ModelKind, ModelSpec, SamplingParams, prepare_params
@@ -29,6 +30,8 @@ SCHEMA = {
     "additionalProperties": False,
 }
 SCHEMA_C = Constraint(kind="json_schema", spec=json.dumps(SCHEMA))
+#: The platform's compiler, as a server holds it (``server.constraints``).
+COMPILER = LLGuidanceCompiler()
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +56,7 @@ def _prompt(model: Any) -> list[int]:
 
 
 async def _text(model: Any, prompt: list[int], params: SamplingParams) -> tuple[str, str | None]:
-    params = await prepare_params(model, params)
+    params = await prepare_params(model, params, constraints=COMPILER)
     parts, finish = [], None
     async for delta in model.generate(prompt, params):
         parts.append(delta.text)
@@ -139,7 +142,7 @@ async def test_other_constraint_kinds(engine_model, constraint, check):
 )
 async def test_uncompilable_constraints_are_400(engine_model, constraint, match):
     with pytest.raises(InvalidRequest, match=match) as info:
-        await prepare_params(engine_model, SamplingParams(max_tokens=4, constraint=constraint))
+        await prepare_params(engine_model, SamplingParams(max_tokens=4, constraint=constraint), constraints=COMPILER)
     assert info.value.param == constraint.param
 
 
@@ -173,14 +176,13 @@ def test_masks_match_llguidance_reference(engine_model) -> None:
     from flexserv_core import fill_blocked_masks
 
     vocabulary = engine_model.constraint_vocabulary
-    compiler = vocabulary.compiler
 
     def state(constraint: Constraint):
-        return compiler.compile(constraint).matcher()
+        return COMPILER.compile(constraint, vocabulary).matcher()
 
     vocab = engine_model.limits.vocab_size
     done = state(Constraint(kind="choice", spec=json.dumps(["ab"])))
-    for token in vocabulary.tokenizer.tokenize_str("ab"):
+    for token in COMPILER.tokenizer(vocabulary).tokenize_str("ab"):
         done.advance(token)
     states = [state(SCHEMA_C), None, done, state(Constraint(kind="regex", spec="[0-9]+"))]
     logits = torch.randn(len(states), vocab)

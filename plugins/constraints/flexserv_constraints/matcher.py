@@ -1,20 +1,32 @@
-"""One sequence's position in its grammar."""
+"""One sequence's position in its grammar: the :class:`~flexserv_core.TokenMatcher`
+this plugin gives backends, and the batch fill of its masks."""
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any
 
+import llguidance
+import llguidance.numpy as lnp
 import numpy as np
-
-if TYPE_CHECKING:
-    import llguidance
 
 log = logging.getLogger(__name__)
 
+_executor: llguidance.LLExecutor | None = None
+_executor_lock = threading.Lock()
 
-class TokenMatcher:
+
+def _llg_executor() -> llguidance.LLExecutor:
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = llguidance.LLExecutor()
+        return _executor
+
+
+class LLTokenMatcher:
     """Per sequence: which tokens may come next, and the tokens that came.
 
     Owned by one thread at a time (a backend's engine thread). A preempted and
@@ -47,19 +59,27 @@ class TokenMatcher:
 
     def fill_blocked(self, row: np.ndarray) -> None:
         """Set ``row`` (bool, length ``vocab_size``) to True for every token not allowed next."""
-        from flexserv_core.constraints.masks import fill_blocked_masks
-
-        masks = fill_blocked_masks([self], len(row))
-        assert masks is not None
-        row[:] = masks.blocked[0]
+        row[:] = self.fill_blocked_batch([self], len(row))[0]
 
     def blocked(self) -> np.ndarray:
         """A new bool row: True for every token not allowed next."""
-        row = np.zeros(self.vocab_size, dtype=np.bool_)
-        self.fill_blocked(row)
+        row: np.ndarray = self.fill_blocked_batch([self], self.vocab_size)[0]
         return row
 
     def allow_eos(self, blocked_row: np.ndarray) -> None:
         """Unblock every end-of-sequence id in ``blocked_row`` when the output is complete."""
         if self._eos and self.matcher.is_accepting():
             blocked_row[self._eos] = False
+
+    @staticmethod
+    def fill_blocked_batch(matchers: Sequence[Any], vocab: int) -> np.ndarray:
+        """The blocked tokens of each of ``matchers`` (bool ``[len(matchers), vocab]``),
+        filled by the library's thread pool in one call; what
+        :func:`flexserv_core.fill_blocked_masks` uses. End-of-sequence ids are allowed
+        exactly where the output is complete. NumPy throughout, no OpenMP team to wait on."""
+        words = np.full((len(matchers), (vocab + 31) // 32), -1, dtype=np.int32)
+        lnp.fill_next_token_bitmask_par(_llg_executor(), [(m.matcher, j) for j, m in enumerate(matchers)], words)
+        blocked = np.unpackbits(np.invert(words).view(np.uint8), axis=1, count=vocab, bitorder="little").view(np.bool_)
+        for j, matcher in enumerate(matchers):
+            matcher.allow_eos(blocked[j])
+        return blocked

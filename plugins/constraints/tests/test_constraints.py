@@ -1,4 +1,4 @@
-"""The platform's constraint service, driven the way a backend drives it: a
+"""The llguidance compiler, driven the way the core and a backend drive it: a
 vocabulary from token bytes (what llama.cpp gives), one matcher per sequence, a
 mask before each token, ``advance`` after it."""
 
@@ -8,11 +8,15 @@ import json
 
 import numpy as np
 import pytest
+from flexserv_constraints import LLGuidanceCompiler
 
 from flexserv_core import Constraint, ConstraintVocabulary, InvalidRequest, TokenMatcher, fill_blocked_masks
-from flexserv_core.api.structured import json_schema_constraint
 
 EOS = 256
+
+
+def json_schema_constraint(schema: dict[str, object], param: str) -> Constraint:
+    return Constraint(kind="json_schema", spec=json.dumps(schema), param=param)
 
 
 def byte_vocabulary() -> ConstraintVocabulary:
@@ -50,7 +54,7 @@ def test_a_schema_keeps_its_key_order() -> None:
         "required": ["reasoning", "answer"],
         "additionalProperties": False,
     }
-    compiled = byte_vocabulary().compiler.compile(json_schema_constraint(schema, "response_format"))
+    compiled = LLGuidanceCompiler().compile(json_schema_constraint(schema, "response_format"), byte_vocabulary())
     matcher = compiled.matcher()
     for byte in b'{"':
         matcher.advance(byte)
@@ -61,7 +65,7 @@ def test_a_schema_keeps_its_key_order() -> None:
 
 
 def test_end_of_sequence_only_where_the_output_is_complete() -> None:
-    compiled = byte_vocabulary().compiler.compile(Constraint(kind="regex", spec="(ab)+"))
+    compiled = LLGuidanceCompiler().compile(Constraint(kind="regex", spec="(ab)+"), byte_vocabulary())
     matcher = compiled.matcher()
     assert matcher.blocked()[EOS]
     matcher.advance(ord("a"))
@@ -71,9 +75,9 @@ def test_end_of_sequence_only_where_the_output_is_complete() -> None:
 
 
 def test_a_batch_fills_only_its_constrained_rows() -> None:
-    compiler = byte_vocabulary().compiler
-    digits = compiler.compile(Constraint(kind="regex", spec="[0-9]+")).matcher()
-    choice = compiler.compile(Constraint(kind="choice", spec=json.dumps(["yes", "no"]))).matcher()
+    compiler, vocab = LLGuidanceCompiler(), byte_vocabulary()
+    digits = compiler.compile(Constraint(kind="regex", spec="[0-9]+"), vocab).matcher()
+    choice = compiler.compile(Constraint(kind="choice", spec=json.dumps(["yes", "no"])), vocab).matcher()
     masks = fill_blocked_masks([digits, None, choice], EOS + 1)
     assert masks is not None and masks.rows == [0, 2]
     assert {i for i in np.flatnonzero(~masks.blocked[0])} == set(range(ord("0"), ord("9") + 1))
@@ -82,12 +86,14 @@ def test_a_batch_fills_only_its_constrained_rows() -> None:
 
 
 def test_compiled_grammars_are_cached_across_requests() -> None:
-    compiler = byte_vocabulary().compiler
+    compiler, vocab = LLGuidanceCompiler(), byte_vocabulary()
     constraint = Constraint(kind="json_object")
-    first = compiler.compile(constraint)
-    again = compiler.compile(Constraint(kind="json_object"))  # an equal constraint of another request
+    first = compiler.compile(constraint, vocab)
+    again = compiler.compile(Constraint(kind="json_object"), vocab)  # an equal constraint of another request
     assert again is first and (compiler.hits, compiler.misses) == (1, 1)
     assert first.matcher() is not first.matcher()  # each sequence gets its own
+    other = compiler.compile(constraint, byte_vocabulary())  # another model's vocabulary: its own grammar
+    assert other is not first and compiler.misses == 2
 
 
 @pytest.mark.parametrize(
@@ -102,7 +108,7 @@ def test_a_constraint_that_cannot_be_enforced_is_a_400_naming_its_parameter(
     constraint: Constraint, param: str | None
 ) -> None:
     with pytest.raises(InvalidRequest) as info:
-        byte_vocabulary().compiler.compile(constraint)
+        LLGuidanceCompiler().compile(constraint, byte_vocabulary())
     assert info.value.param == (param or constraint.param)
     assert info.value.code == "invalid_grammar"
 
@@ -110,3 +116,40 @@ def test_a_constraint_that_cannot_be_enforced_is_a_400_naming_its_parameter(
 def test_a_vocabulary_needs_its_end_of_sequence_token() -> None:
     with pytest.raises(ValueError, match="end-of-sequence"):
         ConstraintVocabulary.from_tokens([b"a"], encode=list, eos_token_ids=[])
+
+
+def test_a_schema_the_library_refuses_is_a_400_naming_its_parameter() -> None:
+    compiler = LLGuidanceCompiler()
+    compiler.check_schema({"type": "object", "properties": {"a": {"type": "string"}}}, "tools[0].function.parameters")
+    with pytest.raises(InvalidRequest) as info:
+        compiler.check_schema(
+            {"type": "object", "properties": {"a": {"type": "banana"}}}, "tools[0].function.parameters"
+        )
+    assert (info.value.param, info.value.code) == ("tools[0].function.parameters", "invalid_schema")
+
+
+def test_matchers_of_another_implementation_are_filled_row_by_row() -> None:
+    """The core's batch helper needs only the protocol: a backend-neutral matcher
+    (here: allow one token) mixed with llguidance's is filled one row at a time."""
+
+    class Only:
+        accepting = stopped = False
+
+        def advance(self, token_id: int) -> None:
+            pass
+
+        def fill_blocked(self, row: np.ndarray) -> None:
+            row[:] = True
+            row[7] = False
+
+        def blocked(self) -> np.ndarray:
+            row = np.zeros(EOS + 1, dtype=np.bool_)
+            self.fill_blocked(row)
+            return row
+
+    digits = LLGuidanceCompiler().compile(Constraint(kind="regex", spec="[0-9]"), byte_vocabulary()).matcher()
+    assert isinstance(Only(), TokenMatcher) and isinstance(digits, TokenMatcher)
+    masks = fill_blocked_masks([Only(), digits], EOS + 1)
+    assert masks is not None and masks.rows == [0, 1]
+    assert set(np.flatnonzero(~masks.blocked[0])) == {7}
+    assert set(np.flatnonzero(~masks.blocked[1])) == set(range(ord("0"), ord("9") + 1))

@@ -12,8 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from flexserv_core.backends.base import Constraint
-from flexserv_core.errors import InvalidRequest
+from flexserv_core import Constraint, InvalidRequest
 
 #: JSON output layout: compact separators and no free whitespace between tokens
 #: (a model that may pad with whitespace can loop on it until max_tokens).
@@ -90,18 +89,6 @@ def constraint_grammar(constraint: Constraint) -> str:
     if kind == "grammar":
         return str(LLMatcher.grammar_from_lark(spec))
     raise InvalidRequest(f"Unknown constraint kind '{kind}'.", param=constraint.param, code="invalid_grammar")
-
-
-def check_json_schema(schema: Any, param: str) -> None:
-    """Refuse a JSON schema the constraint service could not enforce (an unknown
-    ``type``, a malformed keyword), without a vocabulary: a 400 naming ``param``.
-    Tool parameter schemas are checked this way whatever ``tool_choice`` says."""
-    from llguidance import JsonCompiler
-
-    try:
-        JsonCompiler().compile(json.dumps(schema))
-    except Exception as exc:  # the library's schema errors
-        raise InvalidRequest(f"Invalid JSON schema: {str(exc).strip()}", param=param, code="invalid_schema") from None
 
 
 def describe(constraint: Constraint) -> str:
