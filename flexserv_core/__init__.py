@@ -63,24 +63,13 @@ from flexserv_core.errors import (
     UsageError,
 )
 from flexserv_core.events import EvictionReason, ModelEvent, ModelEventType
-from flexserv_core.hooks import resolve_plugin_settings
+from flexserv_core.hooks import call_hook, hook_error, resolve_plugin_settings
 from flexserv_core.hookspecs import PROJECT_NAME, hookimpl, hookspec
 from flexserv_core.media import PDF_MEDIA_TYPE, sniff_media_type
 from flexserv_core.models.registry import Lease, ModelInfo, ModelRegistry, ModelState, UnloadResult
 from flexserv_core.models.spec import ModelKind, ModelSpec
 from flexserv_core.plugin_manager import FlexServPluginManager, create_plugin_manager
 from flexserv_core.request_context import RequestContext
-from flexserv_core.resources import (
-    CpuCoreInfo,
-    GpuInfo,
-    RamInfo,
-    ResourceProbe,
-    SystemResourceSnapshot,
-    get_gpu_info,
-    get_max_vram_used_pct,
-    get_ram_info,
-    get_system_resources,
-)
 from flexserv_core.server import FlexServer
 from flexserv_core.settings import (
     CoreSettings,
@@ -125,7 +114,6 @@ __all__ = [
     "ConstraintVocabulary",
     "ContextLengthExceeded",
     "CoreSettings",
-    "CpuCoreInfo",
     "EngineStats",
     "ErrorResponse",
     "EvictionReason",
@@ -135,7 +123,6 @@ __all__ = [
     "FlexServer",
     "FunctionDefinition",
     "GatewayTimeout",
-    "GpuInfo",
     "ImageInput",
     "InvalidRequest",
     "JsonSchemaFormat",
@@ -165,11 +152,9 @@ __all__ = [
     "PluginStartupError",
     "ProgressCallback",
     "QuotaExceeded",
-    "RamInfo",
     "Record",
     "RecordPage",
     "RequestContext",
-    "ResourceProbe",
     "ResponseFormat",
     "SSEGenerator",
     "SamplingParams",
@@ -180,7 +165,6 @@ __all__ = [
     "StateBackend",
     "StateStore",
     "StateUnavailable",
-    "SystemResourceSnapshot",
     "TemplateVariablesMisconfigured",
     "TextGenerationModel",
     "TextLimits",
@@ -204,6 +188,7 @@ __all__ = [
     "UnsupportedParameter",
     "UsageError",
     "__version__",
+    "call_hook",
     "chat_prompt_ids",
     "check_chat_request",
     "check_prompt_chars",
@@ -214,10 +199,7 @@ __all__ = [
     "default_cache_dir",
     "error_event",
     "fill_blocked_masks",
-    "get_gpu_info",
-    "get_max_vram_used_pct",
-    "get_ram_info",
-    "get_system_resources",
+    "hook_error",
     "hookimpl",
     "hookspec",
     "open_request_context",

@@ -122,7 +122,6 @@ def build_server(settings: Settings, pm: FlexServPluginManager) -> FlexServer:
         backends=registry.backends,
         catalog=catalog,
         registry=registry,
-        probes=hooks.resource_probes(pm, settings),
         routes_by_plugin=hooks.routes_by_plugin(pm, settings),
         metrics=metrics,
         preloader=Preloader(registry, preload_specs(catalog, settings.core.preload)),

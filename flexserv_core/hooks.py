@@ -37,7 +37,6 @@ from flexserv_core.hookspecs import ASYNC_HOOKS
 from flexserv_core.models.backend_choice import RegisteredBackend
 from flexserv_core.models.defaults import ModelOffer, is_first_party
 from flexserv_core.models.spec import ModelSpec
-from flexserv_core.resources import ResourceProbe
 from flexserv_core.settings import describe_fields, resolve_settings, setting_prefix
 from flexserv_core.tool_parsers import ToolParser
 
@@ -417,11 +416,6 @@ def unserved_state_url(pm: FlexServPluginManager, url: str) -> UsageError:
         f"{prefix}: the '{name}' plugin ({distribution}) serves them, {fix}. Or choose another store with"
         " --state-url (memory:// is built in, and lost at exit)."
     )
-
-
-def resource_probes(pm: FlexServPluginManager, settings: Settings) -> list[ResourceProbe]:
-    hook = "flexserv_resource_probes"
-    return _items(pm, hook, call_hook(pm, hook, {"settings": settings}), ResourceProbe)
 
 
 def metrics_collectors(pm: FlexServPluginManager, settings: Settings, register: Callable[[Any], None]) -> None:

@@ -16,10 +16,9 @@ Hook policy (one rule for every hook; :mod:`flexserv_core.hooks` enforces it):
   first one in call order takes precedence: a *first result* hook stops there;
   dicts from ``flexserv_chat_template_kwargs`` and ``flexserv_health`` are merged
   so that on a shared key the earlier implementation's value is kept; lists from
-  ``flexserv_register_backends``, ``flexserv_default_models`` and
-  ``flexserv_resource_probes`` are concatenated in call order (so are the
-  collectors of ``flexserv_metrics_collectors``), and the core prefers earlier
-  probes (the first that can read). Use ``tryfirst``/``trylast`` to take or yield
+  ``flexserv_register_backends`` and ``flexserv_default_models`` are
+  concatenated in call order (so are the collectors of
+  ``flexserv_metrics_collectors``). Use ``tryfirst``/``trylast`` to take or yield
   precedence. Two exceptions, because entry points are found in an order that
   depends on how packages were installed: default models follow a fixed rule
   (first-party, then configured, then third-party by plugin name) and backends are
@@ -39,7 +38,7 @@ Hook policy (one rule for every hook; :mod:`flexserv_core.hooks` enforces it):
   (:class:`~flexserv_core.FlexServError` subclasses at request time,
   :class:`~flexserv_core.UsageError` from ``flexserv_configure``) pass
   through unchanged. At start-up (settings, configure, backends, tool parsers, constraint
-  compiler, default models, probes, metrics collectors, routes, startup) the error stops the server: ``flexserv run`` prints it
+  compiler, default models, metrics collectors, routes, startup) the error stops the server: ``flexserv run`` prints it
   (with ``-p no:NAME`` to start without the plugin) and exits non-zero (3 before
   serving, 1 when ``flexserv_startup`` fails). At request time (preprocess, template kwargs, resolve model,
   load image, expand file parts, health) it is logged with the plugin and distribution and the client
@@ -49,12 +48,19 @@ Hook policy (one rule for every hook; :mod:`flexserv_core.hooks` enforces it):
   and carry on with the other plugins.
 * Hooks run on the event loop unless a hook says otherwise: keep them quick.
   No hook is called per generated token: behaviour lives in the typed objects
-  hooks return (backends and the models they load, resource probes). Engine
+  hooks return (backends and the models they load). Engine
   numbers reach ``/metrics`` through ``LoadedModel.stats()`` and a backend tells
   health where it would load a model through ``Backend.placement(spec)``. Hook
   wrappers are not supported (rejected when the plugin is registered).
+* **Hooks owned by plugins.** A plugin or library may declare hooks of its own
+  (``@hookspec`` functions named ``flexserv_*``) in a module its distribution
+  names in the entry-point group ``flexserv.hookspecs``. Every plugin manager adds
+  them when it is created, whether or not that plugin is loaded, so implementing
+  such a hook never depends on load order. The owner calls its hook with
+  :func:`~flexserv_core.call_hook` (this policy applies) and documents it in its
+  README: ``flexserv_resource_probes`` (flexserv-resources) is one.
 * The hooks that build the server (routes, backends, tool parsers, the constraint
-  compiler, default models, probes, metrics collectors) get
+  compiler, default models, metrics collectors) get
   ``settings``, not a server: they run before the server exists. Route handlers
   reach the server at request time as ``request.app.state.flexserv``.
 """
@@ -76,7 +82,6 @@ if TYPE_CHECKING:
     from flexserv_core.events import ModelEvent
     from flexserv_core.models.spec import ModelSpec
     from flexserv_core.request_context import RequestContext
-    from flexserv_core.resources import ResourceProbe
     from flexserv_core.server import FlexServer
     from flexserv_core.settings import Settings
     from flexserv_core.state.backend import StateBackend
@@ -175,7 +180,7 @@ def flexserv_startup(server: FlexServer) -> None:
     ``flexserv_shutdown`` still runs (so shutdown must tolerate a startup that did
     not run).
 
-    :param server: the running server (settings, registry, probes, plugin manager).
+    :param server: the running server (settings, registry, plugin manager).
 
     Collect all; may be async; the return value is ignored.
     """
@@ -468,22 +473,6 @@ def flexserv_expand_file_parts(
     other shape is the plugin's error (a 500).
 
     First result; may be async; return ``{(i, j): [part, ...]}``, ``None`` means "not files I read".
-    """
-
-
-@hookspec
-def flexserv_resource_probes(settings: Settings) -> list[ResourceProbe] | None:
-    """Provide probes that read GPU, CPU and memory usage.
-
-    Called once while the app is built, before the server exists; the server
-    keeps the probes as ``server.probes``. :mod:`flexserv_core.resources` asks the
-    probes in call order and takes, for each of GPU, CPU and memory, the first
-    probe's reading that is not ``None``. Close what a probe holds in
-    ``flexserv_shutdown``.
-
-    :param settings: all resolved settings.
-
-    Collect all; synchronous; return a list of :class:`~flexserv_core.ResourceProbe`.
     """
 
 

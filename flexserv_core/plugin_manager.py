@@ -9,6 +9,8 @@
   of an installed entry point means that plugin: it is registered once, under its
   entry-point name); ``-p no:NAME`` blocks one before anything is loaded. A name
   that is neither installed nor importable is a usage error listing what is.
+* Hooks plugins own are found in the entry-point group ``flexserv.hookspecs`` and
+  added to every manager, blocked plugins' too (their implementers still register).
 * Registration refuses hook-like functions that would never be called: a
   ``flexserv_*`` function without ``@hookimpl``, a marked function that names no
   FlexServ hook, a ``flexserv_*`` function marked by another project's marker.
@@ -34,6 +36,8 @@ from flexserv_core.errors import PluginLoadError, PluginNotInstalled
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "flexserv"
+#: Modules of hookspecs that plugins own (``flexserv_resource_probes``...): added to every manager.
+HOOKSPEC_GROUP = "flexserv.hookspecs"
 
 #: Built-in plugins that are always registered: without them there is no server.
 ESSENTIAL_PLUGINS: dict[str, str] = {
@@ -88,6 +92,12 @@ class FlexServPluginManager(pluggy.PluginManager):
         super().__init__(hookspecs.PROJECT_NAME)
         self.add_hookspecs(hookspecs)
         self.infos: dict[str, PluginInfo] = {}
+        for ep in entry_points(group=HOOKSPEC_GROUP):
+            dist, version = _dist_of(ep)
+            try:
+                self.add_hookspecs(ep.load())
+            except Exception as exc:
+                raise self._failed(ep.name, dist, version, False, f"hookspecs: {type(exc).__name__}: {exc}") from exc
 
     # -- registration ---------------------------------------------------------------
 

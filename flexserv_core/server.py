@@ -18,13 +18,12 @@ if TYPE_CHECKING:
     from flexserv_core.models.registry import ModelRegistry
     from flexserv_core.plugin_manager import FlexServPluginManager
     from flexserv_core.readiness import Preloader
-    from flexserv_core.resources import ResourceProbe
     from flexserv_core.settings import Settings
     from flexserv_core.state.store import StateStore
 
 
 class FlexServer:
-    """Settings, plugin manager, backends, model catalog, registry, probes, metrics and state store of one server.
+    """Settings, plugin manager, backends, model catalog, registry, metrics and state store of one server.
 
     A passive holder: :func:`flexserv_core.app.create_app` calls the hooks and
     hands their results here; constructing it calls no hook. Plugins receive it in
@@ -41,7 +40,6 @@ class FlexServer:
         backends: list[Backend],
         catalog: ModelCatalog,
         registry: ModelRegistry,
-        probes: list[ResourceProbe],
         routes_by_plugin: dict[str, list[ControllerRouterHandler]],
         metrics: ServerMetrics,
         preloader: Preloader,
@@ -56,7 +54,6 @@ class FlexServer:
         self.backends = backends
         self.catalog = catalog
         self.registry = registry
-        self.probes = probes
         self.routes_by_plugin = routes_by_plugin
         #: This server's Prometheus registry and the core's metrics (``GET /metrics``).
         self.metrics = metrics

@@ -1,4 +1,4 @@
-"""Test doubles shipped as public API: a deterministic text backend and a fake probe.
+"""Test doubles shipped as public API: a deterministic text backend and its plugin.
 
 They are real plugins (hookimpls on plain objects), so tests exercise the same
 hook calls as production plugins do.
@@ -39,7 +39,6 @@ from flexserv_core.backends.base import (
 )
 from flexserv_core.hookspecs import hookimpl
 from flexserv_core.models.spec import ModelKind, ModelSpec
-from flexserv_core.resources import CpuCoreInfo, GpuInfo, RamInfo, ResourceProbe
 
 FAKE_SCRIPT = "The quick brown fox jumps over the lazy dog. "
 #: Alternatives the fake offers in ``top_logprobs`` after the sampled character.
@@ -273,42 +272,3 @@ class FakeBackendPlugin:
                 origin="embedded",
             )
         ]
-
-
-class FakeProbe(ResourceProbe):
-    """A probe whose readings the test sets: ``probe.ram_percent = 95``."""
-
-    name = "fake"
-
-    def __init__(self, *, ram_percent: float = 10.0, vram_percent: float | None = None, cpus: int = 2) -> None:
-        self.ram_percent = ram_percent
-        self.vram_percent = vram_percent
-        self.cpus = cpus
-        self.reads = 0
-
-    def memory(self) -> RamInfo:
-        self.reads += 1
-        total = 16.0
-        used = total * self.ram_percent / 100
-        return RamInfo(used_percentage=self.ram_percent, used_gb=used, free_gb=total - used, total_gb=total)
-
-    def gpus(self) -> list[GpuInfo] | None:
-        if self.vram_percent is None:
-            return None
-        total = 80.0
-        used = total * self.vram_percent / 100
-        return [
-            GpuInfo(gpu_id=0, used_percentage=self.vram_percent, used_gb=used, free_gb=total - used, total_gb=total)
-        ]
-
-    def cpu(self, interval: float) -> list[CpuCoreInfo]:
-        return [CpuCoreInfo(cpu_id=i, used_percentage=1.0) for i in range(self.cpus)]
-
-
-class FakeProbePlugin:
-    def __init__(self, probe: FakeProbe | None = None) -> None:
-        self.probe = probe or FakeProbe()
-
-    @hookimpl
-    def flexserv_resource_probes(self, settings: Any) -> list[ResourceProbe]:
-        return [self.probe]

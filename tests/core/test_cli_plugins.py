@@ -146,7 +146,6 @@ BUILD_TIME_FAILURES = {
     "flexserv_configure": "def flexserv_configure(settings):\n    raise RuntimeError('kaboom')\n",
     "flexserv_register_backends": "def flexserv_register_backends(settings):\n    raise RuntimeError('kaboom')\n",
     "flexserv_default_models": "def flexserv_default_models(settings):\n    raise RuntimeError('kaboom')\n",
-    "flexserv_resource_probes": "def flexserv_resource_probes(settings):\n    raise RuntimeError('kaboom')\n",
     "flexserv_register_routes": "def flexserv_register_routes(settings):\n    raise RuntimeError('kaboom')\n",
     "flexserv_startup": "async def flexserv_startup(server):\n    raise RuntimeError('kaboom')\n",
 }

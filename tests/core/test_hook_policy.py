@@ -23,7 +23,7 @@ from flexserv_core.models.spec import ModelKind, ModelSpec
 from flexserv_core.plugin_manager import FlexServPluginManager
 from flexserv_core.request_context import RequestContext
 from flexserv_core.testing.app import app_client, make_plugin_manager, make_settings
-from flexserv_core.testing.fakes import FakeBackendPlugin, FakeProbe, FakeTextBackend
+from flexserv_core.testing.fakes import FakeBackendPlugin, FakeTextBackend
 
 #: Registered in this order; "first" is tryfirst and "last" trylast, so without the
 #: markers they would run last and first: the expected order proves both count.
@@ -105,20 +105,6 @@ def test_default_models_order_and_call_order_does_not_pick_the_default(caplog: p
     # ("FakeBackendPlugin-..." sorts before the lowercase names)
     assert server.catalog.default(ModelKind.TEXT).name == "unused"  # type: ignore[union-attr]
     assert "several plugins offer a default text model" in caplog.text
-
-
-def test_resource_probes_order() -> None:
-    log: list[str] = []
-
-    def probe(label: str) -> list[FakeProbe]:
-        p = FakeProbe()
-        p.name = label
-        return [p]
-
-    pm = manager(*recorders("flexserv_resource_probes", log, probe))
-    server = build_server(make_settings(pm), pm)
-    assert log == CALL_ORDER
-    assert [p.name for p in server.probes] == CALL_ORDER
 
 
 async def test_register_routes_order_and_routes_are_served() -> None:
@@ -258,7 +244,6 @@ def boom_manager(hook: str, *plugins: object, fail: Callable[[], Any] | None = N
         "flexserv_configure",
         "flexserv_register_backends",
         "flexserv_default_models",
-        "flexserv_resource_probes",
         "flexserv_register_routes",
     ],
 )

@@ -16,6 +16,7 @@ import pytest
 from flexserv_core import hooks
 from flexserv_core.app import create_app
 from flexserv_core.errors import PluginHookError, PluginLoadError, PluginNotInstalled, UsageError
+from flexserv_core.hookspecs import hookimpl
 from flexserv_core.plugin_manager import PluginStatus, create_plugin_manager
 from flexserv_core.settings import resolve_settings
 from flexserv_core.testing.app import make_settings
@@ -233,3 +234,38 @@ def test_blocked_plugins_settings_in_config_and_env_are_ignored_with_one_warning
     config.write_text("blocky_limit = 5\nbloky_typo = 1\n")
     with pytest.raises(UsageError, match=r"unknown setting\(s\) in config file .*: bloky_typo"):
         resolve_settings(hooks.settings_structs(pm), cli={}, env={}, config_file=config, blocked=["blocky"])
+
+
+# --- hooks a plugin owns (entry-point group flexserv.hookspecs) -------------------------------
+
+
+def _hookspec_distribution(root: Path, module: str, source: str) -> None:
+    info = root / "flexserv_owner_example-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: flexserv-owner-example\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text(f"[flexserv.hookspecs]\nowner-example = {module}\n")
+    (root / f"{module}.py").write_text(source)
+
+
+OWNED_SPEC = (
+    "from flexserv_core import hookspec\n\n@hookspec\ndef flexserv_owned_example(settings):\n    'Called never.'\n"
+)
+
+
+def test_a_plugin_owned_hookspec_is_known_to_every_manager(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    module = f"owner_example_{uuid.uuid4().hex[:8]}"
+    _hookspec_distribution(tmp_path, module, OWNED_SPEC)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    pm = create_plugin_manager([], env={"FLEXSERV_PLUGINS": ""})
+    assert pm.hook.flexserv_owned_example.has_spec()
+    implementer = type("Impl", (), {"flexserv_owned_example": hookimpl(lambda self, settings: 1)})()
+    pm.register_plugin(implementer, "implementer")  # known hook: registers, whatever the load order
+    assert [r.value for r in hooks.call_hook(pm, "flexserv_owned_example", {"settings": None})] == [1]
+
+
+def test_a_broken_hookspec_module_names_its_distribution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    module = f"owner_example_{uuid.uuid4().hex[:8]}"
+    _hookspec_distribution(tmp_path, module, "raise RuntimeError('kaboom')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(PluginLoadError, match=r"flexserv-owner-example.*kaboom"):
+        create_plugin_manager([], env={"FLEXSERV_PLUGINS": ""})

@@ -42,7 +42,7 @@ def test_facade_has_what_plugins_need() -> None:
         "SamplingParams", "TokenDelta", "TopLogprob", "FinishReason", "ProgressCallback",
         "RESERVED_TEMPLATE_KWARGS", "ModelSpec", "ModelKind", "RequestContext", "FlexServer", "Stash",
         "StashKey", "Settings", "default_cache_dir", "ModelEvent", "ModelEventType", "EvictionReason",
-        "ResourceProbe", "GpuInfo", "RamInfo", "CpuCoreInfo", "FlexServError", "InvalidRequest",
+        "FlexServError", "InvalidRequest",
         "ContextLengthExceeded", "NotFound", "ModelNotFound", "PayloadTooLarge", "TooManyRequests",
         "ServiceUnavailable", "ModelLoadError", "UsageError", "__version__",
         "StateStore", "Collection", "CollectionLimits", "Record", "RecordPage", "StateBackend",
@@ -55,7 +55,7 @@ def test_facade_has_what_plugins_need() -> None:
     }  # fmt: skip
     assert promised <= set(flexserv_core.__all__)
     testing = {"make_app", "app_client", "running_app_client", "openai_client", "make_plugin_manager",
-               "make_settings", "FakeTextBackend", "FakeProbe", "ServedApp", "free_port", "wait_healthy"}  # fmt: skip
+               "make_settings", "FakeTextBackend", "ServedApp", "free_port", "wait_healthy"}  # fmt: skip
     assert testing <= set(flexserv_core.testing.__all__)
 
 
@@ -87,12 +87,17 @@ SHARED_LIBRARIES = {
     "flexserv-embeddings": ("flexserv_embeddings", ROOT / "plugins" / "embeddings" / "flexserv_embeddings"),
     # a plugin (the audio routes) that is also the library of transcription backends (TranscriptionModel)
     "flexserv-audio": ("flexserv_audio", ROOT / "plugins" / "audio" / "flexserv_audio"),
+    # a plugin (the resources route, the probes) that is also the library of hardware readings and owns their hook
+    "flexserv-resources": ("flexserv_resources", ROOT / "plugins" / "resources" / "flexserv_resources"),
 }
 
 
-def _public_names(package_dir: Path) -> set[str]:
-    """A package's ``__all__``, read from its source (the core's tests do not import it)."""
-    for node in ast.parse((package_dir / "__init__.py").read_text()).body:
+def _public_names(package_dir: Path, module: str = "__init__") -> set[str]:
+    """A package's (or its ``module``'s) ``__all__``, read from its source (the core's tests do not import it)."""
+    source = package_dir / f"{module}.py"
+    if not source.is_file():
+        return set()
+    for node in ast.parse(source.read_text()).body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
             return set(ast.literal_eval(node.value))
     return set()
@@ -112,6 +117,10 @@ def _violations(plugin_dir: Path, path: Path) -> list[str]:
     allowed = {"flexserv_core": set(flexserv_core.__all__), **_shared_libraries(plugin_dir)}
     if not _is_package_module(plugin_dir, path):
         allowed["flexserv_core.testing"] = set(flexserv_core.testing.__all__)
+        # tests run where every first-party distribution is installed: any shared library's test kit
+        for module, package_dir in SHARED_LIBRARIES.values():
+            if kit := _public_names(package_dir, "testing"):
+                allowed[f"{module}.testing"] = kit
     found = []
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
@@ -187,24 +196,23 @@ FACADE = {
     "__version__", "Backend", "BlockedMasks", "ChatCompletionRequest", "ChatMessage", "ChatTemplates",
     "chat_prompt_ids", "check_chat_request", "check_prompt_chars", "check_token_ids", "ClientDisconnected", "Collection", "CollectionLimits", "Command",
     "CommandContext", "CompiledConstraint", "Constraint", "ConstraintCompiler", "ConstraintKind", "ConstraintVocabulary",
-    "ContextLengthExceeded", "convert_param", "CoreSettings", "CpuCoreInfo", "create_app",
+    "call_hook", "ContextLengthExceeded", "convert_param", "CoreSettings", "create_app",
     "create_plugin_manager", "default_cache_dir", "EngineStats",
     "ErrorResponse", "EvictionReason", "fill_blocked_masks", "FinishReason", "FlexServer", "FlexServError",
-    "FlexServPluginManager", "FunctionDefinition", "GatewayTimeout", "get_gpu_info",
-    "get_max_vram_used_pct", "get_ram_info", "get_system_resources", "GpuInfo", "hookimpl", "hookspec",
+    "FlexServPluginManager", "FunctionDefinition", "GatewayTimeout", "hook_error", "hookimpl", "hookspec",
     "ImageInput", "InvalidRequest", "JsonSchemaFormat", "Lease", "LoadedModel",
     "ModelEvent", "ModelEventType", "ModelInfo", "ModelKind", "ModelLoadError", "ModelNotFound",
     "ModelRegistry", "ModelSpec", "ModelState", "NamedFunction", "NamedToolChoice",
     "NotFound", "open_request_context", "parse_body", "ParsedToolCall", "ParsedToolOutput",
     "PayloadTooLarge", "PDF_MEDIA_TYPE", "pending_migrations", "Placement", "plan_eviction", "PluginCommandError", "PluginError",
     "PluginHookError", "PluginLoadError", "PluginNotInstalled", "PluginStartupError", "prepare_params",
-    "ProgressCallback", "PROJECT_NAME", "QuotaExceeded", "RamInfo", "READY", "Record", "RecordPage",
+    "ProgressCallback", "PROJECT_NAME", "QuotaExceeded", "READY", "Record", "RecordPage",
     "redact_url", "render_chat_template", "request_owner", "request_reads_any_owner", "RequestContext",
     "RESERVED_TEMPLATE_KWARGS", "resolve_plugin_settings", "resolve_settings", "resolved_state_url", "scheme_of",
-    "ResourceProbe", "ResponseFormat", "route_scope", "SAMPLING_EXTENSIONS", "SamplingParams",
+    "ResponseFormat", "route_scope", "SAMPLING_EXTENSIONS", "SamplingParams",
     "select_chat_template", "ServiceUnavailable", "Settings", "sniff_media_type", "sse_event", "sse_response", "error_event", "SSE_DONE",
     "SSEGenerator", "Stash", "StashKey", "StateBackend", "StateStore", "StateUnavailable",
-    "SystemResourceSnapshot", "TextGenerationModel", "TextLimits", "TextSession", "TokenDelta",
+    "TextGenerationModel", "TextLimits", "TextSession", "TokenDelta",
     "TokenMatcher", "Tool", "ToolCallDelta", "ToolCallFragment", "ToolCallStream", "ToolChoice",
     "ToolParser", "ToolParsers", "ToolPlan", "ToolStreamer", "ToolStreamEvent", "TooManyRequests",
     "TopLogprob", "UnloadResult", "UnsupportedMediaType", "UnsupportedParameter", "until_disconnect",
@@ -212,7 +220,7 @@ FACADE = {
 }  # fmt: skip
 TESTING_KIT = {
     "app_client", "BASE_URL", "blob_chunks", "FAKE_ALTERNATIVES", "FAKE_SCRIPT", "FakeBackendPlugin",
-    "FakeProbe", "FakeProbePlugin", "FakeRequest", "FakeTextBackend", "FakeTextModel", "flexserv_cmd",
+    "FakeRequest", "FakeTextBackend", "FakeTextModel", "flexserv_cmd",
     "free_port", "make_app", "make_plugin_manager", "make_settings", "ManualClock", "MemoryBackend",
     "openai_client", "read_blob_bytes", "run_flexserv", "running_app_client", "ServedApp",
     "start_state_writer", "StateBackendContract", "stop_process", "stored_writes", "wait_healthy",

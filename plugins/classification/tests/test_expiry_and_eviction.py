@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from flexserv_resources.testing import FakeProbe, FakeProbePlugin
 
 from flexserv_core import ModelEvent, ModelEventType, ModelState, hookimpl
-from flexserv_core.testing import FakeProbe, FakeProbePlugin, app_client, make_app
+from flexserv_core.testing import app_client, make_app
 
 pytestmark = pytest.mark.slow
 

@@ -17,11 +17,10 @@ from typing import Any
 import httpx
 import psutil
 import pytest
+from flexserv_resources.testing import FakeProbe, FakeProbePlugin
 
 from flexserv_core import ModelEvent, ModelEventType, ModelState, hookimpl
 from flexserv_core.testing import (
-    FakeProbe,
-    FakeProbePlugin,
     ServedApp,
     flexserv_cmd,
     free_port,

@@ -28,8 +28,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
+from flexserv_resources import ResourceProbe, get_gpu_info, get_ram_info
 
-from flexserv_core import EvictionReason, ResourceProbe, get_gpu_info, get_ram_info
+from flexserv_core import EvictionReason
 from flexserv_oom_monitor.settings import OomMonitorSettings
 
 if TYPE_CHECKING:

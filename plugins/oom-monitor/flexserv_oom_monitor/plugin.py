@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+from flexserv_resources import probes_of
 
 from flexserv_core import FlexServer, StashKey, hookimpl
 from flexserv_oom_monitor.monitor import OomMonitor
@@ -32,7 +33,7 @@ async def flexserv_startup(server: FlexServer) -> None:
     settings = server.settings.get(OomMonitorSettings)
     if not settings.oom_monitor:
         return
-    monitor = OomMonitor(server.registry, server.probes, settings)
+    monitor = OomMonitor(server.registry, probes_of(server), settings)
     await monitor.start()  # raises MissingMemoryProbe: start-up fails with its message
     server.state[MONITOR_KEY] = monitor
 

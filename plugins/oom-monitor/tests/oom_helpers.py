@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from flexserv_core import ModelEvent, RamInfo, ResourceProbe, hookimpl
+from flexserv_resources import RamInfo, ResourceProbe
+
+from flexserv_core import ModelEvent, hookimpl
 from flexserv_core.testing import FakeBackendPlugin, FakeTextBackend
 
 

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from flexserv_oom_monitor import OomMonitor, OomMonitorSettings
 from flexserv_oom_monitor.plugin import MONITOR_KEY
+from flexserv_resources import probes_of
+from flexserv_resources.testing import FakeProbe, FakeProbePlugin
 from oom_helpers import EventRecorder, ProbePlugin, ResidentModelsProbe, live_models, model_plugins
 
 from flexserv_core import SamplingParams, TextGenerationModel
 from flexserv_core.testing import (
     FakeBackendPlugin,
-    FakeProbe,
-    FakeProbePlugin,
     app_client,
     make_app,
     openai_client,
@@ -36,7 +36,7 @@ class World:
 
     def monitor(self, **settings: Any) -> OomMonitor:
         s = OomMonitorSettings(oom_monitor=True, **{"oom_monitor_settle_seconds": 1.0, **settings})
-        return OomMonitor(self.server.registry, self.server.probes, s)
+        return OomMonitor(self.server.registry, probes_of(self.server), s)
 
     async def use(self, *names: str) -> None:
         """Load (if needed) and use each model in turn: the last one is the most recent."""
@@ -193,7 +193,7 @@ async def test_vram_threshold_and_stuck_above_threshold_logged_once(caplog: pyte
         async with server.registry.acquire("solo", TextGenerationModel):
             pass
         settings = OomMonitorSettings(oom_monitor=True, oom_monitor_vram_threshold=90, oom_monitor_settle_seconds=0)
-        monitor = OomMonitor(server.registry, server.probes, settings)
+        monitor = OomMonitor(server.registry, probes_of(server), settings)
         with caplog.at_level(logging.WARNING, logger="flexserv.oom_monitor"):
             eviction = await monitor.check_once()
             assert eviction is not None and eviction.resource == "vram" and eviction.models == ["solo"]

@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 from flexserv_oom_monitor.plugin import MONITOR_KEY
+from flexserv_resources.testing import FakeProbe, FakeProbePlugin
 from oom_helpers import EventRecorder
 
 from flexserv_core import TextGenerationModel, UsageError
-from flexserv_core.testing import FakeBackendPlugin, FakeProbe, FakeProbePlugin, app_client, make_app, wait_until_async
+from flexserv_core.testing import FakeBackendPlugin, app_client, make_app, wait_until_async
 
 
 async def test_loaded_but_off_unless_flag_set() -> None:

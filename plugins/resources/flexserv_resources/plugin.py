@@ -1,6 +1,6 @@
 """The ``resources`` plugin: probes for the resource-probe hook, and the route.
 
-Probe order matters (:mod:`flexserv_core.resources` takes, per resource, the
+Probe order matters (:mod:`flexserv_resources.readings` takes, per resource, the
 first probe that can tell): NVML first, Apple MPS only when NVML cannot tell,
 psutil for CPU and RAM.
 
@@ -16,10 +16,12 @@ from typing import Any
 
 import msgspec
 
-from flexserv_core import FlexServer, ResourceProbe, Settings, hookimpl
+from flexserv_core import FlexServer, Settings, hookimpl
 from flexserv_resources.probes.mps import MpsProbe
 from flexserv_resources.probes.nvml import NvmlProbe
 from flexserv_resources.probes.psutil_probe import PsutilProbe
+from flexserv_resources.probing import collected_probes, probes_of
+from flexserv_resources.readings import ResourceProbe
 from flexserv_resources.routes import ROUTES
 from flexserv_resources.settings import ResourcesSettings
 
@@ -51,10 +53,16 @@ class ResourcesPlugin:
         self._nvml_probes.add(nvml)
         return [nvml, MpsProbe(self._torch), PsutilProbe(self._psutil)]
 
+    @hookimpl(tryfirst=True)
+    def flexserv_startup(self, server: FlexServer) -> None:
+        """Collect the server's probes now, so a failing probe plugin stops start-up
+        rather than the first request."""
+        probes_of(server)
+
     @hookimpl
     def flexserv_shutdown(self, server: FlexServer) -> None:
         """Close the NVML probe this plugin gave to ``server`` (only that server's)."""
-        for probe in server.probes:
+        for probe in collected_probes(server):
             if isinstance(probe, NvmlProbe) and probe in self._nvml_probes:
                 probe.close()
 

@@ -6,10 +6,16 @@ from types import SimpleNamespace
 
 import psutil
 import pytest
-from flexserv_resources import MpsProbe, NvmlProbe, PsutilProbe
+from flexserv_resources import (
+    MpsProbe,
+    NvmlProbe,
+    PsutilProbe,
+    get_gpu_info,
+    get_max_vram_used_pct,
+    get_ram_info,
+    get_system_resources,
+)
 from resources_fakes import GIB, FakeDevice, FakeNvml
-
-from flexserv_core import get_gpu_info, get_max_vram_used_pct, get_ram_info, get_system_resources
 
 
 def test_psutil_probe_reads_this_machine() -> None:

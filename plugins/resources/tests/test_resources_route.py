@@ -10,6 +10,7 @@ from typing import Any
 
 import psutil
 import pytest
+from flexserv_resources import probes_of
 from flexserv_resources.plugin import ResourcesPlugin
 from resources_fakes import GIB, FakeDevice, FakeNvml
 
@@ -60,7 +61,7 @@ async def test_cpu_window_does_not_block_the_event_loop() -> None:
     app = make_app(["resources"], settings={"resources_cpu_interval": 1.0})
     async with app_client(app) as client:
         measuring = threading.Event()
-        for probe in app.state.flexserv.probes:
+        for probe in probes_of(app.state.flexserv):
             probe.cpu = _signalling(probe.cpu, measuring)  # type: ignore[method-assign]
         started = time.perf_counter()
         slow = asyncio.ensure_future(client.get("/v1/flexserv/resources"))

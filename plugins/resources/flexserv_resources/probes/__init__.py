@@ -1,1 +1,1 @@
-"""One probe per source of hardware facts; see :class:`flexserv_core.resources.ResourceProbe`."""
+"""One probe per source of hardware facts; see :class:`flexserv_resources.readings.ResourceProbe`."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from flexserv_core import GpuInfo, ResourceProbe
+from flexserv_resources.readings import GpuInfo, ResourceProbe
 
 log = logging.getLogger(__name__)
 

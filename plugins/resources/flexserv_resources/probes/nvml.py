@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol, cast
 
-from flexserv_core import GpuInfo, ResourceProbe
+from flexserv_resources.readings import GpuInfo, ResourceProbe
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flexserv_core import CpuCoreInfo, RamInfo, ResourceProbe
+from flexserv_resources.readings import CpuCoreInfo, RamInfo, ResourceProbe
 
 GIB = 1024**3
 

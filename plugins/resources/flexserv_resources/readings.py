@@ -1,9 +1,9 @@
 """Hardware readings: the single source of truth for ``/v1/flexserv/resources`` and
 the OOM monitor.
 
-Probes come from plugins (``flexserv_resource_probes``); this module asks them in
-order and, for GPU, CPU and memory separately, takes the first reading that is not
-``None``. The functions are synchronous (CPU sampling sleeps for its window): call
+Probes come from plugins (``flexserv_resource_probes``, see
+:mod:`flexserv_resources.hookspecs`); this module asks them in order and, for GPU,
+CPU and memory separately, takes the first reading that is not ``None``. The functions are synchronous (CPU sampling sleeps for its window): call
 them from a worker thread when on the event loop.
 """
 
