@@ -63,7 +63,7 @@ from flexserv_core.errors import (
     UsageError,
 )
 from flexserv_core.events import EvictionReason, ModelEvent, ModelEventType
-from flexserv_core.hooks import resolve_plugin_settings
+from flexserv_core.hooks import call_hook, hook_error, resolve_plugin_settings
 from flexserv_core.hookspecs import PROJECT_NAME, hookimpl, hookspec
 from flexserv_core.media import PDF_MEDIA_TYPE, sniff_media_type
 from flexserv_core.models.registry import Lease, ModelInfo, ModelRegistry, ModelState, UnloadResult
@@ -204,6 +204,7 @@ __all__ = [
     "UnsupportedParameter",
     "UsageError",
     "__version__",
+    "call_hook",
     "chat_prompt_ids",
     "check_chat_request",
     "check_prompt_chars",
@@ -218,6 +219,7 @@ __all__ = [
     "get_max_vram_used_pct",
     "get_ram_info",
     "get_system_resources",
+    "hook_error",
     "hookimpl",
     "hookspec",
     "open_request_context",

@@ -9,7 +9,8 @@ distribution. Errors a hook is documented to raise on purpose
 :class:`~flexserv_core.errors.UsageError` to reject a setting) pass through.
 
 The typed functions below are the only callers; nothing else in the core uses
-``pm.hook``.
+``pm.hook``. A plugin that declares hooks of its own (``HOOKSPECS``)
+calls them through :func:`call_hook` too, under the same policy.
 """
 
 from __future__ import annotations
@@ -316,7 +317,7 @@ def commands(pm: FlexServPluginManager) -> dict[str, PluginCommand]:
 
 
 def configure(pm: FlexServPluginManager, settings: Settings) -> None:
-    call_hook(pm, "flexserv_configure", {"settings": settings})
+    call_hook(pm, "flexserv_configure", {"settings": settings, "plugin_manager": pm})
 
 
 def routes_by_plugin(pm: FlexServPluginManager, settings: Settings) -> dict[str, list[ControllerRouterHandler]]:

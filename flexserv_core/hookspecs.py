@@ -75,6 +75,7 @@ if TYPE_CHECKING:
     from flexserv_core.constraints import ConstraintCompiler
     from flexserv_core.events import ModelEvent
     from flexserv_core.models.spec import ModelSpec
+    from flexserv_core.plugin_manager import FlexServPluginManager
     from flexserv_core.request_context import RequestContext
     from flexserv_core.resources import ResourceProbe
     from flexserv_core.server import FlexServer
@@ -127,7 +128,7 @@ def flexserv_add_settings() -> type[msgspec.Struct] | list[type[msgspec.Struct]]
 
 
 @hookspec
-def flexserv_configure(settings: Settings) -> None:
+def flexserv_configure(settings: Settings, plugin_manager: FlexServPluginManager) -> None:
     """Check or adjust settings once they are all resolved and validated.
 
     Called once after settings are read (CLI > environment > config file >
@@ -136,6 +137,9 @@ def flexserv_configure(settings: Settings) -> None:
     ``flexserv run`` then exits with status 2 and prints the message.
 
     :param settings: all settings, core and plugins'.
+    :param plugin_manager: the loaded plugins, for a plugin that declares hooks of
+        its own (``HOOKSPECS``) and calls them while the app is built, with
+        :func:`flexserv_core.call_hook` (the ``state`` plugin asks for its backend).
 
     Collect all; synchronous; the return value is ignored.
     """

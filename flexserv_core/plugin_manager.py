@@ -12,6 +12,11 @@
 * Registration refuses hook-like functions that would never be called: a
   ``flexserv_*`` function without ``@hookimpl``, a marked function that names no
   FlexServ hook, a ``flexserv_*`` function marked by another project's marker.
+* A plugin may declare hooks of its own: its ``HOOKSPECS`` attribute names
+  the module (or class) of their specs, added when it registers (pytest's
+  ``pytest_addhooks``, as an attribute). A plugin implementing such a hook marks it
+  ``@hookimpl(optionalhook=True)``: it may be registered before the declaring plugin,
+  and without that plugin (``-p no:NAME``) the hook is never called.
 """
 
 from __future__ import annotations
@@ -105,6 +110,9 @@ class FlexServPluginManager(pluggy.PluginManager):
         if already is not None:
             raise self._failed(name, distribution, version, builtin, f"already registered as plugin {already!r}")
         try:
+            specs = getattr(plugin, "HOOKSPECS", None)
+            if specs is not None:
+                self.add_hookspecs(specs)  # checks the implementations registered before it, too
             self.register(plugin, name=name)
             self._check_hookimpls(plugin)
         except Exception as exc:
@@ -160,11 +168,12 @@ class FlexServPluginManager(pluggy.PluginManager):
                 raise pluggy.PluginValidationError(
                     plugin, f"{attr!r} is not a FlexServ hook (the {prefix} prefix is reserved for hooks)"
                 )
-            if not known:
+            if not known and not getattr(value, marker_attr).get("optionalhook"):
                 raise pluggy.PluginValidationError(plugin, f"unknown hook {attr!r}: no such hookspec in flexserv")
         for caller in self.get_hookcallers(plugin) or []:
-            if not caller.has_spec():
-                impl_names = [i.function.__name__ for i in caller.get_hookimpls() if i.plugin is plugin]
+            mine = [i for i in caller.get_hookimpls() if i.plugin is plugin]
+            if not caller.has_spec() and not all(i.optionalhook for i in mine):
+                impl_names = [i.function.__name__ for i in mine]
                 raise pluggy.PluginValidationError(
                     plugin,
                     f"{', '.join(impl_names) or caller.name} is marked @hookimpl but {caller.name!r} is not a FlexServ"

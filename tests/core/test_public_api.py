@@ -48,6 +48,8 @@ def test_facade_has_what_plugins_need() -> None:
         "StateStore", "Collection", "CollectionLimits", "Record", "RecordPage", "StateBackend",
         "StateUnavailable", "QuotaExceeded", "request_owner", "request_reads_any_owner", "redact_url", "plan_eviction", "pending_migrations",
         "resolved_state_url", "scheme_of",
+        # a plugin that declares hooks of its own calls them under the core's policy (the state plugin)
+        "call_hook", "hook_error",
         # a text route outside the core (the Responses API plugin)
         "TextSession", "check_chat_request", "ChatCompletionRequest", "ResponseFormat", "JsonSchemaFormat",
         "Tool", "FunctionDefinition", "ToolChoice", "NamedToolChoice", "NamedFunction", "ToolCallDelta",
@@ -185,13 +187,13 @@ def test_a_shared_library_is_importable_only_by_its_dependents(tmp_path: Path) -
 FACADE = {
     "CHAT_TEMPLATE_DEFAULTS", "CHAT_TEMPLATE_REQUEST", "TemplateVariablesMisconfigured", "reserved_template_names",
     "__version__", "Backend", "BlockedMasks", "ChatCompletionRequest", "ChatMessage", "ChatTemplates",
-    "chat_prompt_ids", "check_chat_request", "check_prompt_chars", "check_token_ids", "ClientDisconnected", "Collection", "CollectionLimits", "Command",
+    "call_hook", "chat_prompt_ids", "check_chat_request", "check_prompt_chars", "check_token_ids", "ClientDisconnected", "Collection", "CollectionLimits", "Command",
     "CommandContext", "CompiledConstraint", "Constraint", "ConstraintCompiler", "ConstraintKind", "ConstraintVocabulary",
     "ContextLengthExceeded", "convert_param", "CoreSettings", "CpuCoreInfo", "create_app",
     "create_plugin_manager", "default_cache_dir", "EngineStats",
     "ErrorResponse", "EvictionReason", "fill_blocked_masks", "FinishReason", "FlexServer", "FlexServError",
     "FlexServPluginManager", "FunctionDefinition", "GatewayTimeout", "get_gpu_info",
-    "get_max_vram_used_pct", "get_ram_info", "get_system_resources", "GpuInfo", "hookimpl", "hookspec",
+    "get_max_vram_used_pct", "get_ram_info", "get_system_resources", "GpuInfo", "hook_error", "hookimpl", "hookspec",
     "ImageInput", "InvalidRequest", "JsonSchemaFormat", "Lease", "LoadedModel",
     "ModelEvent", "ModelEventType", "ModelInfo", "ModelKind", "ModelLoadError", "ModelNotFound",
     "ModelRegistry", "ModelSpec", "ModelState", "NamedFunction", "NamedToolChoice",
