@@ -80,7 +80,6 @@ if TYPE_CHECKING:
     from flexserv_core.resources import ResourceProbe
     from flexserv_core.server import FlexServer
     from flexserv_core.settings import Settings
-    from flexserv_core.state.backend import StateBackend
     from flexserv_core.tool_parsers import ToolParser
 
 PROJECT_NAME = "flexserv"
@@ -213,30 +212,6 @@ def flexserv_register_routes(settings: Settings) -> list[ControllerRouterHandler
     :param settings: all resolved settings (e.g. to size a body limit).
 
     Collect all; synchronous; return a list of handlers or ``None``.
-    """
-
-
-@hookspec(firstresult=True)
-def flexserv_state_backend(url: str, settings: Settings) -> StateBackend | None:
-    """Provide the state store for ``--state-url`` when its scheme is the plugin's.
-
-    Called once while the app is built, before the server exists, with the
-    configured URL (or the default, a SQLite file under the cache directory). Only
-    make the object here: the core awaits its ``open()`` at start-up (where it
-    connects and migrates) and its ``close()`` at shutdown. The core serves
-    ``memory://``; the first-party plugins ``state-sqlite`` (on by default) and
-    ``state-postgres`` serve ``sqlite://`` and ``postgresql://``. See "Writing a
-    state backend" in ``docs/state.md``.
-
-    :param url: the state URL, password included: never log it (``backend.url``
-        is the URL without its password).
-    :param settings: all resolved settings.
-
-    A URL no plugin serves stops start-up with an error naming the scheme (and the
-    first-party plugin that serves it); only the default URL, when no plugin serves
-    it, falls back to ``memory://`` with a warning.
-
-    First result; synchronous; return a :class:`~flexserv_core.StateBackend`, or ``None`` for a scheme not the plugin's.
     """
 
 

@@ -42,7 +42,9 @@ _DEF = re.compile(r"^def (flexserv_\w+)\(")
 
 #: Hooks first-party plugins declare (``HOOKSPECS``): plugin name,
 #: distribution, spec module. Listed after the core's.
-PLUGIN_HOOKSPECS: list[tuple[str, str, str]] = []
+PLUGIN_HOOKSPECS: list[tuple[str, str, str]] = [
+    ("state", "flexserv-state", "flexserv_state.hookspecs"),
+]
 
 
 def _role(match: re.Match[str]) -> str:
