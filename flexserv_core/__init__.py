@@ -37,6 +37,7 @@ from flexserv_core.constraints import (
     fill_blocked_masks,
     prepare_params,
 )
+from flexserv_core.edge.owner import request_owner, request_reads_any_owner
 from flexserv_core.errors import (
     ClientDisconnected,
     ContextLengthExceeded,
@@ -78,12 +79,6 @@ from flexserv_core.settings import (
     resolve_settings,
 )
 from flexserv_core.stash import Stash, StashKey
-from flexserv_core.state.backend import StateBackend, pending_migrations
-from flexserv_core.state.limits import plan_eviction
-from flexserv_core.state.owner import request_owner, request_reads_any_owner
-from flexserv_core.state.records import CollectionLimits, Record, RecordPage
-from flexserv_core.state.store import Collection, StateStore
-from flexserv_core.state.url import redact_url, resolved_state_url, scheme_of
 from flexserv_core.template_variables import CHAT_TEMPLATE_DEFAULTS, CHAT_TEMPLATE_REQUEST, reserved_template_names
 from flexserv_core.tool_call_stream import ToolCallFragment, ToolCallStream, ToolStreamEvent
 from flexserv_core.tool_parsers import ParsedToolCall, ParsedToolOutput, ToolParser, ToolParsers
@@ -103,8 +98,6 @@ __all__ = [
     "ChatMessage",
     "ChatTemplates",
     "ClientDisconnected",
-    "Collection",
-    "CollectionLimits",
     "Command",
     "CommandContext",
     "CompiledConstraint",
@@ -152,8 +145,6 @@ __all__ = [
     "PluginStartupError",
     "ProgressCallback",
     "QuotaExceeded",
-    "Record",
-    "RecordPage",
     "RequestContext",
     "ResponseFormat",
     "SSEGenerator",
@@ -162,8 +153,6 @@ __all__ = [
     "Settings",
     "Stash",
     "StashKey",
-    "StateBackend",
-    "StateStore",
     "StateUnavailable",
     "TemplateVariablesMisconfigured",
     "TextGenerationModel",
@@ -204,19 +193,14 @@ __all__ = [
     "hookspec",
     "open_request_context",
     "parse_body",
-    "pending_migrations",
-    "plan_eviction",
     "prepare_params",
-    "redact_url",
     "render_chat_template",
     "request_owner",
     "request_reads_any_owner",
     "reserved_template_names",
     "resolve_plugin_settings",
     "resolve_settings",
-    "resolved_state_url",
     "route_scope",
-    "scheme_of",
     "select_chat_template",
     "sniff_media_type",
     "sse_event",

@@ -24,7 +24,7 @@ from flexserv_core.api.errors import EXCEPTION_HANDLERS
 from flexserv_core.edge.auth import KeyRing
 from flexserv_core.edge.cors import cors_config
 from flexserv_core.edge.request_id import with_request_id
-from flexserv_core.errors import PluginStartupError, StateUnavailable
+from flexserv_core.errors import FlexServError, PluginStartupError
 from flexserv_core.events import ModelEvent
 from flexserv_core.metrics.collector import RegistryCollector
 from flexserv_core.metrics.core import ServerMetrics
@@ -36,9 +36,6 @@ from flexserv_core.readiness import Preloader, preload_specs
 from flexserv_core.server import FlexServer
 from flexserv_core.settings import Settings
 from flexserv_core.startup_log import log_served_models
-from flexserv_core.state.memory import MemoryBackend
-from flexserv_core.state.store import StateStore
-from flexserv_core.state.url import resolved_state_url
 from flexserv_core.tool_parsers import ToolParsers
 
 log = logging.getLogger(__name__)
@@ -125,29 +122,10 @@ def build_server(settings: Settings, pm: FlexServPluginManager) -> FlexServer:
         routes_by_plugin=hooks.routes_by_plugin(pm, settings),
         metrics=metrics,
         preloader=Preloader(registry, preload_specs(catalog, settings.core.preload)),
-        store=state_store(pm, settings),
         tool_parsers=ToolParsers(hooks.tool_parsers(pm, settings)),
         constraints=hooks.constraint_compiler(pm, settings),
     )
     return server
-
-
-def state_store(pm: FlexServPluginManager, settings: Settings) -> StateStore:
-    """The store ``--state-url`` names, served by a plugin. A URL no loaded plugin
-    serves stops start-up, except the default SQLite file: without the ``state-sqlite``
-    plugin the server keeps its state in ``memory://``, with a warning."""
-    url = resolved_state_url(settings)
-    backend = hooks.state_backend(pm, settings, url)
-    if backend is None and not settings.core.state_url:
-        log.warning(
-            "The default state store is not available (%s) Keeping state in memory:// instead: stored responses,"
-            " files and fitted models are lost at exit. --state-url memory:// chooses that without this warning.",
-            hooks.unserved_state_url(pm, url),
-        )
-        backend = MemoryBackend()
-    if backend is None:
-        raise hooks.unserved_state_url(pm, url)
-    return StateStore(backend)
 
 
 def create_app(settings: Settings, plugin_manager: FlexServPluginManager) -> Litestar:
@@ -158,20 +136,16 @@ def create_app(settings: Settings, plugin_manager: FlexServPluginManager) -> Lit
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        try:
-            await server.store.open()
-        except StateUnavailable as exc:
-            log.error("%s", exc.message)  # the URL without its password; uvicorn then reports the failed start-up
-            raise
-        log.info("state store: %s", server.store.url)
         server.registry.start()
         try:
             await hooks.startup(server)
-        except PluginStartupError as exc:
-            log.error("%s", exc)  # said once, plainly; uvicorn then reports the failed start-up
+        except (PluginStartupError, FlexServError) as exc:
+            # said once, plainly (a FlexServError, e.g. an unreachable state store, by the plugin that
+            # raised it); uvicorn then reports the failed start-up
+            if isinstance(exc, PluginStartupError):
+                log.error("%s", exc)
             await hooks.shutdown(server)
             await server.registry.shutdown(0)
-            await server.store.close()
             raise
         log.info("FlexServ %s ready: plugins %s", __version__, ", ".join(plugin_manager.loaded_names()))
         log_served_models(server)
@@ -183,7 +157,6 @@ def create_app(settings: Settings, plugin_manager: FlexServPluginManager) -> Lit
             await server.preloader.stop()
             await hooks.shutdown(server)
             await server.registry.shutdown(settings.core.shutdown_timeout)
-            await server.store.close()
 
     keys = KeyRing.from_settings(settings.core)
     return FlexServApp(

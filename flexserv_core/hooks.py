@@ -9,7 +9,8 @@ distribution. Errors a hook is documented to raise on purpose
 :class:`~flexserv_core.errors.UsageError` to reject a setting) pass through.
 
 The typed functions below are the only callers; nothing else in the core uses
-``pm.hook``.
+``pm.hook``. A plugin that owns hooks (entry points ``flexserv.hookspecs``)
+calls them through :func:`call_hook` too, under the same policy.
 """
 
 from __future__ import annotations
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
     from flexserv_core.request_context import RequestContext
     from flexserv_core.server import FlexServer
     from flexserv_core.settings import Settings
-    from flexserv_core.state.backend import StateBackend
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -315,7 +315,7 @@ def commands(pm: FlexServPluginManager) -> dict[str, PluginCommand]:
 
 
 def configure(pm: FlexServPluginManager, settings: Settings) -> None:
-    call_hook(pm, "flexserv_configure", {"settings": settings})
+    call_hook(pm, "flexserv_configure", {"settings": settings, "plugin_manager": pm})
 
 
 def routes_by_plugin(pm: FlexServPluginManager, settings: Settings) -> dict[str, list[ControllerRouterHandler]]:
@@ -377,45 +377,6 @@ def default_models(pm: FlexServPluginManager, settings: Settings) -> list[ModelO
     ]
 
 
-#: State URL schemes that first-party plugins serve: ``memory://`` is the core's own.
-STATE_PLUGINS: dict[str, tuple[str, str]] = {
-    "sqlite": ("state-sqlite", "flexserv-state-sqlite"),
-    "postgresql": ("state-postgres", "flexserv-state-postgres"),
-    "postgres": ("state-postgres", "flexserv-state-postgres"),
-}
-
-
-def state_backend(pm: FlexServPluginManager, settings: Settings, url: str) -> StateBackend | None:
-    """The backend of the plugin serving ``url``'s scheme; ``None`` when no loaded
-    plugin does (then raise :func:`unserved_state_url`, or fall back)."""
-    from flexserv_core.state.backend import StateBackend
-
-    hook = "flexserv_state_backend"
-    found = _items(pm, hook, call_hook(pm, hook, {"url": url, "settings": settings}, firstresult=True), StateBackend)
-    return found[0] if found else None
-
-
-def unserved_state_url(pm: FlexServPluginManager, url: str) -> UsageError:
-    """The start-up error for a state URL no loaded plugin serves: it names the
-    first-party plugin that would, and whether to install or unblock it."""
-    from flexserv_core.state.url import redact_url, scheme_of
-
-    scheme = scheme_of(url)
-    prefix = f"--state-url {redact_url(url)}: no loaded plugin serves '{scheme}://' state URLs"
-    if scheme not in STATE_PLUGINS:
-        return UsageError(
-            f"{prefix} (built in: memory://; sqlite:///PATH needs the flexserv-state-sqlite plugin,"
-            " postgresql:// the flexserv-state-postgres plugin)"
-        )
-    name, distribution = STATE_PLUGINS[scheme]
-    if pm.is_blocked(name):
-        fix = f"but it is blocked (drop -p no:{name})"
-    else:
-        fix = f"but it is not loaded (pip install {distribution}; FLEXSERV_PLUGINS, when set, must name it)"
-    return UsageError(
-        f"{prefix}: the '{name}' plugin ({distribution}) serves them, {fix}. Or choose another store with"
-        " --state-url (memory:// is built in, and lost at exit)."
-    )
 
 
 def metrics_collectors(pm: FlexServPluginManager, settings: Settings, register: Callable[[Any], None]) -> None:

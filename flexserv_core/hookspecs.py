@@ -57,8 +57,9 @@ Hook policy (one rule for every hook; :mod:`flexserv_core.hooks` enforces it):
   names in the entry-point group ``flexserv.hookspecs``. Every plugin manager adds
   them when it is created, whether or not that plugin is loaded, so implementing
   such a hook never depends on load order. The owner calls its hook with
-  :func:`~flexserv_core.call_hook` (this policy applies) and documents it in its
-  README: ``flexserv_resource_probes`` (flexserv-resources) is one.
+  :func:`~flexserv_core.call_hook` (this policy applies); a backend implements it
+  with a plain ``@hookimpl``. ``flexserv_resource_probes`` (flexserv-resources) and
+  ``flexserv_state_backend`` (flexserv-state) are listed below the core's hooks.
 * The hooks that build the server (routes, backends, tool parsers, the constraint
   compiler, default models, metrics collectors) get
   ``settings``, not a server: they run before the server exists. Route handlers
@@ -81,10 +82,10 @@ if TYPE_CHECKING:
     from flexserv_core.constraints import ConstraintCompiler
     from flexserv_core.events import ModelEvent
     from flexserv_core.models.spec import ModelSpec
+    from flexserv_core.plugin_manager import FlexServPluginManager
     from flexserv_core.request_context import RequestContext
     from flexserv_core.server import FlexServer
     from flexserv_core.settings import Settings
-    from flexserv_core.state.backend import StateBackend
     from flexserv_core.tool_parsers import ToolParser
 
 PROJECT_NAME = "flexserv"
@@ -132,7 +133,7 @@ def flexserv_add_settings() -> type[msgspec.Struct] | list[type[msgspec.Struct]]
 
 
 @hookspec
-def flexserv_configure(settings: Settings) -> None:
+def flexserv_configure(settings: Settings, plugin_manager: FlexServPluginManager) -> None:
     """Check or adjust settings once they are all resolved and validated.
 
     Called once after settings are read (CLI > environment > config file >
@@ -141,6 +142,9 @@ def flexserv_configure(settings: Settings) -> None:
     ``flexserv run`` then exits with status 2 and prints the message.
 
     :param settings: all settings, core and plugins'.
+    :param plugin_manager: the loaded plugins, for a plugin that owns hooks (entry
+        points ``flexserv.hookspecs``) and calls them while the app is built, with
+        :func:`flexserv_core.call_hook` (the ``state`` plugin asks for its backend).
 
     Collect all; synchronous; the return value is ignored.
     """
@@ -214,30 +218,6 @@ def flexserv_register_routes(settings: Settings) -> list[ControllerRouterHandler
     :param settings: all resolved settings (e.g. to size a body limit).
 
     Collect all; synchronous; return a list of handlers or ``None``.
-    """
-
-
-@hookspec(firstresult=True)
-def flexserv_state_backend(url: str, settings: Settings) -> StateBackend | None:
-    """Provide the state store for ``--state-url`` when its scheme is the plugin's.
-
-    Called once while the app is built, before the server exists, with the
-    configured URL (or the default, a SQLite file under the cache directory). Only
-    make the object here: the core awaits its ``open()`` at start-up (where it
-    connects and migrates) and its ``close()`` at shutdown. The core serves
-    ``memory://``; the first-party plugins ``state-sqlite`` (on by default) and
-    ``state-postgres`` serve ``sqlite://`` and ``postgresql://``. See "Writing a
-    state backend" in ``docs/state.md``.
-
-    :param url: the state URL, password included: never log it (``backend.url``
-        is the URL without its password).
-    :param settings: all resolved settings.
-
-    A URL no plugin serves stops start-up with an error naming the scheme (and the
-    first-party plugin that serves it); only the default URL, when no plugin serves
-    it, falls back to ``memory://`` with a warning.
-
-    First result; synchronous; return a :class:`~flexserv_core.StateBackend`, or ``None`` for a scheme not the plugin's.
     """
 
 

@@ -19,17 +19,17 @@ if TYPE_CHECKING:
     from flexserv_core.plugin_manager import FlexServPluginManager
     from flexserv_core.readiness import Preloader
     from flexserv_core.settings import Settings
-    from flexserv_core.state.store import StateStore
 
 
 class FlexServer:
-    """Settings, plugin manager, backends, model catalog, registry, metrics and state store of one server.
+    """Settings, plugin manager, backends, model catalog, registry and metrics of one server.
 
     A passive holder: :func:`flexserv_core.app.create_app` calls the hooks and
     hands their results here; constructing it calls no hook. Plugins receive it in
     the runtime hooks and reach it from route handlers as
     ``request.app.state.flexserv``. Plugins keep their own runtime objects in
-    :attr:`state` (a :class:`Stash`) under their own ``StashKey``.
+    :attr:`state` (a :class:`Stash`) under their own ``StashKey``; the ``state``
+    plugin keeps the state store there (``flexserv_state.store_of(server)``).
     """
 
     def __init__(
@@ -43,7 +43,6 @@ class FlexServer:
         routes_by_plugin: dict[str, list[ControllerRouterHandler]],
         metrics: ServerMetrics,
         preloader: Preloader,
-        store: StateStore,
         tool_parsers: ToolParsers | None = None,
         constraints: ConstraintCompiler | None = None,
     ) -> None:
@@ -59,9 +58,6 @@ class FlexServer:
         self.metrics = metrics
         #: The ``--preload`` loads and their states (readiness in health).
         self.preloader = preloader
-        #: Where features keep what clients create (``--state-url``): take a
-        #: :class:`~flexserv_core.Collection` with ``store.collection(name, limits)``.
-        self.store = store
         #: The tool-call formats plugins registered (``flexserv_register_tool_parsers``).
         self.tool_parsers = tool_parsers or ToolParsers()
         #: The compiler of constrained decoding (``flexserv_constraint_compiler``);

@@ -138,18 +138,6 @@ class CoreSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     cache_dir: Annotated[
         str | None, _doc("Where FlexServ caches converted models (default: ~/.cache/flexserv).", metavar="PATH")
     ] = None
-    state_url: Annotated[
-        str | None,
-        _doc(
-            "Where the server keeps what clients create (stored responses, files, fitted models):"
-            " sqlite:///PATH (default: state.db under the cache directory; one machine, any number of processes;"
-            " the state-sqlite plugin, on by default: without it the default is memory:// with a warning),"
-            " postgresql://USER:PASSWORD@HOST/DB (replicas on several machines, with flexserv-state-postgres)"
-            " or memory:// (lost at exit).",
-            secret=True,
-            metavar="URL",
-        ),
-    ] = None
     preload: Annotated[
         list[str],
         _doc(

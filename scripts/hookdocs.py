@@ -1,4 +1,5 @@
-"""Generate ``docs/hooks.md`` from :mod:`flexserv_core.hookspecs`, its one source.
+"""Generate ``docs/hooks.md`` from :mod:`flexserv_core.hookspecs`, its one source, and
+from the hookspecs first-party plugins declare (:data:`PLUGIN_HOOKSPECS`).
 
 ``make hook-docs`` (``python scripts/hookdocs.py > docs/hooks.md``) rewrites the
 file; ``--check FILE`` exits 1 when FILE differs from what would be generated
@@ -11,9 +12,11 @@ hook policy comes from the module docstring, the sections from its ``# --- name
 from __future__ import annotations
 
 import argparse
+import importlib
 import inspect
 import re
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,13 @@ _ROLE = re.compile(r":(?:class|mod|func|data|meth|attr|exc):`~?([^`]+)`")
 _PARAM = re.compile(r"^:param (\w+):\s*(.*)$")
 _SECTION = re.compile(r"^# --- (.+?) -+$")
 _DEF = re.compile(r"^def (flexserv_\w+)\(")
+
+#: Hooks first-party distributions own (entry-point group ``flexserv.hookspecs``):
+#: plugin name, distribution, spec module. Listed after the core's.
+PLUGIN_HOOKSPECS: list[tuple[str, str, str]] = [
+    ("resources", "flexserv-resources", "flexserv_resources.hookspecs"),
+    ("state", "flexserv-state", "flexserv_state.hookspecs"),
+]
 
 
 def _role(match: re.Match[str]) -> str:
@@ -68,10 +78,10 @@ def signature(func: Any) -> str:
     return f"{func.__name__}({params}) -> {ann['return']}"
 
 
-def sections() -> list[tuple[str, list[str]]]:
+def sections(module: types.ModuleType = hookspecs) -> list[tuple[str, list[str]]]:
     """Hook names grouped under the spec module's ``# --- name ---`` comments, in source order."""
     grouped: list[tuple[str, list[str]]] = []
-    for line in inspect.getsource(hookspecs).splitlines():
+    for line in inspect.getsource(module).splitlines():
         if match := _SECTION.match(line):
             grouped.append((match.group(1), []))
         elif (match := _DEF.match(line)) and grouped:
@@ -85,14 +95,20 @@ def policy() -> str:
     return to_markdown(doc[start:].split("\n", 1)[1])
 
 
-def render() -> str:
-    parts = [HEADER, "## Hook policy\n", policy()]
-    for title, names in sections():
-        parts.append(f"## {title[0].upper()}{title[1:]}\n")
+def _hooks(module: types.ModuleType, parts: list[str], suffix: str = "") -> None:
+    for title, names in sections(module):
+        parts.append(f"## {title[0].upper()}{title[1:]}{suffix}\n")
         for name in names:
-            func = getattr(hookspecs, name)
+            func = getattr(module, name)
             doc = to_markdown(inspect.getdoc(func) or "")
             parts.append(f"### {name}\n\n```python\n{signature(func)}\n```\n\n{doc}")
+
+
+def render() -> str:
+    parts = [HEADER, "## Hook policy\n", policy()]
+    _hooks(hookspecs, parts)
+    for plugin, distribution, module in PLUGIN_HOOKSPECS:
+        _hooks(importlib.import_module(module), parts, f" (declared by the `{plugin}` plugin, {distribution})")
     return "\n".join(parts)
 
 

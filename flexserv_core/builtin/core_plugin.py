@@ -1,4 +1,4 @@
-"""The essential built-in plugin: core settings, FlexServ routes, Hub-id resolution, the memory:// store."""
+"""The essential built-in plugin: core settings, FlexServ routes, Hub-id resolution."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from flexserv_core.hookspecs import hookimpl
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.server import FlexServer
 from flexserv_core.settings import CoreSettings, Settings
-from flexserv_core.state.backend import StateBackend
-from flexserv_core.state.url import scheme_of
 
 # owner/name, each part of letters, digits, '-', '_', '.', never '..' or a leading '.'
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w\-]*(?:\.[\w\-]+)*/[A-Za-z0-9][\w\-]*(?:\.[\w\-]+)*$")
@@ -41,12 +39,3 @@ def flexserv_resolve_model(model_id: str, kind: str, server: FlexServer) -> Mode
     if not server.settings.core.allow_hub_models or not is_hub_id(model_id):
         return None
     return ModelSpec(name=model_id, kind=kind, source=model_id, origin="hub")
-
-
-@hookimpl(trylast=True)
-def flexserv_state_backend(url: str, settings: Settings) -> StateBackend | None:
-    if scheme_of(url) == "memory":  # sqlite:// (the default) is the state-sqlite plugin's
-        from flexserv_core.state.memory import MemoryBackend
-
-        return MemoryBackend(url)
-    return None

@@ -22,9 +22,9 @@ from litestar.connection import ASGIConnection
 from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
 from litestar.handlers.base import BaseRouteHandler
 
+from flexserv_core.edge.owner import OPERATIONS_STATE_KEY, OWNER_STATE_KEY, key_identity
 from flexserv_core.errors import UsageError
 from flexserv_core.settings import CoreSettings
-from flexserv_core.state.owner import OPERATIONS_STATE_KEY, OWNER_STATE_KEY, key_identity
 
 
 class Scope(StrEnum):

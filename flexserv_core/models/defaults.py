@@ -60,6 +60,7 @@ FIRST_PARTY_DISTRIBUTIONS: frozenset[str] = frozenset(
         "flexserv-files",
         "flexserv-docs",
         "flexserv-embeddings",
+        "flexserv-state",
     }
 )
 

@@ -6,7 +6,6 @@ doubles that are real plugins, helpers to run ``flexserv`` as a process, and
 sleeping.
 """
 
-from flexserv_core.state.memory import MemoryBackend
 from flexserv_core.testing.app import (
     BASE_URL,
     app_client,
@@ -33,8 +32,6 @@ from flexserv_core.testing.process import (
     wait_healthy,
     write_distribution,
 )
-from flexserv_core.testing.state_contract import ManualClock, StateBackendContract, blob_chunks, read_blob_bytes
-from flexserv_core.testing.state_writer import start_state_writer, stored_writes
 from flexserv_core.testing.waiting import wait_until, wait_until_async
 
 __all__ = [
@@ -45,24 +42,17 @@ __all__ = [
     "FakeRequest",
     "FakeTextBackend",
     "FakeTextModel",
-    "ManualClock",
-    "MemoryBackend",
     "ServedApp",
-    "StateBackendContract",
     "app_client",
-    "blob_chunks",
     "flexserv_cmd",
     "free_port",
     "make_app",
     "make_plugin_manager",
     "make_settings",
     "openai_client",
-    "read_blob_bytes",
     "run_flexserv",
     "running_app_client",
-    "start_state_writer",
     "stop_process",
-    "stored_writes",
     "wait_healthy",
     "wait_until",
     "wait_until_async",

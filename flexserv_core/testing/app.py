@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
+from importlib.metadata import entry_points
 from typing import Any
 
 import httpx
@@ -12,11 +13,16 @@ from litestar import Litestar
 
 from flexserv_core import hooks
 from flexserv_core.app import create_app
-from flexserv_core.plugin_manager import FlexServPluginManager, PluginSelection
+from flexserv_core.plugin_manager import ENTRY_POINT_GROUP, FlexServPluginManager, PluginSelection
 from flexserv_core.settings import Settings, decode_model_tables, describe_fields
 from flexserv_core.testing.asgi_stream import StreamingASGITransport
 
 BASE_URL = "http://flexserv.test"
+
+#: Default-on plugins :func:`make_app` loads unless blocked (when installed): the
+#: state store was part of the core until it became the ``state`` plugin, and the
+#: plugins whose routes keep records (responses, files, anomaly...) are tested with it.
+KIT_PLUGINS = ("state",)
 
 
 def make_plugin_manager(plugins: Iterable[object | str] = (), *, block: Iterable[str] = ()) -> FlexServPluginManager:
@@ -51,15 +57,20 @@ def make_app(
 ) -> Litestar:
     """An app with the built-ins (minus ``block``) and exactly ``plugins``: no
     installed plugin is loaded unless named, so tests load real models only when
-    they ask for a backend (``make_app(["transformers"])``). The state store is
-    ``memory://`` unless ``settings`` names one (a ``sqlite://`` one needs
+    they ask for a backend (``make_app(["transformers"])``). The ``state`` plugin
+    is loaded too when it is installed, unless blocked (``block=["state"]``); its
+    store is ``memory://`` unless ``settings`` names one (a ``sqlite://`` one needs
     ``"state-sqlite"`` among ``plugins``).
 
     ``models`` are ``[[models]]`` tables of a config file, as dicts (``{"name":
     "m", "source": "...", "options": {...}}``), checked as the file's are."""
-    pm = make_plugin_manager(plugins, block=block)
+    installed = {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    kit = [name for name in KIT_PLUGINS if name in installed and name not in block]
+    pm = make_plugin_manager([*kit, *plugins], block=block)
+    known = {name for struct in hooks.settings_structs(pm) for f in describe_fields(struct) for name in f.names}
     # in memory unless a test names a store: tests never share the default SQLite file
-    resolved = make_settings(pm, {"state_url": "memory://", **(settings or {})})
+    defaults = {"state_url": "memory://"} if "state_url" in known else {}
+    resolved = make_settings(pm, {**defaults, **(settings or {})})
     resolved.models.extend(decode_model_tables(list(models), "make_app(models=...)"))
     return create_app(resolved, pm)
 

@@ -45,9 +45,10 @@ def test_facade_has_what_plugins_need() -> None:
         "FlexServError", "InvalidRequest",
         "ContextLengthExceeded", "NotFound", "ModelNotFound", "PayloadTooLarge", "TooManyRequests",
         "ServiceUnavailable", "ModelLoadError", "UsageError", "__version__",
-        "StateStore", "Collection", "CollectionLimits", "Record", "RecordPage", "StateBackend",
-        "StateUnavailable", "QuotaExceeded", "request_owner", "request_reads_any_owner", "redact_url", "plan_eviction", "pending_migrations",
-        "resolved_state_url", "scheme_of",
+        # the state store is the state plugin's (flexserv_state); its errors and request ownership stay
+        "StateUnavailable", "QuotaExceeded", "request_owner", "request_reads_any_owner",
+        # a plugin that declares hooks of its own calls them under the core's policy (the state plugin)
+        "call_hook", "hook_error",
         # a text route outside the core (the Responses API plugin)
         "TextSession", "check_chat_request", "ChatCompletionRequest", "ResponseFormat", "JsonSchemaFormat",
         "Tool", "FunctionDefinition", "ToolChoice", "NamedToolChoice", "NamedFunction", "ToolCallDelta",
@@ -89,6 +90,9 @@ SHARED_LIBRARIES = {
     "flexserv-audio": ("flexserv_audio", ROOT / "plugins" / "audio" / "flexserv_audio"),
     # a plugin (the resources route, the probes) that is also the library of hardware readings and owns their hook
     "flexserv-resources": ("flexserv_resources", ROOT / "plugins" / "resources" / "flexserv_resources"),
+    # a plugin (the server's store, --state-url) that is also the library of what keeps records and of
+    # state backends (StateStore, Collection, StateBackend and its contract)
+    "flexserv-state": ("flexserv_state", ROOT / "plugins" / "state" / "flexserv_state"),
 }
 
 
@@ -194,7 +198,7 @@ def test_a_shared_library_is_importable_only_by_its_dependents(tmp_path: Path) -
 FACADE = {
     "CHAT_TEMPLATE_DEFAULTS", "CHAT_TEMPLATE_REQUEST", "TemplateVariablesMisconfigured", "reserved_template_names",
     "__version__", "Backend", "BlockedMasks", "ChatCompletionRequest", "ChatMessage", "ChatTemplates",
-    "chat_prompt_ids", "check_chat_request", "check_prompt_chars", "check_token_ids", "ClientDisconnected", "Collection", "CollectionLimits", "Command",
+    "call_hook", "chat_prompt_ids", "check_chat_request", "check_prompt_chars", "check_token_ids", "ClientDisconnected", "Command",
     "CommandContext", "CompiledConstraint", "Constraint", "ConstraintCompiler", "ConstraintKind", "ConstraintVocabulary",
     "call_hook", "ContextLengthExceeded", "convert_param", "CoreSettings", "create_app",
     "create_plugin_manager", "default_cache_dir", "EngineStats",
@@ -204,14 +208,14 @@ FACADE = {
     "ModelEvent", "ModelEventType", "ModelInfo", "ModelKind", "ModelLoadError", "ModelNotFound",
     "ModelRegistry", "ModelSpec", "ModelState", "NamedFunction", "NamedToolChoice",
     "NotFound", "open_request_context", "parse_body", "ParsedToolCall", "ParsedToolOutput",
-    "PayloadTooLarge", "PDF_MEDIA_TYPE", "pending_migrations", "Placement", "plan_eviction", "PluginCommandError", "PluginError",
+    "PayloadTooLarge", "PDF_MEDIA_TYPE", "Placement", "PluginCommandError", "PluginError",
     "PluginHookError", "PluginLoadError", "PluginNotInstalled", "PluginStartupError", "prepare_params",
-    "ProgressCallback", "PROJECT_NAME", "QuotaExceeded", "READY", "Record", "RecordPage",
-    "redact_url", "render_chat_template", "request_owner", "request_reads_any_owner", "RequestContext",
-    "RESERVED_TEMPLATE_KWARGS", "resolve_plugin_settings", "resolve_settings", "resolved_state_url", "scheme_of",
+    "ProgressCallback", "PROJECT_NAME", "QuotaExceeded", "READY",
+    "render_chat_template", "request_owner", "request_reads_any_owner", "RequestContext",
+    "RESERVED_TEMPLATE_KWARGS", "resolve_plugin_settings", "resolve_settings",
     "ResponseFormat", "route_scope", "SAMPLING_EXTENSIONS", "SamplingParams",
     "select_chat_template", "ServiceUnavailable", "Settings", "sniff_media_type", "sse_event", "sse_response", "error_event", "SSE_DONE",
-    "SSEGenerator", "Stash", "StashKey", "StateBackend", "StateStore", "StateUnavailable",
+    "SSEGenerator", "Stash", "StashKey", "StateUnavailable",
     "TextGenerationModel", "TextLimits", "TextSession", "TokenDelta",
     "TokenMatcher", "Tool", "ToolCallDelta", "ToolCallFragment", "ToolCallStream", "ToolChoice",
     "ToolParser", "ToolParsers", "ToolPlan", "ToolStreamer", "ToolStreamEvent", "TooManyRequests",
@@ -219,11 +223,11 @@ FACADE = {
     "UsageError", "validate_body"
 }  # fmt: skip
 TESTING_KIT = {
-    "app_client", "BASE_URL", "blob_chunks", "FAKE_ALTERNATIVES", "FAKE_SCRIPT", "FakeBackendPlugin",
+    "app_client", "BASE_URL", "FAKE_ALTERNATIVES", "FAKE_SCRIPT", "FakeBackendPlugin",
     "FakeRequest", "FakeTextBackend", "FakeTextModel", "flexserv_cmd",
-    "free_port", "make_app", "make_plugin_manager", "make_settings", "ManualClock", "MemoryBackend",
-    "openai_client", "read_blob_bytes", "run_flexserv", "running_app_client", "ServedApp",
-    "start_state_writer", "StateBackendContract", "stop_process", "stored_writes", "wait_healthy",
+    "free_port", "make_app", "make_plugin_manager", "make_settings",
+    "openai_client", "run_flexserv", "running_app_client", "ServedApp",
+    "stop_process", "wait_healthy",
     "wait_until", "wait_until_async", "write_distribution"
 }  # fmt: skip
 

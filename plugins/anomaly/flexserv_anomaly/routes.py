@@ -125,6 +125,7 @@ async def _rows(
 async def fit(request: Request[Any, Any, Any]) -> dict[str, Any]:
     server = server_of(request)
     service = service_for(server.settings)
+    store = service.store  # without a state store (-p no:state) a 503 before any work
     body = await parse_body(request, FitRequest, open_request_context(request, f"{PREFIX}/fit"))
     name = model_name(body.model)
     try:
@@ -134,7 +135,7 @@ async def fit(request: Request[Any, Any, Any]) -> dict[str, Any]:
         raise _detector_error(exc) from None
     features = inputs.check_schema(body.schema)
     owner = request_owner(request)
-    if not body.overwrite and await service.store.exists(name, owner=owner):
+    if not body.overwrite and await store.exists(name, owner=owner):
         raise InvalidRequest(
             f"The anomaly model '{name}' exists and 'overwrite' is false.", param="overwrite", code="model_exists"
         )
@@ -174,7 +175,7 @@ async def fit(request: Request[Any, Any, Any]) -> dict[str, Any]:
     except BaseException:
         service.counts.fits["cancelled"] += 1
         raise
-    await service.store.put(name, outcome.header, outcome.blob, owner=owner)
+    await store.put(name, outcome.header, outcome.blob, owner=owner)
     key = registry_name(name, owner)
     service.remember(key, outcome.header["checksum"], outcome.model)
     await server.registry.unload(key)  # the next request loads the new model; running ones finish on the old

@@ -8,10 +8,13 @@ server's ``Settings`` object, one service per app.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import weakref
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
+
+from flexserv_state import has_store, store_of
 
 from flexserv_anomaly.fitted import FittedModel
 from flexserv_anomaly.settings import AnomalySettings
@@ -19,6 +22,8 @@ from flexserv_anomaly.store import ModelStore
 from flexserv_anomaly.streaming import StreamRegistry
 from flexserv_anomaly.worker import FitPool
 from flexserv_core import FlexServer, ServiceUnavailable, Settings
+
+log = logging.getLogger(__name__)
 
 #: Fitted models kept for their first load (the rest are refitted from the store).
 FRESH_MODELS = 4
@@ -38,6 +43,7 @@ class AnomalyService:
     def __init__(self, settings: Settings) -> None:
         self.limits = settings.get(AnomalySettings)
         self._store: ModelStore | None = None
+        self._server: FlexServer | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.pool = FitPool(self.limits.anomaly_fit_workers)
         self.streams = StreamRegistry(self.limits)
@@ -50,13 +56,21 @@ class AnomalyService:
         self._lock = threading.Lock()
 
     def attach(self, server: FlexServer) -> None:
-        """At start-up: the server's state store is open, and this is its event loop."""
-        self._store = ModelStore(server, self.limits)
+        """At start-up: the server's state store is open, and this is its event loop.
+        Without a store (``-p no:state``) the routes that keep fitted models answer 503."""
+        self._server = server
+        if has_store(server):
+            self._store = ModelStore(server, self.limits)
+        else:
+            log.warning("anomaly: no state store (the 'state' plugin is not loaded): fitted models cannot be kept")
         self.loop = asyncio.get_running_loop()
 
     @property
     def store(self) -> ModelStore:
         if self._store is None:
+            if self._server is None:
+                raise ServiceUnavailable("The anomaly plugin has not started.")
+            store_of(self._server)  # raises StateUnavailable, which says why
             raise ServiceUnavailable("The anomaly plugin has not started.")
         return self._store
 

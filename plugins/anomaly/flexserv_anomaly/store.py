@@ -1,4 +1,4 @@
-"""Where fitted models live: the server's state layer (``server.store``), collection
+"""Where fitted models live: the server's state layer (``flexserv_state.store_of(server)``), collection
 ``anomaly_models``, one record per model and owner.
 
 The record's payload is the model's JSON header (:mod:`flexserv_anomaly.codec`),
@@ -17,8 +17,10 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
+from flexserv_state import CollectionLimits, Record, store_of
+
 from flexserv_anomaly.settings import AnomalySettings
-from flexserv_core import CollectionLimits, FlexServer, Record
+from flexserv_core import FlexServer
 
 COLLECTION = "anomaly_models"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -68,7 +70,7 @@ async def _once(blob: bytes) -> AsyncIterator[bytes]:
 
 class ModelStore:
     def __init__(self, server: FlexServer, limits: AnomalySettings) -> None:
-        self.collection = server.store.collection(
+        self.collection = store_of(server).collection(
             COLLECTION,
             CollectionLimits(
                 max_items=limits.anomaly_max_models, max_bytes=limits.anomaly_max_store_bytes, when_full="refuse"

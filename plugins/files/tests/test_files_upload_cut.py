@@ -5,10 +5,12 @@ event loop that a blocking socket test must not be marked for."""
 
 from __future__ import annotations
 
+import logging
 import socket
 from pathlib import Path
 
 import httpx
+import pytest
 
 from flexserv_core.testing import ServedApp, make_app, wait_until
 
@@ -41,3 +43,18 @@ def test_an_upload_cut_mid_way_leaves_nothing(tmp_path: Path) -> None:
             assert http.get("/v1/files").json()["data"] == []
             ok = http.post("/v1/files", files={"file": ("a.txt", b"fine")}, data={"purpose": "user_data"})
             assert ok.status_code == 200  # the server is fine, and stores a whole upload
+
+
+def test_without_the_state_plugin_files_are_a_clear_503(caplog: pytest.LogCaptureFixture) -> None:
+    """``-p no:state``: the server starts, says at start-up that files cannot be kept, and answers 503."""
+    app = make_app(["files"], block=["state"])
+    with caplog.at_level(logging.WARNING), ServedApp(app) as base_url, httpx.Client(base_url=base_url) as http:
+        for answer in (
+            http.post("/v1/files", files={"file": ("a.txt", b"hi")}, data={"purpose": "user_data"}),
+            http.get("/v1/files"),
+            http.get("/v1/files/file-" + "0" * 32),
+        ):
+            assert answer.status_code == 503, answer.text
+            error = answer.json()["error"]
+            assert error["code"] == "state_unavailable" and "the 'state' plugin" in error["message"], error
+    assert any("/v1/files answers 503" in r.getMessage() for r in caplog.records)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from flexserv_state import store_of
 from litestar import Request
 
 from flexserv_core import FlexServer, InvalidRequest, NotFound, request_owner, request_reads_any_owner
@@ -27,7 +28,7 @@ async def file_bytes(request: Request[Any, Any, Any], file_id: str, *, limit: in
             f"'{file_id[:80]}' is not a file id (file- and 32 hex digits).", param=param, code="invalid_file_id"
         )
     server: FlexServer = request.app.state.flexserv
-    files = server.store.collection(FILES_COLLECTION)
+    files = store_of(server).collection(FILES_COLLECTION)
     record = await files.get(file_id, owner=request_owner(request), any_owner=request_reads_any_owner(request))
     if record is None or not record.has_blob:
         raise NotFound(f"No such file: '{file_id}'.", param=param, code="file_not_found")

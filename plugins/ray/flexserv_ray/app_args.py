@@ -16,14 +16,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
+from flexserv_state import StateSettings, resolved_state_url
 
-from flexserv_core import (
-    FlexServPluginManager,
-    Settings,
-    create_plugin_manager,
-    resolve_plugin_settings,
-    resolved_state_url,
-)
+from flexserv_core import FlexServPluginManager, Settings, create_plugin_manager, resolve_plugin_settings
 
 #: Settings of the listening socket: Ray's proxy listens, a replica never does.
 PROXY_SETTINGS = frozenset({"host", "port", "ssl_keyfile", "ssl_certfile"})
@@ -68,7 +63,8 @@ def app_args_from(
 ) -> AppArgs:
     env = os.environ if env is None else env
     explicit = explicit_settings(settings, include_secrets=include_secrets)
-    if include_secrets:  # every replica opens the command's state store (the default one included)
+    if include_secrets and any(f.owner is StateSettings for f in settings.fields):
+        # every replica opens the command's state store (the default one included); none under -p no:state
         explicit["state_url"] = resolved_state_url(settings)
     return AppArgs(
         plugins=list(plugin_args),

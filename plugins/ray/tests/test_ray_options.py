@@ -130,7 +130,9 @@ def test_settings_travel_by_name_and_secrets_stay_out_of_files() -> None:
 
 
 def test_every_replica_gets_the_command_s_state_url(tmp_path: Path) -> None:
-    pm = make_plugin_manager()
+    stateless = make_settings(make_plugin_manager(), {"cache_dir": str(tmp_path)})  # as under -p no:state
+    assert "state_url" not in app_args_from([], stateless, models_per_replica=1, include_secrets=True, env={}).settings
+    pm = make_plugin_manager(["state"])
     default = make_settings(pm, {"cache_dir": str(tmp_path)})
     args = app_args_from([], default, models_per_replica=1, include_secrets=True, env={})
     assert args.settings["state_url"] == f"sqlite://{tmp_path}/state.db"  # one file for the replicas of a node

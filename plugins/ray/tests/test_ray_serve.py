@@ -87,8 +87,9 @@ def cluster() -> Iterator[str]:
 
 
 def deploy(plugins: list[str], settings: dict[str, Any], options: RayOptions, **override: Any) -> None:
-    # autoload is off: replicas open the command's store, by default a SQLite file (the state-sqlite plugin's)
-    plugins = [*plugins, "-p", "state-sqlite"]
+    # autoload is off: replicas open the command's store (the state plugin's), by default a SQLite file
+    # (the state-sqlite plugin's)
+    plugins = [*plugins, "-p", "state", "-p", "state-sqlite"]
     pm = make_plugin_manager([p for p in plugins if p != "-p"])
     resolved = make_settings(pm, settings)
     args = app_args_from(

@@ -71,6 +71,8 @@ async def create_response(request: Request[Any, Any, Any]) -> Response[Any]:
     body = await parse_body(request, ResponsesRequest, context)
     server: FlexServer = request.app.state.flexserv
     store = server_store(server, request_owner(request))
+    if body.store is not False:
+        store.check_available()
     plan = plan_response(body, await store.previous(body.previous_response_id), server.settings.core)
     # errors name the Responses parameters (input[...], text.format), not chat's
     session = TextSession(server, body.model, context, errors=responses_param)

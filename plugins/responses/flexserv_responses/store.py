@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
+from flexserv_state import Collection, CollectionLimits, has_store, store_of
 
-from flexserv_core import Collection, CollectionLimits, NotFound
+from flexserv_core import NotFound
 from flexserv_responses.schemas import InputItem, Response
 
 if TYPE_CHECKING:
@@ -50,12 +51,36 @@ class StoredResponse:
 
 
 class ResponseStore:
-    """One owner's stored responses (the owner of the request at hand)."""
+    """One owner's stored responses (the owner of the request at hand).
 
-    def __init__(self, collection: Collection, owner: str | None, *, enabled: bool = True) -> None:
-        self.collection = collection
+    Without a state store (``-p no:state``, ``server`` given and ``collection``
+    ``None``) every use of the store is an OpenAI-shaped 503 that says why, while
+    requests with ``store: false`` and no ``previous_response_id`` are served."""
+
+    def __init__(
+        self,
+        collection: Collection | None,
+        owner: str | None,
+        *,
+        enabled: bool = True,
+        server: FlexServer | None = None,
+    ) -> None:
+        self._collection = collection
         self.owner = owner
         self.enabled = enabled
+        self._server = server
+
+    @property
+    def collection(self) -> Collection:
+        if self._collection is None:
+            assert self._server is not None, "a ResponseStore without a collection needs its server"
+            return store_of(self._server).collection(COLLECTION)  # raises StateUnavailable, saying why
+        return self._collection
+
+    def check_available(self) -> None:
+        """Raise before any work when a response to be stored could not be."""
+        if self.enabled:
+            _ = self.collection
 
     async def put(self, entry: StoredResponse) -> None:
         if not self.enabled:
@@ -99,7 +124,10 @@ class ResponseStore:
 def server_store(server: FlexServer, owner: str | None) -> ResponseStore:
     """The stored responses ``owner`` sees on this server."""
     limits = server.settings.get(ResponsesSettings)
-    collection = server.store.collection(
+    enabled = limits.responses_store_max_items > 0
+    if not has_store(server):
+        return ResponseStore(None, owner, enabled=enabled, server=server)
+    collection = store_of(server).collection(
         COLLECTION,
         CollectionLimits(
             max_items=limits.responses_store_max_items,
@@ -107,4 +135,4 @@ def server_store(server: FlexServer, owner: str | None) -> ResponseStore:
             max_age=limits.responses_store_max_age,
         ),
     )
-    return ResponseStore(collection, owner, enabled=limits.responses_store_max_items > 0)
+    return ResponseStore(collection, owner, enabled=enabled)

@@ -42,3 +42,19 @@ async def test_with_the_plugin_the_route_serves() -> None:
         assert created.status_code == 200, created.text
         stored = await client.get(f"/v1/responses/{created.json()['id']}")
         assert stored.status_code == 200 and stored.json()["id"] == created.json()["id"]
+
+
+async def test_without_the_state_plugin_stored_responses_are_a_clear_503_and_the_rest_is_served() -> None:
+    """``-p no:state``: the server starts; what needs the store says so, before any generation."""
+    async with app_client(make_app([FakeBackendPlugin(eos_after=3), "responses"], block=["state"])) as client:
+        assert (await client.post("/v1/chat/completions", json=CHAT)).status_code == 200
+        unstored = await client.post("/v1/responses", json={"model": "fake-model", "input": "hi", "store": False})
+        assert unstored.status_code == 200, unstored.text
+        for answer in (
+            await client.post("/v1/responses", json={"model": "fake-model", "input": "hi"}),
+            await client.get("/v1/responses/resp_1"),
+            await client.delete("/v1/responses/resp_1"),
+        ):
+            assert answer.status_code == 503, answer.text
+            error = answer.json()["error"]
+            assert error["code"] == "state_unavailable" and "the 'state' plugin" in error["message"], error

@@ -21,9 +21,10 @@ from flexserv_responses.schemas import (
     TextConfig,
 )
 from flexserv_responses.store import ResponseStore, StoredResponse
+from flexserv_state import CollectionLimits, ManualClock, MemoryBackend, StateStore
 
-from flexserv_core import CollectionLimits, ModelSpec, NotFound, StateStore, ToolPlan
-from flexserv_core.testing import FakeTextModel, ManualClock, MemoryBackend, make_app
+from flexserv_core import ModelSpec, NotFound, ToolPlan
+from flexserv_core.testing import FakeTextModel, make_app
 
 
 def pieces_of(text: str, size: int, *, inside: bool = False) -> tuple[str, str]:

@@ -15,17 +15,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import psycopg
+from flexserv_state import CollectionLimits, Record, RecordPage, StateBackend, plan_eviction, redact_url
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from flexserv_core import (
-    CollectionLimits,
-    Record,
-    RecordPage,
-    StateBackend,
-    StateUnavailable,
-    plan_eviction,
-    redact_url,
-)
+from flexserv_core import StateUnavailable
 from flexserv_state_postgres.schema import migrate
 
 log = logging.getLogger(__name__)

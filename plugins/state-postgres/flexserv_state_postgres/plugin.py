@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from flexserv_core import Settings, StateBackend, hookimpl, scheme_of
+from flexserv_state import StateBackend, scheme_of
+
+from flexserv_core import Settings, hookimpl
 
 SCHEMES = ("postgresql", "postgres")
 
 
-@hookimpl
+@hookimpl  # a hook flexserv-state owns
 def flexserv_state_backend(url: str, settings: Settings) -> StateBackend | None:
     if scheme_of(url) not in SCHEMES:
         return None

@@ -6,8 +6,7 @@ from __future__ import annotations
 import logging
 
 import psycopg
-
-from flexserv_core import pending_migrations
+from flexserv_state import pending_migrations
 
 log = logging.getLogger(__name__)
 

@@ -7,11 +7,18 @@ from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
+from flexserv_state import (
+    CollectionLimits,
+    StateBackend,
+    StateBackendContract,
+    StateStore,
+    blob_chunks,
+    read_blob_bytes,
+)
 from flexserv_state_postgres.backend import PostgresBackend
 from flexserv_state_postgres.testing import PostgresServer
 
-from flexserv_core import CollectionLimits, StateBackend, StateStore, StateUnavailable
-from flexserv_core.testing import StateBackendContract, blob_chunks, read_blob_bytes
+from flexserv_core import StateUnavailable
 
 
 class TestPostgresBackend(StateBackendContract):

@@ -12,20 +12,11 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
+from flexserv_state import StateStore, start_state_writer, stored_writes
 from flexserv_state_postgres.backend import PostgresBackend
 from flexserv_state_postgres.testing import PostgresServer, running_postgres
 
-from flexserv_core import StateStore
-from flexserv_core.testing import (
-    FakeBackendPlugin,
-    app_client,
-    free_port,
-    make_app,
-    run_flexserv,
-    start_state_writer,
-    stored_writes,
-    wait_until_async,
-)
+from flexserv_core.testing import FakeBackendPlugin, app_client, free_port, make_app, run_flexserv, wait_until_async
 
 
 @pytest.fixture

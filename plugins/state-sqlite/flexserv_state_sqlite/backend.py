@@ -16,7 +16,9 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from flexserv_core import CollectionLimits, Record, RecordPage, StateBackend, StateUnavailable, plan_eviction
+from flexserv_state import CollectionLimits, Record, RecordPage, StateBackend, plan_eviction
+
+from flexserv_core import StateUnavailable
 from flexserv_state_sqlite.blobfiles import ORPHAN_GRACE, BlobFiles
 from flexserv_state_sqlite.schema import migrate
 

@@ -3,10 +3,12 @@ cache directory when ``--state-url`` is not set)."""
 
 from __future__ import annotations
 
-from flexserv_core import Settings, StateBackend, UsageError, hookimpl, scheme_of
+from flexserv_state import StateBackend, scheme_of
+
+from flexserv_core import Settings, UsageError, hookimpl
 
 
-@hookimpl
+@hookimpl  # a hook flexserv-state owns
 def flexserv_state_backend(url: str, settings: Settings) -> StateBackend | None:
     if scheme_of(url) != "sqlite":
         return None

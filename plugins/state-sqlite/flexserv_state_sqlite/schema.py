@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 
-from flexserv_core import pending_migrations
+from flexserv_state import pending_migrations
 
 log = logging.getLogger(__name__)
 

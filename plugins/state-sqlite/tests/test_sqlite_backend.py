@@ -11,17 +11,20 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from flexserv_state_sqlite import backend as sqlite_module
-from flexserv_state_sqlite.backend import SqliteBackend
-
-from flexserv_core import CollectionLimits, StateBackend, StateStore, StateUnavailable
-from flexserv_core.testing import (
+from flexserv_state import (
+    CollectionLimits,
+    StateBackend,
     StateBackendContract,
+    StateStore,
     blob_chunks,
     read_blob_bytes,
     start_state_writer,
     stored_writes,
 )
+from flexserv_state_sqlite import backend as sqlite_module
+from flexserv_state_sqlite.backend import SqliteBackend
+
+from flexserv_core import StateUnavailable
 
 
 def url_of(path: Path) -> str:

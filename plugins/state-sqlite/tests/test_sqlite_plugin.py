@@ -7,18 +7,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from flexserv_state import resolved_state_url, store_of
 from flexserv_state_sqlite.backend import SqliteBackend
 
-from flexserv_core import FlexServer, UsageError, resolved_state_url
+from flexserv_core import FlexServer, UsageError
 from flexserv_core.testing import app_client, free_port, make_app, run_flexserv
 
 
 async def test_the_default_store_is_a_sqlite_file_under_the_cache_directory(tmp_path: Path) -> None:
     app = make_app(["state-sqlite"], settings={"state_url": None, "cache_dir": str(tmp_path)})
     server: FlexServer = app.state.flexserv
-    assert isinstance(server.store.backend, SqliteBackend)
-    assert server.store.url == resolved_state_url(server.settings) == f"sqlite://{tmp_path.absolute()}/state.db"
     async with app_client(app) as client:
+        store = store_of(server)
+        assert isinstance(store.backend, SqliteBackend)
+        assert store.url == resolved_state_url(server.settings) == f"sqlite://{tmp_path.absolute()}/state.db"
         assert (await client.get("/health")).status_code == 200
     assert (tmp_path / "state.db").is_file() and (tmp_path / "state.db.blobs").is_dir()
 

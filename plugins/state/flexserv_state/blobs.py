@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator
 
-from flexserv_core.errors import PayloadTooLarge
+from flexserv_core import PayloadTooLarge
 
 
 async def bounded(

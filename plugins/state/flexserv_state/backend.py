@@ -1,10 +1,10 @@
 """The interface a state backend implements (``memory://``, ``sqlite://``,
 ``postgresql://``, or a plugin's own scheme through ``flexserv_state_backend``).
 
-Features never call a backend directly: they use a :class:`~flexserv_core.Collection`,
+Features never call a backend directly: they use a :class:`~flexserv_state.Collection`,
 which generates ids, stamps times, encodes the payload and bounds the blob before
 calling these methods. A backend's promises (checked for every backend by
-``flexserv_core.testing.state_conformance``):
+:class:`~flexserv_state.StateBackendContract`):
 
 * every method is safe to call concurrently, from several processes or machines
   sharing the store;
@@ -22,8 +22,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Collection
 
-from flexserv_core.errors import StateUnavailable
-from flexserv_core.state.records import CollectionLimits, Order, Record, RecordPage
+from flexserv_core import StateUnavailable
+from flexserv_state.records import CollectionLimits, Order, Record, RecordPage
 
 
 def pending_migrations(url: str, current: int, known: Collection[int]) -> list[int]:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
-if TYPE_CHECKING:
-    from flexserv_core.settings import Settings
+from flexserv_core import Settings, default_cache_dir
 
 
 def scheme_of(url: str) -> str:
@@ -29,8 +27,9 @@ def redact_url(url: str) -> str:
 
 def resolved_state_url(settings: Settings) -> str:
     """``--state-url``, or the default: a SQLite file under the cache directory."""
-    if settings.core.state_url:
-        return settings.core.state_url
-    from flexserv_core.settings import default_cache_dir
+    from flexserv_state.settings import StateSettings
 
+    configured = settings.get(StateSettings).state_url
+    if configured:
+        return configured
     return f"sqlite://{(default_cache_dir(settings) / 'state.db').absolute()}"

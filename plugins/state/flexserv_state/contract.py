@@ -5,7 +5,7 @@
         async def state_backend(self, tmp_path):
             yield MyBackend("my://" + str(tmp_path))
 
-The contract wraps the backend in a :class:`~flexserv_core.StateStore` with a
+The contract wraps the backend in a :class:`~flexserv_state.StateStore` with a
 :class:`ManualClock`, opens it, and checks round trips, ownership, expiry, bounds,
 blobs (streamed, bounded, all-or-nothing) and concurrent writers.
 """
@@ -17,10 +17,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from flexserv_core.errors import PayloadTooLarge, QuotaExceeded
-from flexserv_core.state.backend import StateBackend
-from flexserv_core.state.records import CollectionLimits
-from flexserv_core.state.store import StateStore
+from flexserv_core import PayloadTooLarge, QuotaExceeded
+from flexserv_state.backend import StateBackend
+from flexserv_state.records import CollectionLimits
+from flexserv_state.store import StateStore
 
 ALICE, BOB = "key-alice", "key-bob"
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import msgspec
 
-from flexserv_core.state.backend import StateBackend
-from flexserv_core.state.blobs import bounded
-from flexserv_core.state.records import CollectionLimits, Order, Record, RecordPage
+from flexserv_state.backend import StateBackend
+from flexserv_state.blobs import bounded
+from flexserv_state.records import CollectionLimits, Order, Record, RecordPage
 
 log = logging.getLogger(__name__)
 

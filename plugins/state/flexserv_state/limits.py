@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from flexserv_core.errors import PayloadTooLarge, QuotaExceeded
-from flexserv_core.state.records import CollectionLimits
+from flexserv_core import PayloadTooLarge, QuotaExceeded
+from flexserv_state.records import CollectionLimits
 
 
 def over(limits: CollectionLimits, count: int, total: int, new_size: int) -> bool:

@@ -8,9 +8,9 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 
-from flexserv_core.state.backend import StateBackend
-from flexserv_core.state.limits import plan_eviction
-from flexserv_core.state.records import CollectionLimits, Order, Record, RecordPage
+from flexserv_state.backend import StateBackend
+from flexserv_state.limits import plan_eviction
+from flexserv_state.records import CollectionLimits, Order, Record, RecordPage
 
 
 @dataclass(slots=True)

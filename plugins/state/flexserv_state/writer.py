@@ -1,5 +1,5 @@
 """A process that writes files into a state store, for crash and concurrency tests:
-``python -m flexserv_core.testing.state_writer URL NAME COUNT`` stores COUNT
+``python -m flexserv_state.writer URL NAME COUNT`` stores COUNT
 records with blobs (printing each number once committed), or with COUNT 0 starts
 one upload that never ends (printing ``stalled``). The backend is the one the
 installed plugins serve for URL, as in a server. :func:`stored_writes` then checks
@@ -14,12 +14,11 @@ import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
-from flexserv_core import hooks
-from flexserv_core.plugin_manager import create_plugin_manager
-from flexserv_core.state.records import CollectionLimits
-from flexserv_core.state.store import StateStore
-from flexserv_core.testing.app import make_settings
-from flexserv_core.testing.state_contract import blob_chunks, read_blob_bytes
+from flexserv_core import create_plugin_manager, resolve_plugin_settings
+from flexserv_state.contract import blob_chunks, read_blob_bytes
+from flexserv_state.plugin import build_store
+from flexserv_state.records import CollectionLimits
+from flexserv_state.store import StateStore
 
 COLLECTION = "files"
 
@@ -27,15 +26,12 @@ COLLECTION = "files"
 def open_store(url: str) -> StateStore:
     """The store a server would open for ``url`` (installed plugins included)."""
     pm = create_plugin_manager([])
-    backend = hooks.state_backend(pm, make_settings(pm), url)
-    if backend is None:
-        raise hooks.unserved_state_url(pm, url)
-    return StateStore(backend)
+    return build_store(pm, resolve_plugin_settings(pm, cli={"state_url": url}, env={}, config_file=None))
 
 
 def start_state_writer(url: str, name: str, count: int) -> subprocess.Popen[str]:
     """The writer process; read its stdout to follow it."""
-    command = [sys.executable, "-m", "flexserv_core.testing.state_writer", url, name, str(count)]
+    command = [sys.executable, "-m", "flexserv_state.writer", url, name, str(count)]
     return subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
 
 

@@ -29,7 +29,7 @@ def request_owner(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
 
 def request_reads_any_owner(connection: ASGIConnection[Any, Any, Any, Any]) -> bool:
     """Whether the request's API key has the ``operations`` scope: it may read what
-    every key created (``Collection.get(..., any_owner=True)``), as operators must, while
+    every key created (``flexserv_state.Collection.get(..., any_owner=True)``), as operators must, while
     it still creates records of its own. ``False`` without API keys (every record is
     then ``None``'s, readable by all) and for keys without that scope."""
     return connection.scope.get("state", {}).get(OPERATIONS_STATE_KEY) is True

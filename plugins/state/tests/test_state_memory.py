@@ -5,10 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-
-from flexserv_core import StateBackend
-from flexserv_core.state.memory import MemoryBackend
-from flexserv_core.testing import StateBackendContract
+from flexserv_state import MemoryBackend, StateBackend, StateBackendContract
 
 
 class TestMemoryBackend(StateBackendContract):

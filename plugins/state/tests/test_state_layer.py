@@ -1,34 +1,42 @@
-"""The state layer's wiring: ``--state-url`` picks a backend through the hook, the
-server holds the store, requests get their owner from the API key, URLs lose their
-password before they are shown."""
+"""The state plugin's wiring: ``--state-url`` picks a backend through the hook the
+plugin declares, the server holds the store from start-up (``store_of``), requests
+get their owner from the API key, URLs lose their password before they are shown."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from litestar import Request, get
-
-from flexserv_core import (
+from flexserv_state import (
     CollectionLimits,
-    FlexServer,
+    MemoryBackend,
     StateStore,
-    StateUnavailable,
-    UsageError,
-    hookimpl,
     pending_migrations,
     plan_eviction,
     redact_url,
+    store_of,
+)
+from litestar import Request, get
+
+from flexserv_core import (
+    FlexServer,
+    QuotaExceeded,
+    StateUnavailable,
+    UsageError,
+    hookimpl,
     request_owner,
     request_reads_any_owner,
 )
-from flexserv_core.errors import QuotaExceeded
-from flexserv_core.state.memory import MemoryBackend
-from flexserv_core.state.owner import key_identity
 from flexserv_core.testing import app_client, make_app
+
+
+def key_identity(secret: bytes) -> str:
+    """The owner of a key's records: stable across replicas and restarts (so pinned here)."""
+    return "key-" + hashlib.sha256(b"flexserv-owner\0" + secret).hexdigest()[:32]
 
 
 class OwnerPlugin:
@@ -39,7 +47,7 @@ class OwnerPlugin:
         @get("/v1/notes", opt={"scope": "inference"})
         async def notes(request: Request[Any, Any, Any]) -> dict[str, Any]:
             server: FlexServer = request.app.state.flexserv
-            notes = server.store.collection("notes")
+            notes = store_of(server).collection("notes")
             owner = request_owner(request)
             await notes.put({"by": owner}, owner=owner)
             page = await notes.list(owner=owner)
@@ -79,11 +87,15 @@ def test_pending_migrations_are_the_newer_known_versions_and_a_newer_store_is_re
 async def test_the_server_holds_the_store_chosen_by_the_url() -> None:
     app = make_app(settings={"state_url": "memory://"})
     server: FlexServer = app.state.flexserv
-    assert isinstance(server.store, StateStore)
-    assert isinstance(server.store.backend, MemoryBackend)
-    assert server.store.collection("x") is server.store.collection("x", CollectionLimits(max_items=1))
-    with pytest.raises(ValueError, match="collection name"):
-        server.store.collection("Bad Name")
+    async with app_client(app):
+        store = store_of(server)
+        assert isinstance(store, StateStore)
+        assert isinstance(store.backend, MemoryBackend)
+        assert store.collection("x") is store.collection("x", CollectionLimits(max_items=1))
+        with pytest.raises(ValueError, match="collection name"):
+            store.collection("Bad Name")
+    with pytest.raises(StateUnavailable, match="the 'state' plugin"):
+        store_of(server)  # closed at shutdown, and gone
 
 
 def test_an_unknown_scheme_stops_start_up_naming_it_without_the_password() -> None:
@@ -110,14 +122,15 @@ def test_a_sqlite_url_without_its_plugin_stops_start_up_naming_the_plugin(tmp_pa
     assert not (tmp_path / "state.db").exists()
 
 
-def test_the_default_store_without_its_plugin_is_memory_with_a_warning(
+async def test_the_default_store_without_its_plugin_is_memory_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="flexserv_core.app"):
+    with caplog.at_level(logging.WARNING, logger="flexserv_state.plugin"):
         app = make_app(settings={"state_url": None, "cache_dir": str(tmp_path)}, block=["state-sqlite"])
     server: FlexServer = app.state.flexserv
-    assert isinstance(server.store.backend, MemoryBackend)
-    [warning] = [r.getMessage() for r in caplog.records if r.name == "flexserv_core.app"]
+    async with app_client(app):
+        assert isinstance(store_of(server).backend, MemoryBackend)
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "flexserv_state.plugin"]
     assert warning.startswith(
         f"The default state store is not available (--state-url sqlite://{tmp_path.absolute()}/state.db: no loaded"
         " plugin serves 'sqlite://' state URLs: the 'state-sqlite' plugin (flexserv-state-sqlite) serves them, but it"
@@ -156,3 +169,15 @@ async def test_keys_with_the_operations_scope_read_every_owner(tmp_path: Any) ->
             for key in ("user-key", "ops-key", "all-key")
         }
     assert reads == {"user-key": False, "ops-key": True, "all-key": True}
+
+
+def test_the_plugin_declares_its_hook_and_serves_memory() -> None:
+    from flexserv_core.testing import make_plugin_manager
+
+    pm = make_plugin_manager(["state-sqlite", "state"])  # a backend plugin may register before the declaring one
+    assert pm.hook.flexserv_state_backend.has_spec()
+    assert pm.infos["state"].distribution == "flexserv-state"
+    assert "flexserv_state_backend" in pm.infos["state-sqlite"].hooks
+    blocked = make_plugin_manager(["state-sqlite"], block=["state"])  # its optional hook is then never called
+    assert not blocked.hook.flexserv_state_backend.has_spec()
+    assert blocked.infos["state-sqlite"].status == "loaded"
