@@ -39,6 +39,12 @@ class Detector(Protocol):
         (then the training rows are scored again for the score statistics)."""
         ...
 
+    def statistics_raw_scores(self, x: np.ndarray) -> np.ndarray | None:
+        """The raw scores of ``x`` (training rows sampled for the score statistics)
+        computed faster than :meth:`raw_scores` and equal to them within float
+        rounding, or ``None`` (then :meth:`raw_scores` computes them)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Param:
@@ -140,6 +146,77 @@ class _Negated:
         factors = getattr(self.estimator, "negative_outlier_factor_", None)
         return None if factors is None else -np.asarray(factors, dtype=np.float64)
 
+    def statistics_raw_scores(self, x: np.ndarray) -> np.ndarray | None:
+        return None
+
+
+class _OneClassSVM(_Negated):
+    """scikit-learn's One-Class SVM. Its ``score_samples`` is the kernel expansion
+    ``sum_i dual_coef_i * K(sv_i, x)``; libsvm evaluates it one row and one support
+    vector at a time, numpy as one matrix product per block of rows, ~10x faster for
+    the statistics' 2,048 rows (equal within float rounding: see the tests). Scoring
+    requests still go through libsvm."""
+
+    #: Kernel values computed at once by :meth:`statistics_raw_scores` (512 kB of float64:
+    #: small blocks stay in the CPU cache and reuse freed memory).
+    BLOCK_VALUES = 2**16
+
+    def statistics_raw_scores(self, x: np.ndarray) -> np.ndarray | None:
+        svm = self.estimator
+        vectors = np.asarray(svm.support_vectors_, dtype=np.float64)
+        coef = np.asarray(svm.dual_coef_, dtype=np.float64).ravel()
+        if svm.kernel not in ("rbf", "linear", "poly", "sigmoid") or len(vectors) == 0:
+            return None
+        gamma = float(svm._gamma)
+        vector_norms = np.einsum("ij,ij->i", vectors, vectors)
+        out = np.empty(len(x))
+        step = max(1, self.BLOCK_VALUES // len(vectors))
+        # One BLAS thread: these products are small, and OpenBLAS's idle threads spin for a
+        # while after each one, taking a core from the fit that follows (measured: the next
+        # libsvm fit used 1.6x its CPU time on the shared 2-core machine).
+        with _blas().limit(limits=1, user_api="blas"):
+            self._expand(x, vectors, vector_norms, coef, gamma, step, out)
+        return -out
+
+    def _expand(
+        self,
+        x: np.ndarray,
+        vectors: np.ndarray,
+        vector_norms: np.ndarray,
+        coef: np.ndarray,
+        gamma: float,
+        step: int,
+        out: np.ndarray,
+    ) -> None:
+        svm = self.estimator
+        for start in range(0, len(x), step):
+            rows = x[start : start + step]
+            dot = rows @ vectors.T
+            if svm.kernel == "rbf":
+                # libsvm's own form: |x|^2 + |v|^2 - 2 x.v
+                row_norms = np.einsum("ij,ij->i", rows, rows)
+                kernel = np.exp(-gamma * (row_norms[:, None] + vector_norms[None, :] - 2 * dot))
+            elif svm.kernel == "linear":
+                kernel = dot
+            elif svm.kernel == "poly":
+                kernel = (gamma * dot + svm.coef0) ** svm.degree
+            else:
+                kernel = np.tanh(gamma * dot + svm.coef0)
+            out[start : start + step] = kernel @ coef
+
+
+_BLAS: Any = None
+
+
+def _blas() -> Any:
+    """threadpoolctl's view of the loaded BLAS (inspected once: ~0.4 ms a time)."""
+    global _BLAS
+    if _BLAS is None:
+        from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
+
+        _BLAS = ThreadpoolController()
+    return _BLAS
+
 
 class RobustZScore:
     """Per feature, ``|x - median| / (1.4826 * MAD)`` (a z-score that outliers in the
@@ -165,6 +242,9 @@ class RobustZScore:
     def training_raw_scores(self) -> np.ndarray | None:
         return None
 
+    def statistics_raw_scores(self, x: np.ndarray) -> np.ndarray | None:
+        return None
+
 
 class _PyOD:
     """ECOD or COPOD from PyOD: ``decision_function`` is already higher for outliers."""
@@ -184,6 +264,9 @@ class _PyOD:
 
     def training_raw_scores(self) -> np.ndarray | None:
         return None  # PyOD's own training scores are in-sample ones, unlike the scores of new rows
+
+    def statistics_raw_scores(self, x: np.ndarray) -> np.ndarray | None:
+        return None
 
 
 def _isolation_forest(params: dict[str, Any], contamination: float) -> Detector:
@@ -222,7 +305,7 @@ def _ocsvm(params: dict[str, Any], contamination: float) -> Detector:
     from sklearn.svm import OneClassSVM
 
     nu = params["nu"] if params["nu"] is not None else contamination
-    return _Negated(
+    return _OneClassSVM(
         OneClassSVM(
             kernel=params["kernel"],
             gamma=params["gamma"],
