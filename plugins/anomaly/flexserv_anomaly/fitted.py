@@ -82,6 +82,16 @@ class ScoreStats:
     def threshold(self, how: str) -> float:
         return float(self.normalise(np.array([self.quantile]), how)[0])
 
+    def as_dict(self) -> dict[str, Any]:
+        """The ``training_stats`` of a fit's answer."""
+        return {
+            "raw_score_median": self.median,
+            "raw_score_iqr": self.iqr,
+            "raw_score_mean": self.mean,
+            "raw_score_std": self.std,
+            "raw_threshold": self.quantile,
+        }
+
 
 def _positive(value: float, fallback: float) -> float:
     return value if value > 0 and np.isfinite(value) else fallback
@@ -113,14 +123,7 @@ class FittedModel:
         return self.detector.raw_scores((x - self.center) / self.scale)
 
     def training_stats(self) -> dict[str, Any]:
-        s = self.stats
-        return {
-            "raw_score_median": s.median,
-            "raw_score_iqr": s.iqr,
-            "raw_score_mean": s.mean,
-            "raw_score_std": s.std,
-            "raw_threshold": s.quantile,
-        }
+        return self.stats.as_dict()
 
 
 def _scaler(x: np.ndarray, kind: ScalerType) -> tuple[np.ndarray, np.ndarray]:
