@@ -104,6 +104,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--detectors", default=",".join(DETECTORS))
     parser.add_argument("--encoding", choices=["json", "npy", "both"], default="both")
+    parser.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        help="an extra option for the server, e.g. --server-arg=--anomaly-score-threads=1 (repeatable)",
+    )
     args = parser.parse_args()
     x = data(args.rows, args.features)
     encodings = ["json", "npy"] if args.encoding == "both" else [args.encoding]
@@ -114,7 +120,7 @@ def main() -> None:
     cache = tempfile.mkdtemp(prefix="anomaly-bench-")
     env = {**os.environ, "FLEXSERV_PLUGINS": "anomaly", "HF_HUB_OFFLINE": "1"}
     command = [sys.executable, "-m", "flexserv_core", "run", "--host", "127.0.0.1", "--port", str(port)]
-    command += ["--cache-dir", cache, "--anomaly-fit-timeout", "3600"]
+    command += ["--cache-dir", cache, "--anomaly-fit-timeout", "3600", *args.server_arg]
     proc = subprocess.Popen(
         command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True, start_new_session=True
     )

@@ -30,6 +30,11 @@ class DetectorError(ValueError):
 
 
 class Detector(Protocol):
+    #: Whether a large request may be scored in row chunks in parallel threads: a row's
+    #: score depends on that row alone (not on the rows scored with it), and scoring
+    #: costs enough and releases the GIL long enough for threads to gain.
+    parallel_scoring: bool
+
     def fit(self, x: np.ndarray) -> None: ...
 
     def raw_scores(self, x: np.ndarray) -> np.ndarray: ...
@@ -131,6 +136,8 @@ class DetectorInfo:
 class _Negated:
     """A scikit-learn novelty detector whose ``score_samples`` is higher for normal rows."""
 
+    parallel_scoring = True  # trees, neighbour searches and libsvm score row by row
+
     def __init__(self, estimator: Any) -> None:
         self.estimator = estimator
 
@@ -223,6 +230,8 @@ class RobustZScore:
     training rows do not inflate); a row's raw score is its largest one. A feature
     whose MAD is 0 falls back to its standard deviation, then to 1."""
 
+    parallel_scoring = False  # ~0.1 us a row: threads would cost more than they save
+
     def __init__(self, params: dict[str, Any]) -> None:
         self.combine = params["combine"]
         self.median = np.zeros(0)
@@ -248,6 +257,8 @@ class RobustZScore:
 
 class _PyOD:
     """ECOD or COPOD from PyOD: ``decision_function`` is already higher for outliers."""
+
+    parallel_scoring = False  # PyOD's scoring may look at all the rows of a call together
 
     def __init__(self, name: str, contamination: float) -> None:
         if name == "ecod":
