@@ -157,6 +157,68 @@ class _Negated:
         return None
 
 
+class _IsolationForest(_Negated):
+    """scikit-learn's isolation forest, scored by the same per-tree computation as its
+    ``score_samples`` without joblib's dispatch of one task per tree (~30 us a tree:
+    3 ms of every call with 100 trees, 10-30% of scoring 2,000-10,000 rows).
+
+    The loop mirrors ``IsolationForest._compute_score_samples`` (scikit-learn 1.4-1.9)
+    through its private attributes, and is used only once this process has seen it give
+    ``score_samples``' values bit for bit (checked on the first call of each kind: all
+    features or a feature subsample); otherwise, or if the attributes are gone, scoring
+    is ``score_samples`` itself."""
+
+    def raw_scores(self, x: np.ndarray) -> np.ndarray:
+        subsample = _forest_subsamples(self.estimator, x)
+        verified = _FOREST_LOOP.get(subsample)
+        if verified is False:
+            return super().raw_scores(x)
+        try:
+            fast = _forest_raw_scores(self.estimator, x, subsample)
+        except (AttributeError, TypeError, ValueError, IndexError):
+            _FOREST_LOOP[subsample] = False
+            return super().raw_scores(x)
+        if verified is None:
+            library = super().raw_scores(x)
+            _FOREST_LOOP[subsample] = bool(np.array_equal(fast, library))
+            if not _FOREST_LOOP[subsample]:
+                import logging
+
+                logging.getLogger(__name__).warning(
+                    "the isolation forest's scoring loop differs from scikit-learn's score_samples here: not used"
+                )
+            return library
+        return fast
+
+
+#: Whether :func:`_forest_raw_scores` gave ``score_samples``' values in this process, by
+#: whether the forest subsamples features (None: not checked yet).
+_FOREST_LOOP: dict[bool, bool] = {}
+
+
+def _forest_subsamples(forest: Any, x: np.ndarray) -> bool:
+    return bool(getattr(forest, "_max_features", x.shape[1]) != x.shape[1])
+
+
+def _forest_raw_scores(forest: Any, x: np.ndarray, subsample: bool) -> np.ndarray:
+    from sklearn.ensemble._iforest import _average_path_length
+
+    rows = np.asarray(x, dtype=np.float32, order="C")  # score_samples' validation: float32, C order
+    depths: np.ndarray = np.zeros(int(rows.shape[0]), order="F")
+    for tree, features, path_lengths, average_lengths in zip(
+        forest.estimators_,
+        forest.estimators_features_,
+        forest._decision_path_lengths,
+        forest._average_path_length_per_tree,
+        strict=True,
+    ):
+        leaves = tree.tree_.apply(rows[:, features] if subsample else rows)
+        depths += path_lengths[leaves] + average_lengths[leaves] - 1.0
+    denominator = len(forest.estimators_) * _average_path_length([forest._max_samples])
+    scores: np.ndarray = 2 ** (-np.divide(depths, denominator, out=np.ones_like(depths), where=denominator != 0))
+    return scores  # score_samples is -scores; the raw score, higher for anomalies, is scores
+
+
 class _OneClassSVM(_Negated):
     """scikit-learn's One-Class SVM. Its ``score_samples`` is the kernel expansion
     ``sum_i dual_coef_i * K(sv_i, x)``; libsvm evaluates it one row and one support
@@ -284,7 +346,7 @@ def _isolation_forest(params: dict[str, Any], contamination: float) -> Detector:
     from sklearn.ensemble import IsolationForest
 
     max_samples = params["max_samples"]
-    return _Negated(
+    return _IsolationForest(
         IsolationForest(
             n_estimators=params["n_estimators"],
             max_samples=max_samples,

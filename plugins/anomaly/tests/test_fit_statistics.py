@@ -80,3 +80,33 @@ def test_the_robust_scaler_equals_median_and_interquartile_range_column_by_colum
     np.testing.assert_allclose(center, np.median(x, axis=0), rtol=1e-15, atol=0)
     np.testing.assert_allclose(scale, np.where(spread > 0, spread, 1.0), rtol=1e-15, atol=0)
     assert scale[3] == 1.0 and scale[4] == pytest.approx(x[:, 4].std())
+
+
+@pytest.mark.parametrize(
+    "given", [{}, {"max_features": 0.5}, {"bootstrap": True, "max_samples": 0.3, "n_estimators": 37}]
+)
+def test_the_isolation_forest_s_scoring_loop_equals_score_samples_bit_for_bit(given: dict) -> None:
+    from flexserv_anomaly import detectors
+
+    x, _ = blobs(n=3000, outliers=60, seed=26)
+    x = np.hstack([x, x[:, :2] ** 2])  # 5 features, so that 0.5 subsamples them
+    detector = detectors.build("isolation_forest", check_params(DETECTORS["isolation_forest"], given), 0.05)
+    detector.fit(x)
+    library = -detector.estimator.score_samples(x)  # type: ignore[attr-defined]
+    assert np.array_equal(detector.raw_scores(x), library)  # first call: checked against the library
+    assert detectors._FOREST_LOOP[detectors._forest_subsamples(detector.estimator, x)] is True  # type: ignore[attr-defined]
+    assert np.array_equal(detector.raw_scores(x[:7]), library[:7])  # then the loop alone
+
+
+def test_a_scoring_loop_that_differs_from_the_library_is_never_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flexserv_anomaly import detectors
+
+    monkeypatch.setattr(detectors, "_FOREST_LOOP", {})
+    monkeypatch.setattr(detectors, "_forest_raw_scores", lambda forest, x, subsample: np.zeros(len(x)))
+    x, _ = blobs(n=300, outliers=10, seed=27)
+    detector = detectors.build("isolation_forest", check_params(DETECTORS["isolation_forest"], {}), 0.05)
+    detector.fit(x)
+    library = -detector.estimator.score_samples(x)  # type: ignore[attr-defined]
+    assert np.array_equal(detector.raw_scores(x), library)
+    assert detectors._FOREST_LOOP == {False: False}
+    assert np.array_equal(detector.raw_scores(x), library)
