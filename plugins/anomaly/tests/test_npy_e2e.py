@@ -132,3 +132,21 @@ def test_a_schema_names_the_columns_of_npy_and_list_rows(serve: Serve) -> None:
             expected = score(client, model=name, data=npy(probe))["data"]
             assert score(client, model=name, data=shuffled)["data"] == expected
             assert score(client, model=name, data=probe.tolist(), schema=schema)["data"] == expected
+
+
+def test_base64_is_checked_as_strictly_as_b64decode_validate() -> None:
+    from flexserv_anomaly.inputs import parse_npy
+    from flexserv_anomaly.settings import AnomalySettings
+
+    from flexserv_core import InvalidRequest
+
+    good = npy(np.arange(6, dtype=np.float64).reshape(3, 2))["npy"]
+    assert np.array_equal(parse_npy(good, AnomalySettings()).matrix, np.arange(6.0).reshape(3, 2))
+    cut = good.rstrip("=")
+    for text in [good[:4] + "\n" + good[4:], " " + good, good + "=", cut + "=" * 3, good[:-1] + "*", "é" + good]:
+        if text.endswith("=" * 3) and len(cut) % 4 == 0:
+            continue  # no padding to spoil
+        with pytest.raises(InvalidRequest, match="not valid base64"):
+            parse_npy(text, AnomalySettings())
+        with pytest.raises(ValueError):
+            base64.b64decode(text, validate=True)
