@@ -377,8 +377,6 @@ def default_models(pm: FlexServPluginManager, settings: Settings) -> list[ModelO
     ]
 
 
-
-
 def metrics_collectors(pm: FlexServPluginManager, settings: Settings, register: Callable[[Any], None]) -> None:
     """Register every plugin's collectors with ``register``; a result without
     ``collect()`` or a clashing metric name fails naming the plugin."""

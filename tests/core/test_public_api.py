@@ -47,7 +47,7 @@ def test_facade_has_what_plugins_need() -> None:
         "ServiceUnavailable", "ModelLoadError", "UsageError", "__version__",
         # the state store is the state plugin's (flexserv_state); its errors and request ownership stay
         "StateUnavailable", "QuotaExceeded", "request_owner", "request_reads_any_owner",
-        # a plugin that declares hooks of its own calls them under the core's policy (the state plugin)
+        # a distribution that owns hooks calls them under the core's policy (flexserv-state, flexserv-resources)
         "call_hook", "hook_error",
         # a text route outside the core (the Responses API plugin)
         "TextSession", "check_chat_request", "ChatCompletionRequest", "ResponseFormat", "JsonSchemaFormat",
@@ -200,7 +200,7 @@ FACADE = {
     "__version__", "Backend", "BlockedMasks", "ChatCompletionRequest", "ChatMessage", "ChatTemplates",
     "call_hook", "chat_prompt_ids", "check_chat_request", "check_prompt_chars", "check_token_ids", "ClientDisconnected", "Command",
     "CommandContext", "CompiledConstraint", "Constraint", "ConstraintCompiler", "ConstraintKind", "ConstraintVocabulary",
-    "call_hook", "ContextLengthExceeded", "convert_param", "CoreSettings", "create_app",
+    "ContextLengthExceeded", "convert_param", "CoreSettings", "create_app",
     "create_plugin_manager", "default_cache_dir", "EngineStats",
     "ErrorResponse", "EvictionReason", "fill_blocked_masks", "FinishReason", "FlexServer", "FlexServError",
     "FlexServPluginManager", "FunctionDefinition", "GatewayTimeout", "hook_error", "hookimpl", "hookspec",
