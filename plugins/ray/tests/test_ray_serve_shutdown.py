@@ -93,7 +93,7 @@ def test_a_signal_to_the_process_group_stops_the_local_cluster(signum: signal.Si
     }
     command = flexserv_cmd(
         "ray-serve",
-        *("-p", "ray", "-p", "ray_fake_backend"),
+        *("-p", "ray", "-p", "ray_fake_backend", "-p", "state"),
         *("--model", "fake-a=fake://a", "--host", "127.0.0.1", "--port", str(port)),
         *("--shutdown-timeout", str(SHUTDOWN_TIMEOUT), "--state-url", "memory://"),
     )

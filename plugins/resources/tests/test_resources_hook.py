@@ -79,7 +79,7 @@ def _leaves(exc: BaseException) -> list[BaseException]:
 async def test_without_the_resources_plugin_the_server_serves_everything_else() -> None:
     pm = create_plugin_manager(["no:resources"], env={"FLEXSERV_PLUGINS": "resources,oom-monitor"})
     pm.register_plugin(FakeBackendPlugin(), "fake")
-    app = create_app(make_settings(pm, {"state_url": "memory://"}), pm)
+    app = create_app(make_settings(pm), pm)
     async with app_client(app) as client:
         assert (await client.get("/v1/flexserv/resources")).status_code == 404
         assert (await client.get("/v1/flexserv/health")).status_code == 200

@@ -537,7 +537,7 @@ def test_native_server_never_imports_transformers(flexserv_test_cache: Path, tmp
         **os.environ,
         "HF_HUB_OFFLINE": "1",
         "FLEXSERV_CACHE_DIR": str(flexserv_test_cache),
-        "FLEXSERV_PLUGINS": "transformers",
+        "FLEXSERV_PLUGINS": "transformers,constraints",  # the probe asks for JSON output
         "FLEXSERV_LOG_LEVEL": "warning",
     }
     probe = tmp_path / "probe.py"
