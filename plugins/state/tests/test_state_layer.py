@@ -130,7 +130,9 @@ async def test_the_default_store_without_its_plugin_is_memory_with_a_warning(
     server: FlexServer = app.state.flexserv
     async with app_client(app):
         assert isinstance(store_of(server).backend, MemoryBackend)
-    [warning] = [r.getMessage() for r in caplog.records if r.name == "flexserv_state.plugin"]
+    [warning] = [
+        r.getMessage() for r in caplog.records if r.name == "flexserv_state.plugin" and r.levelno >= logging.WARNING
+    ]
     assert warning.startswith(
         f"The default state store is not available (--state-url sqlite://{tmp_path.absolute()}/state.db: no loaded"
         " plugin serves 'sqlite://' state URLs: the 'state-sqlite' plugin (flexserv-state-sqlite) serves them, but it"
