@@ -7,7 +7,7 @@
   ``FLEXSERV_PLUGINS=a,b`` lists the ones to load (``''`` loads none).
 * ``-p NAME`` loads a plugin by entry-point name or dotted module path (the module
   of an installed entry point means that plugin: it is registered once, under its
-  entry-point name); ``-p no:NAME`` blocks one before anything is loaded. A name
+  entry-point name); ``-p no:NAME`` blocks one before its module is loaded. A name
   that is neither installed nor importable is a usage error listing what is.
 * Hooks plugins own are found in the entry-point group ``flexserv.hookspecs`` and
   added to every manager, blocked plugins' too (their implementers still register).
@@ -47,6 +47,17 @@ ESSENTIAL_PLUGINS: dict[str, str] = {
 #: Built-in plugins registered unless blocked with ``-p no:NAME``. Backends are
 #: not among them: each is an installed distribution (``flexserv-transformers``...).
 DEFAULT_PLUGINS: dict[str, str] = {}
+#: First-party plugins that carry part of the OpenAI surface (once the core's own): a
+#: ``FLEXSERV_PLUGINS`` list that leaves an installed one out gets a start-up warning.
+PLATFORM_PLUGINS: dict[str, str] = {
+    "embeddings": "POST /v1/embeddings",
+    "constraints": "response_format, structured_outputs and required or named tool calls",
+    "state": "stored responses, files and fitted models (--state-url)",
+    "responses": "the Responses API",
+    "audio": "the audio API",
+    "tokenize": "/tokenize and /detokenize",
+    "image-input": "image parts in chat",
+}
 
 
 class PluginStatus(enum.StrEnum):
@@ -241,6 +252,21 @@ class FlexServPluginManager(pluggy.PluginManager):
                 self._guard(strict, lambda ep=eps[name]: self._load_entry_point(ep))
             else:
                 self._guard(strict, lambda n=name: self._load_module(n, n, installed=installed))
+        if selection.explicit:
+            self._warn_left_out(eps)
+
+    def _warn_left_out(self, installed: Mapping[str, EntryPoint]) -> None:
+        left_out = [
+            name
+            for name in PLATFORM_PLUGINS
+            if name in installed and not self.is_blocked(name) and not self.has_plugin(name)
+        ]
+        if left_out:
+            log.warning(
+                "FLEXSERV_PLUGINS leaves out installed first-party plugins, so the server will not offer %s. "
+                "Add them to the list, or block them with -p no:NAME to say so.",
+                "; ".join(f"{name} ({PLATFORM_PLUGINS[name]})" for name in left_out),
+            )
 
     @staticmethod
     def _guard(strict: bool, action: Any) -> None:

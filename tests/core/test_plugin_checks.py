@@ -227,7 +227,9 @@ def test_blocked_plugins_settings_in_config_and_env_are_ignored_with_one_warning
         settings = resolve_settings(hooks.settings_structs(pm), cli={}, env=env, config_file=config, blocked=["blocky"])
     assert (settings.core.port, settings.core.host) == (7100, "127.0.0.2")
     assert settings.ignored == [("blocky_limit", "config file"), ("FLEXSERV_BLOCKY_LIMIT", "environment")]
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    warnings = [
+        r.getMessage() for r in caplog.records if r.name == "flexserv_core.settings" and r.levelno == logging.WARNING
+    ]
     assert len(warnings) == 1
     assert "blocky" in warnings[0] and "blocky_limit (config file)" in warnings[0]
     # a key that belongs to no blocked plugin is still refused
@@ -269,3 +271,20 @@ def test_a_broken_hookspec_module_names_its_distribution(tmp_path: Path, monkeyp
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(PluginLoadError, match=r"flexserv-owner-example.*kaboom"):
         create_plugin_manager([], env={"FLEXSERV_PLUGINS": ""})
+
+
+# --- FLEXSERV_PLUGINS and the first-party plugins that carry the OpenAI surface ----------------
+
+
+def test_a_plugin_list_that_leaves_out_platform_plugins_says_which(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="flexserv_core.plugin_manager"):
+        create_plugin_manager(["no:state"], env={"FLEXSERV_PLUGINS": "resources,constraints"})
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "flexserv_core.plugin_manager"]
+    assert "embeddings (POST /v1/embeddings)" in warning and "responses (the Responses API)" in warning
+    assert "constraints" not in warning  # listed
+    assert "state (" not in warning  # blocked: the user said so
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="flexserv_core.plugin_manager"):
+        create_plugin_manager([], env={"FLEXSERV_PLUGINS": ""})  # "none" is a deliberate choice
+        create_plugin_manager([], env={})  # autoload: everything installed is loaded
+    assert not [r for r in caplog.records if r.name == "flexserv_core.plugin_manager"]
