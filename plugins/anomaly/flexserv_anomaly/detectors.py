@@ -10,6 +10,7 @@ scores: that is what lets the persistence format store rows, not objects.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -243,7 +244,9 @@ class _OneClassSVM(_Negated):
         # One BLAS thread: these products are small, and OpenBLAS's idle threads spin for a
         # while after each one, taking a core from the fit that follows (measured: the next
         # libsvm fit used 1.6x its CPU time on the shared 2-core machine).
-        with _blas().limit(limits=1, user_api="blas"):
+        # threadpoolctl's limit is process-wide and restores what it found on exit: two
+        # overlapping limits (refits on load run in the server process) would leave one thread
+        with _BLAS_LIMIT, _blas().limit(limits=1, user_api="blas"):
             self._expand(x, vectors, vector_norms, coef, gamma, step, out)
         return -out
 
@@ -275,6 +278,7 @@ class _OneClassSVM(_Negated):
 
 
 _BLAS: Any = None
+_BLAS_LIMIT = threading.Lock()
 
 
 def _blas() -> Any:

@@ -163,7 +163,7 @@ class _Worker:
             if not self.conn.poll(timeout):
                 return None
             model = self.conn.recv()
-        except (EOFError, OSError):
+        except Exception:  # a broken pipe or an unreadable object: the caller kills the worker
             return None
         return model if isinstance(model, FittedModel) else None
 

@@ -31,9 +31,9 @@ def flexserv_state_backend(url: str, settings: Settings) -> StateBackend | None:
     the ``state`` plugin awaits its ``open()`` at start-up (where it connects and
     migrates) and its ``close()`` at shutdown. The ``state`` plugin serves
     ``memory://``; the first-party plugins ``state-sqlite`` (on by default) and
-    ``state-postgres`` serve ``sqlite://`` and ``postgresql://``. Mark the
-    implementation ``@hookimpl(optionalhook=True)`` and depend on
-    ``flexserv-state``. See "Writing a state backend" in ``docs/state.md``.
+    ``state-postgres`` serve ``sqlite://`` and ``postgresql://``. Implement it
+    with a plain ``@hookimpl`` and depend on ``flexserv-state``, whose entry point
+    in ``flexserv.hookspecs`` declares the hook. See "Writing a state backend" in ``docs/state.md``.
 
     :param url: the state URL, password included: never log it (``backend.url``
         is the URL without its password).

@@ -10,8 +10,8 @@ import msgspec
 class StateSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``state_url`` carries the plugin's prefix (``state``) already, so the flag,
     environment variable and config key users know are unchanged: ``--state-url``,
-    ``FLEXSERV_STATE_URL``, ``state_url``. Under ``-p no:state`` they are ignored
-    with a warning."""
+    ``FLEXSERV_STATE_URL``, ``state_url``. Under ``-p no:state`` the environment
+    variable and the config key are ignored with a warning (the flag is unknown)."""
 
     state_url: Annotated[
         str | None,
