@@ -103,7 +103,9 @@ class FlexServPluginManager(pluggy.PluginManager):
         super().__init__(hookspecs.PROJECT_NAME)
         self.add_hookspecs(hookspecs)
         self.infos: dict[str, PluginInfo] = {}
-        for ep in entry_points(group=HOOKSPEC_GROUP):
+        # read once: every installed distribution's metadata (~4 ms), for both groups
+        self._entry_points = entry_points()
+        for ep in self._entry_points.select(group=HOOKSPEC_GROUP):
             dist, version = _dist_of(ep)
             try:
                 self.add_hookspecs(ep.load())
@@ -232,7 +234,7 @@ class FlexServPluginManager(pluggy.PluginManager):
             if not self.is_blocked(name):
                 self._guard(strict, lambda n=name, m=module: self._load_module(n, m, builtin=True))
 
-        eps = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+        eps = {ep.name: ep for ep in self._entry_points.select(group=ENTRY_POINT_GROUP)}
         by_module = {ep.module: ep.name for ep in eps.values()}
         for name in selection.block:
             name = by_module.get(name, name)

@@ -67,9 +67,8 @@ def make_app(
     installed = {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
     kit = [name for name in KIT_PLUGINS if name in installed and name not in block]
     pm = make_plugin_manager([*kit, *plugins], block=block)
-    known = {name for struct in hooks.settings_structs(pm) for f in describe_fields(struct) for name in f.names}
     # in memory unless a test names a store: tests never share the default SQLite file
-    defaults = {"state_url": "memory://"} if "state_url" in known else {}
+    defaults = {"state_url": "memory://"} if pm.has_plugin("state") else {}
     resolved = make_settings(pm, {**defaults, **(settings or {})})
     resolved.models.extend(decode_model_tables(list(models), "make_app(models=...)"))
     return create_app(resolved, pm)
