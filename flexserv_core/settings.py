@@ -33,6 +33,7 @@ import msgspec
 
 from flexserv_core.errors import UsageError
 from flexserv_core.models.spec import ModelKind, ModelSpec
+from flexserv_core.stash import Stash
 
 log = logging.getLogger(__name__)
 
@@ -394,6 +395,10 @@ class Settings:
         self.models = list(models)
         #: ``(key, source)`` of blocked plugins' settings found and ignored.
         self.ignored = list(ignored)
+        #: Per-app state for plugins, there before the server is: what a hook that
+        #: gets only the settings makes (e.g. a metrics collector) and the plugin's
+        #: routes use later (``server.settings.state``).
+        self.state = Stash()
 
     @property
     def core(self) -> CoreSettings:

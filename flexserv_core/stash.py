@@ -6,13 +6,14 @@ A plugin creates a module-level key once and uses it wherever it keeps state::
 
     server.state[MONITOR_KEY] = Monitor(...)
     monitor = server.state[MONITOR_KEY]  # typed Monitor, no cast
-    counters = server.state.setdefault(COUNTERS_KEY, Counters())
+    counters = server.state.get_or_create(COUNTERS_KEY, Counters)
 
 Keys are compared by identity, so two plugins can never clash by picking the same name.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar, cast, overload
 
 T = TypeVar("T")
@@ -65,6 +66,13 @@ class Stash:
     def setdefault(self, key: StashKey[T], default: T) -> T:
         """The value stored under ``key``, storing ``default`` first if there is none."""
         return cast(T, self._data.setdefault(_checked(key), default))
+
+    def get_or_create(self, key: StashKey[T], factory: Callable[[], T]) -> T:
+        """The value stored under ``key``, made by ``factory`` and stored first if there
+        is none. Concurrent first uses may each call ``factory``; all get the one value
+        that was stored."""
+        found = self._data.get(_checked(key))
+        return cast(T, found) if found is not None else self.setdefault(key, factory())
 
     def pop(self, key: StashKey[T], *default: T) -> T:
         return cast(T, self._data.pop(_checked(key), *default))

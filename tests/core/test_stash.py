@@ -68,3 +68,36 @@ def test_server_and_request_state_are_stashes() -> None:
     first, second = RequestContext("/v1/chat/completions", server), RequestContext("/v1/chat/completions", server)
     first.state[COUNT] = 1
     assert isinstance(second.state, Stash) and COUNT not in second.state
+
+
+def test_get_or_create_makes_the_value_once_and_racing_threads_share_it() -> None:
+    stash = Stash()
+    made: list[list[str]] = []
+
+    def make() -> list[str]:
+        made.append([])
+        return made[-1]
+
+    first = stash.get_or_create(NAMES, make)
+    assert stash.get_or_create(NAMES, make) is first and len(made) == 1
+
+    racing = Stash()
+    seen: list[list[str]] = []
+    barrier = threading.Barrier(16)
+
+    def first_use() -> None:
+        barrier.wait()
+        seen.append(racing.get_or_create(NAMES, make))
+
+    threads = [threading.Thread(target=first_use) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(s is seen[0] for s in seen) and racing[NAMES] is seen[0]
+
+
+def test_each_app_has_its_own_settings_state() -> None:
+    first, second = make_app().state.flexserv, make_app().state.flexserv
+    first.settings.state[COUNT] = 1
+    assert isinstance(second.settings.state, Stash) and COUNT not in second.settings.state

@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 
 from flexserv_audio import routes
-from flexserv_audio.metrics import counts_for
+from flexserv_audio.metrics import audio_seconds
 from flexserv_audio.schemas import TranscriptionSettings
 from flexserv_core import Settings, hookimpl
 
@@ -24,4 +24,4 @@ def flexserv_register_routes(settings: Settings) -> list[Any]:
 
 @hookimpl
 def flexserv_metrics_collectors(settings: Settings) -> list[Any]:
-    return [counts_for(settings)]
+    return [audio_seconds(settings)]

@@ -24,7 +24,7 @@ from litestar.handlers import HTTPRouteHandler
 from flexserv_audio import TranscriptionModel
 from flexserv_audio.decode import load_audio
 from flexserv_audio.formats import render
-from flexserv_audio.metrics import counts_for
+from flexserv_audio.metrics import audio_seconds
 from flexserv_audio.schemas import (
     TranscriptionForm,
     TranscriptionJson,
@@ -222,7 +222,7 @@ async def create_transcription(request: Request[Any, Any, Any]) -> Response[Any]
         )
     if not result.duration:
         result.duration = decoded.seconds
-    counts_for(server.settings).add(lease.spec.name, decoded.seconds)
+    audio_seconds(server.settings).labels(lease.spec.name).inc(decoded.seconds)
     segments = not granularities or "segment" in granularities
     content, media_type = render(result, params.response_format, segments=segments)
     return Response(content=content, media_type=media_type, status_code=200)
@@ -253,7 +253,7 @@ async def _stream(server: FlexServer, params: TranscriptionRequest, data: bytes,
         finally:
             if close is not None:
                 await close()
-        counts_for(server.settings).add(lease.spec.name, decoded.seconds)
+        audio_seconds(server.settings).labels(lease.spec.name).inc(decoded.seconds)
         yield sse_event(msgspec.json.encode({"type": "transcript.text.done", "text": joiner.text}))
         yield SSE_DONE
 
@@ -299,7 +299,7 @@ async def create_translation(request: Request[Any, Any, Any]) -> Response[Any]:
         )
     if not result.duration:
         result.duration = decoded.seconds
-    counts_for(server.settings).add(lease.spec.name, decoded.seconds)
+    audio_seconds(server.settings).labels(lease.spec.name).inc(decoded.seconds)
     content, media_type = render(result, params.response_format, task="translate")
     return Response(content=content, media_type=media_type, status_code=200)
 

@@ -1,50 +1,38 @@
-"""``flexserv:embedding_inputs_total`` and ``flexserv:embedding_tokens_total`` on ``/metrics``."""
+"""``flexserv:embedding_inputs_total`` and ``flexserv:embedding_tokens_total`` on ``/metrics``.
+
+prometheus_client counters (safe to increment from any thread), one pair per app: the
+metrics hook registers them before the server exists and the route finds the same
+ones in the app's ``settings.state``.
+"""
 
 from __future__ import annotations
 
-import threading
-import weakref
-from collections.abc import Iterator
-from typing import Any
+from typing import NamedTuple
 
-from flexserv_core import Settings
+from prometheus_client import Counter
 
-
-class EmbeddingCounts:
-    """Inputs embedded and their tokens (as the responses' ``usage``), by model."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.inputs: dict[str, int] = {}
-        self.tokens: dict[str, int] = {}
-
-    def add(self, model: str, inputs: int, tokens: int) -> None:
-        with self._lock:
-            self.inputs[model] = self.inputs.get(model, 0) + inputs
-            self.tokens[model] = self.tokens.get(model, 0) + tokens
-
-    def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily
-
-        with self._lock:
-            inputs, tokens = dict(self.inputs), dict(self.tokens)
-        for name, doc, values in (
-            ("flexserv:embedding_inputs", "Inputs embedded (texts or token lists).", inputs),
-            ("flexserv:embedding_tokens", "Tokens embedded (as the responses' usage).", tokens),
-        ):
-            family = CounterMetricFamily(name, doc, labels=["model_name"])
-            for model, value in sorted(values.items()):
-                family.add_metric([model], value)
-            yield family
+from flexserv_core import Settings, StashKey
 
 
-#: One set of counters per app: the metrics hook makes it before the server exists,
-#: and the route finds it again through the server's settings.
-_COUNTS: weakref.WeakKeyDictionary[Settings, EmbeddingCounts] = weakref.WeakKeyDictionary()
+class EmbeddingCounters(NamedTuple):
+    #: Inputs embedded (texts or token lists), by model.
+    inputs: Counter
+    #: Tokens embedded (as the responses' ``usage``), by model.
+    tokens: Counter
 
 
-def counts_for(settings: Settings) -> EmbeddingCounts:
-    counts = _COUNTS.get(settings)
-    if counts is None:
-        counts = _COUNTS[settings] = EmbeddingCounts()
-    return counts
+_COUNTERS = StashKey[EmbeddingCounters]("flexserv_embeddings: counters")
+
+
+def embedding_counters(settings: Settings) -> EmbeddingCounters:
+    return settings.state.get_or_create(
+        _COUNTERS,
+        lambda: EmbeddingCounters(
+            Counter(
+                "flexserv:embedding_inputs", "Inputs embedded (texts or token lists).", ["model_name"], registry=None
+            ),
+            Counter(
+                "flexserv:embedding_tokens", "Tokens embedded (as the responses' usage).", ["model_name"], registry=None
+            ),
+        ),
+    )

@@ -8,7 +8,7 @@ import msgspec
 
 from flexserv_core import Settings, hookimpl
 from flexserv_embeddings import routes
-from flexserv_embeddings.metrics import counts_for
+from flexserv_embeddings.metrics import embedding_counters
 from flexserv_embeddings.schemas import EmbeddingSettings
 
 
@@ -24,4 +24,4 @@ def flexserv_register_routes(settings: Settings) -> list[Any]:
 
 @hookimpl
 def flexserv_metrics_collectors(settings: Settings) -> list[Any]:
-    return [counts_for(settings)]
+    return list(embedding_counters(settings))

@@ -24,7 +24,7 @@ from flexserv_core import (
     parse_body,
     until_disconnect,
 )
-from flexserv_embeddings.metrics import counts_for
+from flexserv_embeddings.metrics import embedding_counters
 from flexserv_embeddings.model import EmbeddingLimits, EmbeddingModel
 from flexserv_embeddings.schemas import EmbeddingInput, EmbeddingRequest, EmbeddingResponse, EmbeddingSettings
 
@@ -124,7 +124,9 @@ async def create_embeddings(request: Request[Any, Any, Any]) -> dict[str, Any]:
         check_token_inputs(inputs, model.limits, lease.spec.name, truncate=truncate)
         result = await until_disconnect(request, model.embed(inputs, truncate=truncate))
         name = lease.spec.name
-    counts_for(server.settings).add(name, len(inputs), result.prompt_tokens)
+    counters = embedding_counters(server.settings)
+    counters.inputs.labels(name).inc(len(inputs))
+    counters.tokens.labels(name).inc(result.prompt_tokens)
     data = [
         {"object": "embedding", "index": i, "embedding": _shape_vector(v, body.dimensions, body.encoding_format)}
         for i, v in enumerate(result.vectors)

@@ -138,12 +138,14 @@ def test_a_real_server_takes_the_core_flag_names_and_no_embeddings_removes_the_r
         with httpx.Client(base_url=base, timeout=30) as client:
             r = client.post("/v1/embeddings", json={"input": ["a", "b"]})
             assert r.status_code == 200 and r.json()["model"] == "unit", r.text
+            tokens = r.json()["usage"]["prompt_tokens"]
             r = client.post("/v1/embeddings", json={"input": ["a", "b", "c"]})
             assert r.status_code == 400 and r.json()["error"]["code"] == "too_many_inputs", r.text
             r = client.post("/v1/embeddings", json={"input": [[1, 2, 3, 4, 5]]})
             assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text
             metrics = client.get("/metrics").text
             assert 'flexserv:embedding_inputs_total{model_name="unit"} 2.0' in metrics
+            assert tokens > 0 and f'flexserv:embedding_tokens_total{{model_name="unit"}} {float(tokens)}' in metrics
     finally:
         stop_process(proc)
     proc, base = _serve(tmp_path, "-p", "no:embeddings")

@@ -19,7 +19,7 @@ from flexserv_ocr.errors import EngineNotInstalled
 from flexserv_ocr.files import file_bytes
 from flexserv_ocr.images import png_encode
 from flexserv_ocr.kinds import OCR, OcrModel
-from flexserv_ocr.metrics import counts_for
+from flexserv_ocr.metrics import ocr_counters
 from flexserv_ocr.reader import DocumentReader, ReadDocument, ReadOptions, decode_base64
 from flexserv_ocr.settings import OcrSettings
 
@@ -81,9 +81,9 @@ async def read_reference(
             docs = await until_disconnect(request, reader.read_all([(data, param)]))
         name = spec.name
     if name is not None:
-        counts = counts_for(server.settings)  # pages read for chat and extraction count as /v1/ocr's do
+        counts = ocr_counters(server.settings)  # pages read for chat and extraction count as /v1/ocr's do
         for page in docs[0].pages:
-            counts.add(name, page.source, page.seconds)
+            counts.page_read(name, page.source, page.seconds)
     return docs[0], name
 
 

@@ -1,57 +1,45 @@
-"""``flexserv:ocr_pages_total`` and ``flexserv:ocr_seconds_total`` on ``/metrics``."""
+"""``flexserv:ocr_pages_total`` and ``flexserv:ocr_seconds_total`` on ``/metrics``.
+
+prometheus_client counters (safe to increment from any thread), one pair per app: the
+metrics hook registers them before the server exists and the routes find the same
+ones in the app's ``settings.state``.
+"""
 
 from __future__ import annotations
 
-import threading
-import weakref
-from collections.abc import Iterator
-from typing import Any
+from typing import NamedTuple
 
-from flexserv_core import Settings
+from prometheus_client import Counter
 
-
-class OcrCounts:
-    """Pages read (by model and source: ``ocr``, ``text_layer`` or ``image``) and engine seconds (by model)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.pages: dict[tuple[str, str], int] = {}
-        self.seconds: dict[str, float] = {}
-
-    def add(self, model: str, source: str, seconds: float) -> None:
-        with self._lock:
-            self.pages[(model, source)] = self.pages.get((model, source), 0) + 1
-            if source == "ocr":
-                self.seconds[model] = self.seconds.get(model, 0.0) + seconds
-
-    def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily
-
-        with self._lock:
-            pages, seconds = dict(self.pages), dict(self.seconds)
-        family = CounterMetricFamily(
-            "flexserv:ocr_pages",
-            "Document pages read, by model and source (ocr, text_layer, or image: sent to a vision-language model).",
-            labels=["model", "source"],
-        )
-        for (model, source), count in sorted(pages.items()):
-            family.add_metric([model, source], count)
-        yield family
-        spent = CounterMetricFamily(
-            "flexserv:ocr_seconds", "Seconds the OCR engines spent reading pages.", labels=["model"]
-        )
-        for model, value in sorted(seconds.items()):
-            spent.add_metric([model], value)
-        yield spent
+from flexserv_core import Settings, StashKey
 
 
-#: One set of counters per app: the metrics hook makes it before the server exists,
-#: and the routes find it again through the server's settings.
-_COUNTS: weakref.WeakKeyDictionary[Settings, OcrCounts] = weakref.WeakKeyDictionary()
+class OcrCounters(NamedTuple):
+    #: Pages read, by model and source (``ocr``, ``text_layer`` or ``image``).
+    pages: Counter
+    #: Seconds the OCR engines spent, by model.
+    seconds: Counter
+
+    def page_read(self, model: str, source: str, seconds: float) -> None:
+        self.pages.labels(model, source).inc()
+        if source == "ocr":
+            self.seconds.labels(model).inc(seconds)
 
 
-def counts_for(settings: Settings) -> OcrCounts:
-    counts = _COUNTS.get(settings)
-    if counts is None:
-        counts = _COUNTS[settings] = OcrCounts()
-    return counts
+_COUNTERS = StashKey[OcrCounters]("flexserv_ocr: counters")
+
+
+def ocr_counters(settings: Settings) -> OcrCounters:
+    return settings.state.get_or_create(
+        _COUNTERS,
+        lambda: OcrCounters(
+            Counter(
+                "flexserv:ocr_pages",
+                "Document pages read, by model and source "
+                "(ocr, text_layer, or image: sent to a vision-language model).",
+                ["model", "source"],
+                registry=None,
+            ),
+            Counter("flexserv:ocr_seconds", "Seconds the OCR engines spent reading pages.", ["model"], registry=None),
+        ),
+    )

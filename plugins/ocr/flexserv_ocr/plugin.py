@@ -11,7 +11,7 @@ from flexserv_core import Backend, FlexServer, ModelSpec, RequestContext, Settin
 from flexserv_ocr import chat, extract, routes
 from flexserv_ocr.backends import RapidOcrBackend, TesseractBackend, offered_models
 from flexserv_ocr.kinds import OCR
-from flexserv_ocr.metrics import counts_for
+from flexserv_ocr.metrics import ocr_counters
 from flexserv_ocr.settings import OcrSettings
 
 
@@ -38,7 +38,7 @@ def flexserv_default_models(settings: Settings) -> list[ModelSpec]:
 
 @hookimpl
 def flexserv_metrics_collectors(settings: Settings) -> list[Any]:
-    return [counts_for(settings)]
+    return list(ocr_counters(settings))
 
 
 @hookimpl

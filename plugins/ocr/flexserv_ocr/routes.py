@@ -17,7 +17,7 @@ from flexserv_core import FlexServer, open_request_context, parse_body, until_di
 from flexserv_ocr.errors import EngineNotInstalled
 from flexserv_ocr.files import file_bytes
 from flexserv_ocr.kinds import OCR, OcrModel, OcrPage
-from flexserv_ocr.metrics import counts_for
+from flexserv_ocr.metrics import ocr_counters
 from flexserv_ocr.reader import DocumentReader, ReadDocument, ReadOptions, decode_base64
 from flexserv_ocr.settings import OcrSettings
 
@@ -144,10 +144,10 @@ async def ocr(request: Request[Any, Any, Any]) -> dict[str, Any]:
     async with server.registry.acquire(name, OcrModel) as lease:
         reader = DocumentReader(lease.model, limits, options)
         docs = await until_disconnect(request, reader.read_all(inputs))
-    counts = counts_for(server.settings)
+    counts = ocr_counters(server.settings)
     for doc in docs:
         for page in doc.pages:
-            counts.add(name, page.source, page.seconds)
+            counts.page_read(name, page.source, page.seconds)
     pages = [page for doc in docs for page in doc.pages]
     return {
         "object": "list",
