@@ -26,10 +26,6 @@ class ShutdownNotice:
         self.draining = True
         asyncio.get_running_loop().call_later(grace, self._cut.set)
 
-    def cut_now(self) -> None:
-        self.draining = True
-        self._cut.set()
-
     @property
     def cut(self) -> bool:
         return self._cut.is_set()
@@ -43,7 +39,4 @@ SHUTDOWN: StashKey[ShutdownNotice] = StashKey()
 
 def shutdown_notice(server: FlexServer) -> ShutdownNotice:
     """The server's notice, made on first use."""
-    notice = server.state.get(SHUTDOWN)
-    if notice is None:
-        notice = server.state[SHUTDOWN] = ShutdownNotice()
-    return notice
+    return server.state.get_or_create(SHUTDOWN, ShutdownNotice)
