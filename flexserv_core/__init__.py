@@ -96,7 +96,6 @@ __all__ = [
     "BlockedMasks",
     "ChatCompletionRequest",
     "ChatMessage",
-    "ChatTemplates",
     "ClientDisconnected",
     "Command",
     "CommandContext",
@@ -194,14 +193,12 @@ __all__ = [
     "open_request_context",
     "parse_body",
     "prepare_params",
-    "render_chat_template",
     "request_owner",
     "request_reads_any_owner",
     "reserved_template_names",
     "resolve_plugin_settings",
     "resolve_settings",
     "route_scope",
-    "select_chat_template",
     "sniff_media_type",
     "sse_event",
     "sse_response",
@@ -233,7 +230,6 @@ if typing.TYPE_CHECKING:
     from flexserv_core.api.text_validation import check_chat_request, check_prompt_chars, check_token_ids
     from flexserv_core.api.tool_calls import ToolPlan, ToolStreamer
     from flexserv_core.app import create_app
-    from flexserv_core.chat_template import ChatTemplates, render_chat_template, select_chat_template
     from flexserv_core.edge.auth import route_scope
 
 #: Route helpers for plugins that add JSON routes, and the app factory (for plugins
@@ -279,11 +275,6 @@ _LAZY = {
     "sse_event": ("flexserv_core.api.streaming", "sse_event"),
     "error_event": ("flexserv_core.api.streaming", "error_event"),
     "SSE_DONE": ("flexserv_core.api.streaming", "DONE"),
-    # Chat-template rendering (sandboxed Jinja with transformers' semantics) for every
-    # text backend; it needs jinja2, so it is imported on first use too.
-    "ChatTemplates": ("flexserv_core.chat_template", "ChatTemplates"),
-    "render_chat_template": ("flexserv_core.chat_template", "render_chat_template"),
-    "select_chat_template": ("flexserv_core.chat_template", "select_chat_template"),
 }
 
 

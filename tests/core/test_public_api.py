@@ -73,6 +73,33 @@ def test_import_is_cheap() -> None:
     assert out == "", f"import flexserv_core pulled in {out}"
 
 
+def test_the_core_imports_only_what_it_declares() -> None:
+    """The kernel's source (the testing kit aside) imports the standard library, itself
+    and its declared dependencies only; what a feature needs (Pillow, jinja2,
+    llguidance, ...) belongs to the plugin or library that declares it."""
+    import importlib.metadata
+    import re
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    dists = {re.split(r"[<>=!~\[ ;]", d, maxsplit=1)[0].lower().replace("_", "-") for d in declared}
+    allowed = {"flexserv_core"} | set(sys.stdlib_module_names)
+    for module, owners in importlib.metadata.packages_distributions().items():
+        if any(o.lower().replace("_", "-") in dists for o in owners):
+            allowed.add(module)
+    found: dict[str, str] = {}
+    for path in (ROOT / "flexserv_core").rglob("*.py"):
+        if "testing" in path.relative_to(ROOT / "flexserv_core").parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            for name in names:
+                found.setdefault(name.split(".")[0], str(path.relative_to(ROOT)))
+    assert {m: f for m, f in found.items() if m not in allowed} == {}
+    assert not dists & {"pillow", "jinja2", "llguidance", "httpcore", "pyyaml", "swagger-ui-bundle"}
+
+
 def _is_package_module(plugin_dir: Path, path: Path) -> bool:
     """Inside the distribution's import package (not its tests or scripts)."""
     top = path.relative_to(plugin_dir).parts[0]
@@ -84,6 +111,11 @@ def _is_package_module(plugin_dir: Path, path: Path) -> bool:
 SHARED_LIBRARIES = {
     "flexserv-torch": ("flexserv_torch", ROOT / "plugins" / "torch-support" / "flexserv_torch"),
     "flexserv-batching": ("flexserv_batching", ROOT / "plugins" / "batching" / "flexserv_batching"),
+    # the sandboxed chat-template renderer of the text backends (jinja2 stays out of the core)
+    "flexserv-chat-templates": (
+        "flexserv_chat_templates",
+        ROOT / "plugins" / "chat-templates" / "flexserv_chat_templates",
+    ),
     # a plugin (/v1/embeddings) that is also the library of embedding backends (EmbeddingModel)
     "flexserv-embeddings": ("flexserv_embeddings", ROOT / "plugins" / "embeddings" / "flexserv_embeddings"),
     # a plugin (the audio routes) that is also the library of transcription backends (TranscriptionModel)
@@ -197,7 +229,7 @@ def test_a_shared_library_is_importable_only_by_its_dependents(tmp_path: Path) -
 #: side effect (the error message says which names differ).
 FACADE = {
     "CHAT_TEMPLATE_DEFAULTS", "CHAT_TEMPLATE_REQUEST", "TemplateVariablesMisconfigured", "reserved_template_names",
-    "__version__", "Backend", "BlockedMasks", "ChatCompletionRequest", "ChatMessage", "ChatTemplates",
+    "__version__", "Backend", "BlockedMasks", "ChatCompletionRequest", "ChatMessage",
     "call_hook", "chat_prompt_ids", "check_chat_request", "check_prompt_chars", "check_token_ids", "ClientDisconnected", "Command",
     "CommandContext", "CompiledConstraint", "Constraint", "ConstraintCompiler", "ConstraintKind", "ConstraintVocabulary",
     "ContextLengthExceeded", "convert_param", "CoreSettings", "create_app",
@@ -211,10 +243,10 @@ FACADE = {
     "PayloadTooLarge", "PDF_MEDIA_TYPE", "Placement", "PluginCommandError", "PluginError",
     "PluginHookError", "PluginLoadError", "PluginNotInstalled", "PluginStartupError", "prepare_params",
     "ProgressCallback", "PROJECT_NAME", "QuotaExceeded", "READY",
-    "render_chat_template", "request_owner", "request_reads_any_owner", "RequestContext",
+    "request_owner", "request_reads_any_owner", "RequestContext",
     "RESERVED_TEMPLATE_KWARGS", "resolve_plugin_settings", "resolve_settings",
     "ResponseFormat", "route_scope", "SAMPLING_EXTENSIONS", "SamplingParams",
-    "select_chat_template", "ServiceUnavailable", "Settings", "sniff_media_type", "sse_event", "sse_response", "error_event", "SSE_DONE",
+    "ServiceUnavailable", "Settings", "sniff_media_type", "sse_event", "sse_response", "error_event", "SSE_DONE",
     "SSEGenerator", "Stash", "StashKey", "StateUnavailable",
     "TextGenerationModel", "TextLimits", "TextSession", "TokenDelta",
     "TokenMatcher", "Tool", "ToolCallDelta", "ToolCallFragment", "ToolCallStream", "ToolChoice",

@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
+from flexserv_chat_templates import ChatTemplates, render_chat_template, select_chat_template
 from flexserv_core import (
     SAMPLING_EXTENSIONS,
-    ChatTemplates,
     ConstraintVocabulary,
     EngineStats,
     InvalidRequest,
@@ -22,9 +22,7 @@ from flexserv_core import (
     TextLimits,
     TokenDelta,
     TopLogprob,
-    render_chat_template,
     reserved_template_names,
-    select_chat_template,
 )
 from flexserv_llamacpp.binding import LlamaRuntime
 from flexserv_llamacpp.engine import LlamaEngine

@@ -6,7 +6,7 @@ reduced to what FlexServ calls (:class:`~flexserv_transformers.text_tokenizer.Te
 the special tokens of ``tokenizer_config.json`` (strings or AddedToken objects)
 registered as special, the chat template of ``chat_template.jinja`` (or the
 config), and ``apply_chat_template`` with transformers' semantics
-(``flexserv_core.render_chat_template``). Importing transformers costs about
+(``flexserv_chat_templates.render_chat_template``). Importing transformers costs about
 half a second of a cold start; FlexServ's own Llama forward needs nothing else
 from it.
 
@@ -22,7 +22,7 @@ from typing import Any
 
 from tokenizers import AddedToken, Tokenizer
 
-from flexserv_core import ChatTemplates, render_chat_template, select_chat_template
+from flexserv_chat_templates import ChatTemplates, render_chat_template, select_chat_template
 
 __all__ = ["SPECIAL_TOKEN_NAMES", "FastTokenizer"]
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from flexserv_chat_templates import render_chat_template
 from flexserv_transformers.fast_tokenizer import FastTokenizer
 from flexserv_transformers.testing import (
     SMOLLM2_MISSING,
@@ -27,7 +28,6 @@ from flexserv_transformers.testing import (
     train_tiny_tokenizer,
 )
 
-from flexserv_core import render_chat_template
 from flexserv_core.testing import free_port, stop_process, wait_healthy
 
 TEXTS = [
