@@ -53,6 +53,7 @@ FIRST_PARTY_DISTRIBUTIONS: frozenset[str] = frozenset(
         "flexserv-whisper",
         "flexserv-torch",
         "flexserv-batching",
+        "flexserv-chat-templates",
         "flexserv-tokenize",
         "flexserv-tool-parsers",
         "flexserv-scaffold",
