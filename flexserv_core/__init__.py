@@ -28,15 +28,7 @@ from flexserv_core.backends.base import (
     TopLogprob,
 )
 from flexserv_core.commands import Command, CommandContext
-from flexserv_core.constraints import (
-    BlockedMasks,
-    CompiledConstraint,
-    ConstraintCompiler,
-    ConstraintVocabulary,
-    TokenMatcher,
-    fill_blocked_masks,
-    prepare_params,
-)
+from flexserv_core.constraints import ConstraintCompiler, prepare_params
 from flexserv_core.edge.owner import request_owner, request_reads_any_owner
 from flexserv_core.errors import (
     ClientDisconnected,
@@ -93,17 +85,14 @@ __all__ = [
     "SAMPLING_EXTENSIONS",
     "SSE_DONE",
     "Backend",
-    "BlockedMasks",
     "ChatCompletionRequest",
     "ChatMessage",
     "ClientDisconnected",
     "Command",
     "CommandContext",
-    "CompiledConstraint",
     "Constraint",
     "ConstraintCompiler",
     "ConstraintKind",
-    "ConstraintVocabulary",
     "ContextLengthExceeded",
     "CoreSettings",
     "EngineStats",
@@ -158,7 +147,6 @@ __all__ = [
     "TextLimits",
     "TextSession",
     "TokenDelta",
-    "TokenMatcher",
     "TooManyRequests",
     "Tool",
     "ToolCallDelta",
@@ -186,7 +174,6 @@ __all__ = [
     "create_plugin_manager",
     "default_cache_dir",
     "error_event",
-    "fill_blocked_masks",
     "hook_error",
     "hookimpl",
     "hookspec",

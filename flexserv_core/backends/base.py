@@ -11,15 +11,12 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import msgspec
 
 from flexserv_core.errors import InvalidRequest, UnsupportedParameter
 from flexserv_core.models.spec import ModelKind, ModelSpec
-
-if TYPE_CHECKING:
-    from flexserv_core.constraints import CompiledConstraint, ConstraintVocabulary
 
 #: ``progress(message, fraction)``: a long step reports what it does and, when it
 #: knows, how far it is (0.0-1.0). The core logs it and shows it on the console.
@@ -233,8 +230,9 @@ class SamplingParams(msgspec.Struct, kw_only=True):
     constraint: Constraint | None = None
     #: ``constraint`` compiled for the model's :attr:`~TextGenerationModel.constraint_vocabulary`
     #: (set by the platform before ``generate`` is called): each sequence takes its
-    #: own ``grammar.matcher()`` and honours it at every step.
-    grammar: CompiledConstraint | None = None
+    #: own ``grammar.matcher()`` and honours it at every step. A
+    #: ``flexserv_constraints.CompiledConstraint``, which the core only passes through.
+    grammar: Any = None
     #: Seconds the sequence may wait in the backend's queue before its first
     #: forward pass (``None``: forever). A backend that queues fails it with
     #: ``ServiceUnavailable(code="queue_timeout")`` after that and frees its place.
@@ -361,12 +359,13 @@ class TextGenerationModel(LoadedModel):
     #: tell whether the template renders ``tools`` (passed in ``template_kwargs``)
     #: and which tool-call syntax the model writes.
     chat_template: str | None = None
-    #: The model's vocabulary for the platform's constrained decoding
-    #: (:class:`~flexserv_core.ConstraintVocabulary`). Set it, and honour
-    #: ``params.grammar`` in :meth:`generate`, to serve ``response_format``,
-    #: ``structured_outputs`` and required tool calls; ``None`` (the default): such
-    #: requests get a 400 naming the parameter before anything is generated.
-    constraint_vocabulary: ConstraintVocabulary | None = None
+    #: The model's vocabulary for the platform's constrained decoding (a
+    #: ``flexserv_constraints.ConstraintVocabulary``, which the core passes to the
+    #: compiler unread). Set it, and honour ``params.grammar`` in :meth:`generate`, to
+    #: serve ``response_format``, ``structured_outputs`` and required tool calls;
+    #: ``None`` (the default): such requests get a 400 naming the parameter before
+    #: anything is generated.
+    constraint_vocabulary: object | None = None
     #: The :data:`SAMPLING_EXTENSIONS` (``min_p``, ``repetition_penalty``,
     #: ``min_tokens``, ``ignore_eos``) whose :class:`SamplingParams` fields
     #: :meth:`generate` honours. A request that sets another one gets a 400 naming it

@@ -17,10 +17,10 @@ from typing import Any
 
 import httpx
 import pytest
+from flexserv_constraints import ConstraintVocabulary
 from prometheus_client.parser import text_string_to_metric_families
 
 from flexserv_core import (
-    ConstraintVocabulary,
     LoadedModel,
     ModelSpec,
     ProgressCallback,

@@ -125,6 +125,9 @@ SHARED_LIBRARIES = {
     # a plugin (the server's store, --state-url) that is also the library of what keeps records and of
     # state backends (StateStore, Collection, StateBackend and its contract)
     "flexserv-state": ("flexserv_state", ROOT / "plugins" / "state" / "flexserv_state"),
+    # a plugin (the constraint compiler) that is also the library of the backend half of constrained
+    # decoding (ConstraintVocabulary, TokenMatcher, fill_blocked_masks)
+    "flexserv-constraints": ("flexserv_constraints", ROOT / "plugins" / "constraints" / "flexserv_constraints"),
 }
 
 
@@ -229,12 +232,12 @@ def test_a_shared_library_is_importable_only_by_its_dependents(tmp_path: Path) -
 #: side effect (the error message says which names differ).
 FACADE = {
     "CHAT_TEMPLATE_DEFAULTS", "CHAT_TEMPLATE_REQUEST", "TemplateVariablesMisconfigured", "reserved_template_names",
-    "__version__", "Backend", "BlockedMasks", "ChatCompletionRequest", "ChatMessage",
+    "__version__", "Backend", "ChatCompletionRequest", "ChatMessage",
     "call_hook", "chat_prompt_ids", "check_chat_request", "check_prompt_chars", "check_token_ids", "ClientDisconnected", "Command",
-    "CommandContext", "CompiledConstraint", "Constraint", "ConstraintCompiler", "ConstraintKind", "ConstraintVocabulary",
+    "CommandContext", "Constraint", "ConstraintCompiler", "ConstraintKind",
     "ContextLengthExceeded", "convert_param", "CoreSettings", "create_app",
     "create_plugin_manager", "default_cache_dir", "EngineStats",
-    "ErrorResponse", "EvictionReason", "fill_blocked_masks", "FinishReason", "FlexServer", "FlexServError",
+    "ErrorResponse", "EvictionReason", "FinishReason", "FlexServer", "FlexServError",
     "FlexServPluginManager", "FunctionDefinition", "GatewayTimeout", "hook_error", "hookimpl", "hookspec",
     "ImageInput", "InvalidRequest", "JsonSchemaFormat", "Lease", "LoadedModel",
     "ModelEvent", "ModelEventType", "ModelInfo", "ModelKind", "ModelLoadError", "ModelNotFound",
@@ -249,7 +252,7 @@ FACADE = {
     "ServiceUnavailable", "Settings", "sniff_media_type", "sse_event", "sse_response", "error_event", "SSE_DONE",
     "SSEGenerator", "Stash", "StashKey", "StateUnavailable",
     "TextGenerationModel", "TextLimits", "TextSession", "TokenDelta",
-    "TokenMatcher", "Tool", "ToolCallDelta", "ToolCallFragment", "ToolCallStream", "ToolChoice",
+    "Tool", "ToolCallDelta", "ToolCallFragment", "ToolCallStream", "ToolChoice",
     "ToolParser", "ToolParsers", "ToolPlan", "ToolStreamer", "ToolStreamEvent", "TooManyRequests",
     "TopLogprob", "UnloadResult", "UnsupportedMediaType", "UnsupportedParameter", "until_disconnect",
     "UsageError", "validate_body"

@@ -10,10 +10,11 @@ from typing import Any
 
 import llguidance
 
+from flexserv_constraints.contract import ConstraintVocabulary
 from flexserv_constraints.grammar import constraint_grammar, describe
 from flexserv_constraints.matcher import LLTokenMatcher
 from flexserv_constraints.vocabulary import llg_tokenizer
-from flexserv_core import Constraint, ConstraintVocabulary, InvalidRequest
+from flexserv_core import Constraint, InvalidRequest
 
 #: Compiled grammars kept per vocabulary (grammar text is small; matchers are per sequence).
 CACHE_SIZE = 256

@@ -1,4 +1,4 @@
-"""One sequence's position in its grammar: the :class:`~flexserv_core.TokenMatcher`
+"""One sequence's position in its grammar: the :class:`~flexserv_constraints.contract.TokenMatcher`
 this plugin gives backends, and the batch fill of its masks."""
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class LLTokenMatcher:
     def fill_blocked_batch(matchers: Sequence[Any], vocab: int) -> np.ndarray:
         """The blocked tokens of each of ``matchers`` (bool ``[len(matchers), vocab]``),
         filled by the library's thread pool in one call; what
-        :func:`flexserv_core.fill_blocked_masks` uses. End-of-sequence ids are allowed
+        :func:`~flexserv_constraints.contract.fill_blocked_masks` uses. End-of-sequence ids are allowed
         exactly where the output is complete. NumPy throughout, no OpenMP team to wait on."""
         words = np.full((len(matchers), (vocab + 31) // 32), -1, dtype=np.int32)
         lnp.fill_next_token_bitmask_par(_llg_executor(), [(m.matcher, j) for j, m in enumerate(matchers)], words)

@@ -1,4 +1,4 @@
-"""A backend's :class:`~flexserv_core.ConstraintVocabulary` as llguidance sees it."""
+"""A backend's :class:`~flexserv_constraints.contract.ConstraintVocabulary` as llguidance sees it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from collections.abc import Callable, Sequence
 
 import llguidance
 
-from flexserv_core import ConstraintVocabulary, InvalidRequest
+from flexserv_constraints.contract import ConstraintVocabulary
+from flexserv_core import InvalidRequest
 
 
 class _TokenList:

@@ -8,9 +8,9 @@ import json
 
 import numpy as np
 import pytest
-from flexserv_constraints import LLGuidanceCompiler
+from flexserv_constraints import ConstraintVocabulary, LLGuidanceCompiler, TokenMatcher, fill_blocked_masks
 
-from flexserv_core import Constraint, ConstraintVocabulary, InvalidRequest, TokenMatcher, fill_blocked_masks
+from flexserv_core import Constraint, InvalidRequest
 
 EOS = 256
 

@@ -9,8 +9,9 @@ from typing import Any
 
 import httpx
 import pytest
+from flexserv_constraints import ConstraintVocabulary
 
-from flexserv_core import ConstraintVocabulary, LoadedModel, ModelSpec, ProgressCallback, create_plugin_manager
+from flexserv_core import LoadedModel, ModelSpec, ProgressCallback, create_plugin_manager
 from flexserv_core.testing import FakeBackendPlugin, FakeTextBackend, FakeTextModel, ServedApp, make_app
 
 USER = [{"role": "user", "content": "hi"}]

@@ -32,15 +32,9 @@ from typing import Any
 
 import numpy as np
 from flexserv_batching import EngineToken, TokenChannel
+from flexserv_constraints import CompiledConstraint, TokenMatcher, fill_blocked_masks
 
-from flexserv_core import (
-    FinishReason,
-    SamplingParams,
-    ServiceUnavailable,
-    TokenMatcher,
-    TooManyRequests,
-    fill_blocked_masks,
-)
+from flexserv_core import FinishReason, SamplingParams, ServiceUnavailable, TooManyRequests
 from flexserv_llamacpp.binding import LlamaRuntime
 from flexserv_llamacpp.sampling import Pick, Sampler
 
@@ -155,6 +149,7 @@ class LlamaEngine:
     def submit(self, prompt: list[int], params: SamplingParams) -> Sequence:
         """Queue ``prompt`` (on the event loop); :class:`TooManyRequests` when full."""
         assert 0 < len(prompt) < self.context_length, "the API layer checks prompts against TextLimits"
+        compiled: CompiledConstraint | None = params.grammar  # the core passes it through untyped
         seq = Sequence(
             prompt=list(prompt),
             params=params,
@@ -162,7 +157,7 @@ class LlamaEngine:
             max_total=min(len(prompt) + params.max_tokens, self.context_length),
             channel=TokenChannel(),
             arrived=time.monotonic(),
-            matcher=params.grammar.matcher() if params.grammar is not None else None,
+            matcher=compiled.matcher() if compiled is not None else None,
             tokens=list(prompt),
         )
         with self._wake:

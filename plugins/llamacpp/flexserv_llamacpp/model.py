@@ -11,9 +11,10 @@ from contextlib import aclosing
 from typing import Any
 
 from flexserv_chat_templates import ChatTemplates, render_chat_template, select_chat_template
+from flexserv_constraints import ConstraintVocabulary
+
 from flexserv_core import (
     SAMPLING_EXTENSIONS,
-    ConstraintVocabulary,
     EngineStats,
     InvalidRequest,
     ModelSpec,

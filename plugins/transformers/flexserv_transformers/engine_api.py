@@ -67,8 +67,9 @@ from flexserv_core import SamplingParams, ServiceUnavailable
 
 if TYPE_CHECKING:
     import torch
+    from flexserv_constraints import TokenMatcher
 
-    from flexserv_core import Settings, TokenMatcher
+    from flexserv_core import Settings
     from flexserv_transformers.loading import CausalLM
     from flexserv_transformers.media import PromptMedia
 

@@ -1,7 +1,7 @@
 """The transformers engines' side of the platform's constraint service.
 
 The platform compiles a request's constraint (the ``constraints`` plugin, through
-the core); each sequence holds a :class:`~flexserv_core.TokenMatcher`. Here: the
+the core); each sequence holds a :class:`~flexserv_constraints.TokenMatcher`. Here: the
 vocabulary handed to it (the serialized Rust tokenizer behind the model's tokenizer), and
 setting the blocked logits of a batch to ``-inf`` with torch.
 """
@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+from flexserv_constraints import BlockedMasks, ConstraintVocabulary, TokenMatcher, fill_blocked_masks
 
-from flexserv_core import BlockedMasks, ConstraintVocabulary, InvalidRequest, TokenMatcher, fill_blocked_masks
+from flexserv_core import InvalidRequest
 
 if TYPE_CHECKING:
     from flexserv_transformers.text_tokenizer import TextTokenizer
@@ -53,7 +54,7 @@ def apply_blocked_masks(
 ) -> torch.Tensor:
     """``logits`` (float32) with every token a row's matcher does not allow set to
     ``-inf`` (rows without one are untouched); a new tensor. ``masks``: this step's,
-    computed ahead by :func:`~flexserv_core.fill_blocked_masks` (else computed here)."""
+    computed ahead by :func:`~flexserv_constraints.fill_blocked_masks` (else computed here)."""
     if masks is None:
         masks = fill_blocked_masks(matchers, logits.shape[-1])
     if masks is None:

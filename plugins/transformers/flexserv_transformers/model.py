@@ -7,6 +7,8 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, cast
 
+from flexserv_constraints import CompiledConstraint
+
 from flexserv_core import (
     SAMPLING_EXTENSIONS,
     EngineStats,
@@ -204,7 +206,8 @@ class TransformersTextModel(TextGenerationModel):
         # The API layer checked the request against ``limits`` (text_validation).
         assert prompt_ids and len(prompt_ids) + params.max_tokens <= self.limits.context_length
         assert params.constraint is None or params.grammar is not None, "prepare_params() compiles the constraint"
-        grammar = params.grammar.matcher() if params.grammar is not None else None
+        compiled: CompiledConstraint | None = params.grammar  # the core passes it through untyped
+        grammar = compiled.matcher() if compiled is not None else None
         detokenizer = IncrementalDetokenizer(self.tokenizer, prompt_ids)
         media = prompt_ids.media if isinstance(prompt_ids, ImagePrompt) else None
         async with aclosing(self.engine.generate(prompt_ids, params, grammar, media=media)) as tokens:

@@ -38,8 +38,9 @@ import secrets
 from collections.abc import Iterable, Sequence
 
 import torch
+from flexserv_constraints import BlockedMasks, TokenMatcher
 
-from flexserv_core import BlockedMasks, SamplingParams, TokenMatcher
+from flexserv_core import SamplingParams
 from flexserv_transformers.engine_api import EngineToken
 from flexserv_transformers.grammar import apply_blocked_masks
 

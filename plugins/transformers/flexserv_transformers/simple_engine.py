@@ -24,9 +24,10 @@ from typing import Any
 
 import torch
 from flexserv_batching import TokenChannel
+from flexserv_constraints import TokenMatcher
 from flexserv_torch import use_all_intra_op_threads
 
-from flexserv_core import SamplingParams, ServiceUnavailable, Settings, TokenMatcher
+from flexserv_core import SamplingParams, ServiceUnavailable, Settings
 from flexserv_transformers.engine_api import EngineModel, EngineToken, queue_timeout_error
 from flexserv_transformers.media import PromptMedia, media_inputs
 from flexserv_transformers.sampling import SamplerState, sample_next

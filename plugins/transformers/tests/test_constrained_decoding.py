@@ -171,9 +171,8 @@ def test_masks_match_llguidance_reference(engine_model) -> None:
     import llguidance.numpy as lnp
     import numpy as np
     import torch
+    from flexserv_constraints import fill_blocked_masks
     from flexserv_transformers.grammar import apply_blocked_masks
-
-    from flexserv_core import fill_blocked_masks
 
     vocabulary = engine_model.constraint_vocabulary
 

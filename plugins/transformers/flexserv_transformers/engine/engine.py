@@ -17,18 +17,16 @@ from typing import Any
 
 import torch
 from flexserv_batching import TokenChannel
+from flexserv_constraints import BlockedMasks, TokenMatcher, fill_blocked_masks
 from flexserv_torch import IntraOpThreads
 
 from flexserv_core import (
-    BlockedMasks,
     FinishReason,
     InvalidRequest,
     ModelLoadError,
     SamplingParams,
     ServiceUnavailable,
-    TokenMatcher,
     TooManyRequests,
-    fill_blocked_masks,
 )
 from flexserv_transformers.engine.blocks import BlockManager
 from flexserv_transformers.engine.heap import HeapTrimmer

@@ -6,8 +6,9 @@ import itertools
 import time
 
 from flexserv_batching import TokenChannel
+from flexserv_constraints import TokenMatcher
 
-from flexserv_core import SamplingParams, TokenMatcher
+from flexserv_core import SamplingParams
 from flexserv_transformers.engine.blocks import BlockKey
 from flexserv_transformers.engine.speculative import DraftState
 from flexserv_transformers.engine_api import EngineToken

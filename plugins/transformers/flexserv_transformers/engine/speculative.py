@@ -45,7 +45,9 @@ from __future__ import annotations
 
 from array import array
 
-from flexserv_core import SamplingParams, TokenMatcher
+from flexserv_constraints import TokenMatcher
+
+from flexserv_core import SamplingParams
 
 #: The n-gram lengths looked up, longest first.
 MAX_NGRAM = 3
