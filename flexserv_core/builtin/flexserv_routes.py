@@ -103,10 +103,12 @@ TEXT_FEATURES = ("response_format", "json_schema", "tools")
 
 def api_features(server: FlexServer) -> list[str]:
     """Optional API features this server serves: the text ones once it has a text backend
-    (``tools`` only with a registered tool parser)."""
+    (``tools`` only with a registered tool parser, the structured outputs only with a
+    constraint compiler)."""
     if not any(b.kind == ModelKind.TEXT for b in server.backends):
         return []
-    return [f for f in TEXT_FEATURES if f != "tools" or server.tool_parsers.names()]
+    tools, constrained = bool(server.tool_parsers.names()), server.constraints is not None
+    return [f for f in TEXT_FEATURES if (tools if f == "tools" else constrained)]
 
 
 @get("/v1/flexserv/info", summary="Configuration and plugins", opt={"response": ServerInfo, "scope": "operations"})

@@ -86,7 +86,7 @@ async def test_listed_in_info_per_plugin() -> None:
 
 
 async def test_blocked_a_request_with_tools_is_a_400_naming_the_parser_and_the_rest_works() -> None:
-    async with app_client(make_app([FakeBackendPlugin()], block=["tool-parsers"])) as client:
+    async with app_client(make_app([FakeBackendPlugin(), "constraints"], block=["tool-parsers"])) as client:
         refused = await client.post("/v1/chat/completions", json={**CHAT, "tools": TOOLS})
         plain = await client.post("/v1/chat/completions", json=CHAT)
         info = (await client.get("/v1/flexserv/info")).json()
