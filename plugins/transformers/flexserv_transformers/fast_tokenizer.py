@@ -20,9 +20,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tokenizers import AddedToken, Tokenizer
-
 from flexserv_chat_templates import ChatTemplates, render_chat_template, select_chat_template
+from tokenizers import AddedToken, Tokenizer
 
 __all__ = ["SPECIAL_TOKEN_NAMES", "FastTokenizer"]
 
