@@ -72,8 +72,7 @@ from flexserv_core.settings import (
 )
 from flexserv_core.stash import Stash, StashKey
 from flexserv_core.template_variables import CHAT_TEMPLATE_DEFAULTS, CHAT_TEMPLATE_REQUEST, reserved_template_names
-from flexserv_core.tool_call_stream import ToolCallFragment, ToolCallStream, ToolStreamEvent
-from flexserv_core.tool_parsers import ParsedToolCall, ParsedToolOutput, ToolParser, ToolParsers
+from flexserv_core.tool_calling import ToolCalling, ToolCallStreamer, ToolPlan
 
 __all__ = [
     "CHAT_TEMPLATE_DEFAULTS",
@@ -121,8 +120,6 @@ __all__ = [
     "NamedFunction",
     "NamedToolChoice",
     "NotFound",
-    "ParsedToolCall",
-    "ParsedToolOutput",
     "PayloadTooLarge",
     "Placement",
     "PluginCommandError",
@@ -149,15 +146,14 @@ __all__ = [
     "TokenDelta",
     "TooManyRequests",
     "Tool",
+    "ToolCall",
     "ToolCallDelta",
-    "ToolCallFragment",
-    "ToolCallStream",
+    "ToolCallDeltaFunction",
+    "ToolCallFunction",
+    "ToolCallStreamer",
+    "ToolCalling",
     "ToolChoice",
-    "ToolParser",
-    "ToolParsers",
     "ToolPlan",
-    "ToolStreamEvent",
-    "ToolStreamer",
     "TopLogprob",
     "UnloadResult",
     "UnsupportedMediaType",
@@ -210,12 +206,14 @@ if typing.TYPE_CHECKING:
         NamedToolChoice,
         ResponseFormat,
         Tool,
+        ToolCall,
         ToolCallDelta,
+        ToolCallDeltaFunction,
+        ToolCallFunction,
         ToolChoice,
     )
     from flexserv_core.api.text_session import TextSession
     from flexserv_core.api.text_validation import check_chat_request, check_prompt_chars, check_token_ids
-    from flexserv_core.api.tool_calls import ToolPlan, ToolStreamer
     from flexserv_core.app import create_app
     from flexserv_core.edge.auth import route_scope
 
@@ -232,7 +230,8 @@ _LAZY = {
     # a route that reads its body itself (a multipart form: the audio plugin)
     "validate_body": ("flexserv_core.api.body", "validate"),
     # A text route outside the core (the Responses API plugin): the chat request it
-    # builds, the checks and the session that serve it, its tool calls and its stream.
+    # builds, the checks and the session that serve it, its tool calls and its stream
+    # (and the tool-calling plugin's: the calls it writes).
     **{
         name: ("flexserv_core.api.text_schemas", name)
         for name in (
@@ -244,7 +243,10 @@ _LAZY = {
             "NamedToolChoice",
             "ResponseFormat",
             "Tool",
+            "ToolCall",
             "ToolCallDelta",
+            "ToolCallDeltaFunction",
+            "ToolCallFunction",
             "ToolChoice",
         )
     },
@@ -253,8 +255,6 @@ _LAZY = {
     **{name: ("flexserv_core.api.text_validation", name) for name in ("check_prompt_chars", "check_token_ids")},
     "chat_prompt_ids": ("flexserv_core.api.text_request", "chat_prompt_ids"),
     "TextSession": ("flexserv_core.api.text_session", "TextSession"),
-    "ToolPlan": ("flexserv_core.api.tool_calls", "ToolPlan"),
-    "ToolStreamer": ("flexserv_core.api.tool_calls", "ToolStreamer"),
     "sse_response": ("flexserv_core.api.streaming", "sse_response"),
     "READY": ("flexserv_core.api.streaming", "READY"),
     "SSEGenerator": ("flexserv_core.api.streaming", "SSEGenerator"),

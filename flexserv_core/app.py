@@ -36,7 +36,6 @@ from flexserv_core.readiness import Preloader, preload_specs
 from flexserv_core.server import FlexServer
 from flexserv_core.settings import Settings
 from flexserv_core.startup_log import log_served_models
-from flexserv_core.tool_parsers import ToolParsers
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +121,7 @@ def build_server(settings: Settings, pm: FlexServPluginManager) -> FlexServer:
         routes_by_plugin=hooks.routes_by_plugin(pm, settings),
         metrics=metrics,
         preloader=Preloader(registry, preload_specs(catalog, settings.core.preload)),
-        tool_parsers=ToolParsers(hooks.tool_parsers(pm, settings)),
+        tool_calling=hooks.tool_calling(pm, settings),
         constraints=hooks.constraint_compiler(pm, settings),
     )
     return server

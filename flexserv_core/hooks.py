@@ -39,7 +39,6 @@ from flexserv_core.models.backend_choice import RegisteredBackend
 from flexserv_core.models.defaults import ModelOffer, is_first_party
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.settings import describe_fields, resolve_settings, setting_prefix
-from flexserv_core.tool_parsers import ToolParser
 
 if TYPE_CHECKING:
     from litestar.types import ControllerRouterHandler
@@ -50,6 +49,7 @@ if TYPE_CHECKING:
     from flexserv_core.request_context import RequestContext
     from flexserv_core.server import FlexServer
     from flexserv_core.settings import Settings
+    from flexserv_core.tool_calling import ToolCalling
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -337,26 +337,14 @@ def backends(pm: FlexServPluginManager, settings: Settings) -> list[RegisteredBa
     ]
 
 
-def tool_parsers(pm: FlexServPluginManager, settings: Settings) -> dict[str, list[type[ToolParser]]]:
-    """Each plugin's tool-parser classes, keyed by plugin name, in call order; an item
-    that is not a named :class:`ToolParser` subclass, or a name registered twice, fails
-    naming the plugin."""
-    hook = "flexserv_register_tool_parsers"
-    out: dict[str, list[type[ToolParser]]] = {}
-    owner: dict[str, str] = {}
-    for plugin, value in call_hook(pm, hook, {"settings": settings}):
-        for item in value if isinstance(value, list | tuple) else [value]:
-            if not (
-                isinstance(item, type) and issubclass(item, ToolParser) and isinstance(getattr(item, "name", None), str)
-            ):
-                raise hook_error(pm, hook, plugin, f"returned {item!r}, expected ToolParser subclasses with a name")
-            if item.name in owner:
-                raise hook_error(
-                    pm, hook, plugin, f"tool parser {item.name!r} is also registered by plugin {owner[item.name]!r}"
-                )
-            owner[item.name] = plugin
-            out.setdefault(plugin, []).append(item)
-    return out
+def tool_calling(pm: FlexServPluginManager, settings: Settings) -> ToolCalling | None:
+    """The first plugin's tool calling; ``None`` when no loaded plugin offers it."""
+    from flexserv_core.tool_calling import ToolCalling
+
+    hook = "flexserv_tool_calling"
+    args = {"settings": settings, "plugin_manager": pm}
+    found = _items(pm, hook, call_hook(pm, hook, args, firstresult=True), ToolCalling)
+    return found[0] if found else None
 
 
 def constraint_compiler(pm: FlexServPluginManager, settings: Settings) -> ConstraintCompiler | None:

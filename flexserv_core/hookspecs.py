@@ -37,7 +37,7 @@ Hook policy (one rule for every hook; :mod:`flexserv_core.hooks` enforces it):
   distribution and the hook. Exceptions a hook documents as its way to answer
   (:class:`~flexserv_core.FlexServError` subclasses at request time,
   :class:`~flexserv_core.UsageError` from ``flexserv_configure``) pass
-  through unchanged. At start-up (settings, configure, backends, tool parsers, constraint
+  through unchanged. At start-up (settings, configure, backends, tool calling, constraint
   compiler, default models, metrics collectors, routes, startup) the error stops the server: ``flexserv run`` prints it
   (with ``-p no:NAME`` to start without the plugin) and exits non-zero (3 before
   serving, 1 when ``flexserv_startup`` fails). At request time (preprocess, template kwargs, resolve model,
@@ -58,9 +58,10 @@ Hook policy (one rule for every hook; :mod:`flexserv_core.hooks` enforces it):
   them when it is created, whether or not that plugin is loaded, so implementing
   such a hook never depends on load order. The owner calls its hook with
   :func:`~flexserv_core.call_hook` (this policy applies); a backend implements it
-  with a plain ``@hookimpl``. ``flexserv_resource_probes`` (flexserv-resources) and
-  ``flexserv_state_backend`` (flexserv-state) are listed below the core's hooks.
-* The hooks that build the server (routes, backends, tool parsers, the constraint
+  with a plain ``@hookimpl``. ``flexserv_resource_probes`` (flexserv-resources),
+  ``flexserv_state_backend`` (flexserv-state) and ``flexserv_register_tool_parsers``
+  (flexserv-tool-parsers) are listed below the core's hooks.
+* The hooks that build the server (routes, backends, tool calling, the constraint
   compiler, default models, metrics collectors) get
   ``settings``, not a server: they run before the server exists. Route handlers
   reach the server at request time as ``request.app.state.flexserv``.
@@ -86,7 +87,7 @@ if TYPE_CHECKING:
     from flexserv_core.request_context import RequestContext
     from flexserv_core.server import FlexServer
     from flexserv_core.settings import Settings
-    from flexserv_core.tool_parsers import ToolParser
+    from flexserv_core.tool_calling import ToolCalling
 
 PROJECT_NAME = "flexserv"
 
@@ -285,24 +286,25 @@ def flexserv_register_backends(settings: Settings) -> list[Backend] | None:
     """
 
 
-@hookspec
-def flexserv_register_tool_parsers(settings: Settings) -> list[type[ToolParser]] | None:
-    """Provide tool-call formats: classes that parse a model family's tool calls.
+@hookspec(firstresult=True)
+def flexserv_tool_calling(settings: Settings, plugin_manager: FlexServPluginManager) -> ToolCalling | None:
+    """Provide tool calling: what checks a chat request's ``tools``, ``tool_choice``
+    and call history, renders them for the chat template and splits the output into
+    ``tool_calls`` (whole, or as OpenAI's deltas when streaming).
 
-    Called once while the app is built, before the server exists; the server
-    keeps the parsers as ``server.tool_parsers``, listed per plugin by ``flexserv
-    plugins`` and ``/v1/flexserv/info``. A model uses the parser its ``tool_parser``
-    option names, or the one guessed from its chat template; a request with
-    ``tools`` whose parser no plugin registered is a 400 naming it. Each class is
-    instantiated per request (parsers and their streams are not shared). Two
-    plugins registering one name is an error naming both.
+    Called once while the app is built, before the server exists; the server keeps
+    the result as ``server.tool_calling`` and shares it across every request (chat
+    completions, the Responses API, ``/tokenize``). The first-party ``tool-parsers``
+    plugin (on by default) answers it, with the tool-call formats plugins register
+    through its own hook ``flexserv_register_tool_parsers``. With none, a request
+    with ``tools``, a required or named ``tool_choice``, or tool calls in its history
+    gets a 400 (``unsupported_parameter``) naming the parameter, and everything else
+    is served. See :mod:`flexserv_core.tool_calling`.
 
     :param settings: all resolved settings.
+    :param plugin_manager: the plugin manager (to call hooks the plugin owns).
 
-    Return :class:`~flexserv_core.ToolParser` subclasses (classes, not instances),
-    each with a unique ``name``.
-
-    Collect all; synchronous; return a list of ToolParser classes.
+    First result; synchronous; return a :class:`~flexserv_core.ToolCalling`, or ``None`` to leave it to another plugin.
     """
 
 

@@ -57,6 +57,7 @@ PLATFORM_PLUGINS: dict[str, str] = {
     "audio": "the audio API",
     "tokenize": "/tokenize and /detokenize",
     "image-input": "image parts in chat",
+    "tool-parsers": "tool calling (tools, tool_choice)",
 }
 
 

@@ -8,7 +8,6 @@ from typing import Any
 import msgspec
 
 from flexserv_core.plugin_manager import FlexServPluginManager
-from flexserv_core.tool_parsers import ToolParsers
 
 
 def route_paths(routes: Iterable[Any]) -> list[str]:
@@ -26,15 +25,11 @@ def _paths(routes: Iterable[Any]) -> set[str]:
     return out
 
 
-def plugin_report(
-    pm: FlexServPluginManager, routes_by_plugin: Mapping[str, Iterable[Any]], tool_parsers: ToolParsers
-) -> list[dict[str, Any]]:
-    """Each plugin's info as plain data, with the paths of the routes and the names
-    of the tool parsers it added."""
+def plugin_report(pm: FlexServPluginManager, routes_by_plugin: Mapping[str, Iterable[Any]]) -> list[dict[str, Any]]:
+    """Each plugin's info as plain data, with the paths of the routes it added."""
     report = []
     for info in pm.plugin_infos():
         entry = msgspec.to_builtins(info)
         entry["routes"] = route_paths(routes_by_plugin.get(info.name, ()))
-        entry["tool_parsers"] = tool_parsers.of_plugin(info.name)
         report.append(entry)
     return report

@@ -6,7 +6,6 @@ import time
 from typing import TYPE_CHECKING
 
 from flexserv_core.stash import Stash
-from flexserv_core.tool_parsers import ToolParsers
 
 if TYPE_CHECKING:
     from litestar.types import ControllerRouterHandler
@@ -19,6 +18,7 @@ if TYPE_CHECKING:
     from flexserv_core.plugin_manager import FlexServPluginManager
     from flexserv_core.readiness import Preloader
     from flexserv_core.settings import Settings
+    from flexserv_core.tool_calling import ToolCalling
 
 
 class FlexServer:
@@ -43,7 +43,7 @@ class FlexServer:
         routes_by_plugin: dict[str, list[ControllerRouterHandler]],
         metrics: ServerMetrics,
         preloader: Preloader,
-        tool_parsers: ToolParsers | None = None,
+        tool_calling: ToolCalling | None = None,
         constraints: ConstraintCompiler | None = None,
     ) -> None:
         self.settings = settings
@@ -58,8 +58,9 @@ class FlexServer:
         self.metrics = metrics
         #: The ``--preload`` loads and their states (readiness in health).
         self.preloader = preloader
-        #: The tool-call formats plugins registered (``flexserv_register_tool_parsers``).
-        self.tool_parsers = tool_parsers or ToolParsers()
+        #: Tool calling (``flexserv_tool_calling``); ``None``: requests that use tools
+        #: are refused with a 400.
+        self.tool_calling = tool_calling
         #: The compiler of constrained decoding (``flexserv_constraint_compiler``);
         #: ``None``: constrained requests are refused with a 400.
         self.constraints = constraints

@@ -45,6 +45,7 @@ _DEF = re.compile(r"^def (flexserv_\w+)\(")
 PLUGIN_HOOKSPECS: list[tuple[str, str, str]] = [
     ("resources", "flexserv-resources", "flexserv_resources.hookspecs"),
     ("state", "flexserv-state", "flexserv_state.hookspecs"),
+    ("tool-parsers", "flexserv-tool-parsers", "flexserv_tool_parsers.hookspecs"),
 ]
 
 

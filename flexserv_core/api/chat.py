@@ -28,8 +28,8 @@ from flexserv_core.api.text_schemas import (
 )
 from flexserv_core.api.text_session import TextSession
 from flexserv_core.api.text_validation import check_chat_request
-from flexserv_core.api.tool_calls import ToolPlan, ToolStreamer, split_output
 from flexserv_core.server import FlexServer
+from flexserv_core.tool_calling import ToolPlan
 
 log = logging.getLogger(__name__)
 ENDPOINT = "/v1/chat/completions"
@@ -74,7 +74,7 @@ def _choice(result: ChoiceResult, logprobs: bool, plan: ToolPlan | None) -> Chat
     message = AssistantMessage(content=result.text)
     finish: str = result.finish_reason
     if plan is not None and plan.parses:
-        content, calls, cut = split_output(plan, result.text)
+        content, calls, cut = plan.split(result.text)
         message = AssistantMessage(content=content, tool_calls=calls or None)
         if calls and not (cut and finish == "length"):  # a call cut by max_tokens is 'length', as OpenAI says
             finish = "tool_calls"
@@ -114,7 +114,7 @@ async def _chunks(session: TextSession, body: ChatCompletionRequest) -> AsyncGen
     for job in jobs:
         yield chunk([ChatChunkChoice(index=job.index, delta=ChatDelta(role="assistant", content=""))])
     completion_tokens = 0
-    streamers = {job.index: ToolStreamer(plan) for job in jobs} if plan is not None and plan.parses else {}
+    streamers = {job.index: plan.streamer() for job in jobs} if plan is not None and plan.parses else {}
     try:
         async with session.events() as events:
             async for event in events:

@@ -30,7 +30,6 @@ from flexserv_core.api.text_validation import (
     max_tokens_for,
     stop_strings,
 )
-from flexserv_core.api.tool_calls import ToolPlan, plan_tools, template_messages, template_tools
 from flexserv_core.backends.base import Constraint, ImageInput, SamplingParams, TextGenerationModel
 from flexserv_core.constraints import ConstraintCompiler, constraints_unavailable, prepare_params
 from flexserv_core.errors import InvalidRequest
@@ -38,6 +37,7 @@ from flexserv_core.models.spec import ModelSpec
 from flexserv_core.request_context import RequestContext
 from flexserv_core.settings import CoreSettings
 from flexserv_core.template_variables import CHAT_TEMPLATE_DEFAULTS, CHAT_TEMPLATE_REQUEST, merge_template_variables
+from flexserv_core.tool_calling import ToolPlan, check_without_tool_calling
 
 _SEED_SPACE = 2**63
 
@@ -98,9 +98,7 @@ async def prepare_jobs(jobs: list[ChoiceJob], constraints: ConstraintCompiler | 
 
 
 def chat_messages(
-    messages: list[ChatMessage],
-    plan: ToolPlan | None = None,
-    images: dict[tuple[int, int], ImageInput] | None = None,
+    messages: list[ChatMessage], images: dict[tuple[int, int], ImageInput] | None = None
 ) -> list[dict[str, Any]]:
     """OpenAI messages -> template messages: content parts joined into one string,
     ``developer`` served as ``system``. A message with images (loaded by
@@ -132,7 +130,6 @@ def chat_messages(
         if message.name is not None:
             entry["name"] = message.name
         out.append(entry)
-    template_messages(out, messages, plan)
     return out
 
 
@@ -177,13 +174,25 @@ async def chat_prompt(
     """The chat prompt as the model will see it: messages, tools and template
     variables through the chat template (:func:`chat_prompt_ids` counts exactly this,
     and renders ``off_loop``: its prompts are rendered for nothing else)."""
-    plan = plan_tools(body, model, spec, context.server.tool_parsers, context.server.constraints)
+    plan = _tool_plan(model, spec, body, context)
     kwargs = chat_template_kwargs(spec, context)
-    tools = template_tools(plan)
+    messages = chat_messages(body.messages, images)
+    tools = plan.render(messages, body.messages) if plan is not None else None
     if tools is not None:
         kwargs = {**kwargs, "tools": tools}
-    messages = chat_messages(body.messages, plan, images)
     return await render_prompt(model, messages, kwargs, images=bool(images) or off_loop), plan
+
+
+def _tool_plan(
+    model: TextGenerationModel, spec: ModelSpec, body: ChatCompletionRequest, context: RequestContext
+) -> ToolPlan | None:
+    """The tool-calling plugin's plan (:mod:`flexserv_core.tool_calling`); without one,
+    a request that uses tools is a 400 naming the parameter."""
+    tool_calling = context.server.tool_calling
+    if tool_calling is None:
+        check_without_tool_calling(body)
+        return None
+    return tool_calling.plan(body, model, spec, context.server.constraints)
 
 
 async def chat_prompt_ids(

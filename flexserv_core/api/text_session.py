@@ -42,10 +42,10 @@ from flexserv_core.api.file_parts import expand_file_parts
 from flexserv_core.api.text_generation import ChoiceEvent, ChoiceJob, ChoiceResult, admitted, collect, merge
 from flexserv_core.api.text_request import chat_plan, completion_jobs, prepare_jobs
 from flexserv_core.api.timeouts import apply_timeouts
-from flexserv_core.api.tool_calls import ToolPlan
 from flexserv_core.backends.base import TextGenerationModel
 from flexserv_core.errors import FlexServError
 from flexserv_core.metrics.text import TextRequestMetrics
+from flexserv_core.tool_calling import ToolPlan
 
 if TYPE_CHECKING:
     from litestar import Request

@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from flexserv_core.api.text_schemas import ChatCompletionRequest, CompletionRequest
-from flexserv_core.api.tool_calls import check_tool_history
 from flexserv_core.backends.base import TextLimits
 from flexserv_core.errors import ContextLengthExceeded, InvalidRequest, UnsupportedParameter, quote
 from flexserv_core.settings import CoreSettings
@@ -239,11 +238,11 @@ def check_messages(messages: Sequence[Any]) -> None:
 
 def check_chat_request(body: ChatCompletionRequest, core: CoreSettings) -> None:
     """The checks a chat request passes before a session opens (no model is loaded
-    for a request that fails them): the edge bounds, the per-role message rules and
-    the tool-call history."""
+    for a request that fails them): the edge bounds and the per-role message rules
+    (whether a ``tool_call_id`` answers an earlier call is tool calling's check, when
+    the prompt is built)."""
     check_chat_bounds(body, core)
     check_messages(body.messages)
-    check_tool_history(body.messages)
 
 
 def check_chat(body: ChatCompletionRequest) -> None:

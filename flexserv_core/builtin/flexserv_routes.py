@@ -103,11 +103,11 @@ TEXT_FEATURES = ("response_format", "json_schema", "tools")
 
 def api_features(server: FlexServer) -> list[str]:
     """Optional API features this server serves: the text ones once it has a text backend
-    (``tools`` only with a registered tool parser, the structured outputs only with a
-    constraint compiler)."""
+    (``tools`` only with tool calling, the structured outputs only with a constraint
+    compiler)."""
     if not any(b.kind == ModelKind.TEXT for b in server.backends):
         return []
-    tools, constrained = bool(server.tool_parsers.names()), server.constraints is not None
+    tools, constrained = server.tool_calling is not None, server.constraints is not None
     return [f for f in TEXT_FEATURES if (tools if f == "tools" else constrained)]
 
 
@@ -117,7 +117,7 @@ async def info(request: Request[Any, Any, Any]) -> dict[str, Any]:
     return {
         "version": __version__,
         "settings": server.settings.summary(),
-        "plugins": plugin_report(server.pm, server.routes_by_plugin, server.tool_parsers),
+        "plugins": plugin_report(server.pm, server.routes_by_plugin),
         "backends": [{"name": b.name, "kind": str(b.kind)} for b in server.backends],
         "models": [
             {

@@ -24,7 +24,6 @@ from flexserv_core.errors import PluginCommandError, PluginError, UsageError
 from flexserv_core.plugin_manager import FlexServPluginManager, PluginStatus, create_plugin_manager
 from flexserv_core.plugin_report import plugin_report
 from flexserv_core.settings import Settings, add_arguments
-from flexserv_core.tool_parsers import ToolParsers
 
 EXIT_USAGE = 2
 EXIT_PLUGIN = 3
@@ -109,10 +108,9 @@ def _exit_cleanly(signum: int, frame: object) -> None:
 
 
 def plugin_listing(pm: FlexServPluginManager, settings: Settings | None) -> list[dict[str, Any]]:
-    """Plugin infos with their routes, backends, tool parsers and commands, from those hooks alone (no app is built)."""
+    """Plugin infos with their routes, backends and commands, from those hooks alone (no app is built)."""
     routes: dict[str, list[Any]] = {}
     backends: dict[str, list[str]] = {}
-    parsers = ToolParsers()
     commands: dict[str, list[str]] = {}
     try:
         for name, (plugin, _) in hooks.commands(pm).items():
@@ -127,12 +125,11 @@ def plugin_listing(pm: FlexServPluginManager, settings: Settings | None) -> list
             for registered in hooks.backends(pm, settings):
                 backend = registered.backend
                 backends.setdefault(registered.plugin, []).append(f"{backend.name} ({backend.kind})")
-            parsers = ToolParsers(hooks.tool_parsers(pm, settings))
         except (PluginError, UsageError) as exc:  # still list the plugins
             logging.getLogger("flexserv").warning("could not list routes: %s", exc)
             if isinstance(exc, PluginError):
                 pm.mark_failed(exc.name, str(exc))
-    report = plugin_report(pm, routes, parsers)
+    report = plugin_report(pm, routes)
     for entry in report:
         entry["commands"] = sorted(commands.get(entry["name"], []))
         entry["backends"] = backends.get(entry["name"], [])
@@ -143,8 +140,7 @@ def cmd_plugins(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="flexserv plugins",
         parents=[_selection_parser()],
-        description="List plugins: name, distribution, version, hooks, routes, backends, tool parsers, commands,"
-        " status.",
+        description="List plugins: name, distribution, version, hooks, routes, backends, commands, status.",
     )
     parser.add_argument("--json", action="store_true", help="Print JSON.")
     args = parser.parse_args(argv)
@@ -178,8 +174,6 @@ def _print_table(report: list[dict[str, Any]]) -> None:
             print(f"    routes: {', '.join(p['routes'])}")
         if p["backends"]:
             print(f"    backends: {', '.join(p['backends'])}")
-        if p["tool_parsers"]:
-            print(f"    tool parsers: {', '.join(p['tool_parsers'])}")
         if p["commands"]:
             print(f"    commands: {', '.join(p['commands'])}")
         if p["error"]:

@@ -281,6 +281,7 @@ def test_a_plugin_list_that_leaves_out_platform_plugins_says_which(caplog: pytes
         create_plugin_manager(["no:state"], env={"FLEXSERV_PLUGINS": "resources,constraints"})
     [warning] = [r.getMessage() for r in caplog.records if r.name == "flexserv_core.plugin_manager"]
     assert "embeddings (POST /v1/embeddings)" in warning and "responses (the Responses API)" in warning
+    assert "tool-parsers (tool calling" in warning
     assert "constraints" not in warning  # listed
     assert "state (" not in warning  # blocked: the user said so
     caplog.clear()

@@ -49,10 +49,12 @@ def test_facade_has_what_plugins_need() -> None:
         "StateUnavailable", "QuotaExceeded", "request_owner", "request_reads_any_owner",
         # a distribution that owns hooks calls them under the core's policy (flexserv-state, flexserv-resources)
         "call_hook", "hook_error",
+        # tool calling's seam (the tool-parsers plugin serves it; ToolPlan is what Responses streams)
+        "ToolCalling", "ToolCallStreamer",
         # a text route outside the core (the Responses API plugin)
         "TextSession", "check_chat_request", "ChatCompletionRequest", "ResponseFormat", "JsonSchemaFormat",
         "Tool", "FunctionDefinition", "ToolChoice", "NamedToolChoice", "NamedFunction", "ToolCallDelta",
-        "ToolPlan", "ToolStreamer", "sse_event", "sse_response", "error_event", "SSE_DONE", "READY", "SSEGenerator", "convert_param", "parse_body",
+        "ToolPlan", "sse_event", "sse_response", "error_event", "SSE_DONE", "READY", "SSEGenerator", "convert_param", "parse_body",
     }  # fmt: skip
     assert promised <= set(flexserv_core.__all__)
     testing = {"make_app", "app_client", "running_app_client", "openai_client", "make_plugin_manager",
@@ -242,7 +244,7 @@ FACADE = {
     "ImageInput", "InvalidRequest", "JsonSchemaFormat", "Lease", "LoadedModel",
     "ModelEvent", "ModelEventType", "ModelInfo", "ModelKind", "ModelLoadError", "ModelNotFound",
     "ModelRegistry", "ModelSpec", "ModelState", "NamedFunction", "NamedToolChoice",
-    "NotFound", "open_request_context", "parse_body", "ParsedToolCall", "ParsedToolOutput",
+    "NotFound", "open_request_context", "parse_body",
     "PayloadTooLarge", "PDF_MEDIA_TYPE", "Placement", "PluginCommandError", "PluginError",
     "PluginHookError", "PluginLoadError", "PluginNotInstalled", "PluginStartupError", "prepare_params",
     "ProgressCallback", "PROJECT_NAME", "QuotaExceeded", "READY",
@@ -252,8 +254,8 @@ FACADE = {
     "ServiceUnavailable", "Settings", "sniff_media_type", "sse_event", "sse_response", "error_event", "SSE_DONE",
     "SSEGenerator", "Stash", "StashKey", "StateUnavailable",
     "TextGenerationModel", "TextLimits", "TextSession", "TokenDelta",
-    "Tool", "ToolCallDelta", "ToolCallFragment", "ToolCallStream", "ToolChoice",
-    "ToolParser", "ToolParsers", "ToolPlan", "ToolStreamer", "ToolStreamEvent", "TooManyRequests",
+    "Tool", "ToolCall", "ToolCallDelta", "ToolCallDeltaFunction", "ToolCallFunction",
+    "ToolCallStreamer", "ToolCalling", "ToolChoice", "ToolPlan", "TooManyRequests",
     "TopLogprob", "UnloadResult", "UnsupportedMediaType", "UnsupportedParameter", "until_disconnect",
     "UsageError", "validate_body"
 }  # fmt: skip

@@ -5,8 +5,8 @@ the deltas (``response.reasoning_text.delta`` or ``response.output_text.delta``)
 their ``...done``, ``response.content_part.done``, ``response.output_item.done``.
 A function call (tools) is an item of its own, after the message: its
 ``response.output_item.added`` (``arguments`` empty), the
-``response.function_call_arguments.delta`` fragments as the chat path's
-:class:`~flexserv_core.ToolStreamer` emits them,
+``response.function_call_arguments.delta`` fragments as the chat path's tool
+plan streams them (:meth:`flexserv_core.ToolPlan.streamer`),
 ``response.function_call_arguments.done``, ``response.output_item.done``.
 Around them: ``response.created`` and ``response.in_progress`` first,
 ``response.completed`` (or ``response.incomplete``) last; a failure sends
@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from flexserv_core import ToolCallDelta, ToolPlan, ToolStreamer
+from flexserv_core import ToolCallDelta, ToolPlan
 from flexserv_responses.items import item_id
 from flexserv_responses.reasoning import Kind, ReasoningSplitter
 from flexserv_responses.schemas import (
@@ -59,7 +59,7 @@ class OutputStreamer:
     def __init__(self, write: EventWriter, *, inside: bool, tools: ToolPlan | None = None) -> None:
         self.write = write
         self.splitter = ReasoningSplitter(inside=inside)
-        self.tools = ToolStreamer(tools) if tools is not None and tools.parses else None
+        self.tools = tools.streamer() if tools is not None and tools.parses else None
         self.items: list[OutputItem] = []
         self._kind: Kind | None = None
         self._id = ""

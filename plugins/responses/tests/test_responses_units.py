@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import json
 
+import msgspec
 import pytest
 from flexserv_responses.events import EventWriter, OutputStreamer
 from flexserv_responses.output import output_items
@@ -23,7 +24,7 @@ from flexserv_responses.schemas import (
 from flexserv_responses.store import ResponseStore, StoredResponse
 from flexserv_state import CollectionLimits, ManualClock, MemoryBackend, StateStore
 
-from flexserv_core import ModelSpec, NotFound, ToolPlan
+from flexserv_core import ChatCompletionRequest, ModelSpec, NotFound, ToolPlan
 from flexserv_core.testing import FakeTextModel, make_app
 
 
@@ -151,14 +152,18 @@ CALL = '<tool_call>\n{"name": "f", "arguments": {"x": "a long enough value to ne
 
 
 def _plan() -> ToolPlan:
-    tools = [{"name": "f", "parameters": {"type": "object"}}]
-    return ToolPlan(
-        parser=make_app(["tool-parsers"]).state.flexserv.tool_parsers.get("hermes"),
-        tools=tools,
-        choice="auto",
-        parallel=True,
-        native=False,
+    """A plan for one function tool, made by the server's tool calling (the fake
+    model's template does not know tools: the hermes parser, the fallback prompt)."""
+    tool_calling = make_app(["tool-parsers"]).state.flexserv.tool_calling
+    assert tool_calling is not None
+    body = msgspec.convert(
+        {"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}]},
+        ChatCompletionRequest,
     )
+    spec = ModelSpec(name="m", source="fake://", backend="fake")
+    plan = tool_calling.plan(body, FakeTextModel(spec), spec, None)
+    assert plan is not None
+    return plan
 
 
 def _shape(items: list[OutputItem]) -> list[tuple[str, ...]]:

@@ -1,7 +1,7 @@
 """Incremental parsing of JSON tool calls: output text in, content and call
 fragments out, as soon as they are known.
 
-A :class:`~flexserv_core.ToolCallStream` is fed the model's output piece by piece. It passes on
+A :class:`~flexserv_tool_parsers.ToolCallStream` is fed the model's output piece by piece. It passes on
 content at once, except text that may still turn out to be part of a call marker
 (held back until it is not), and turns calls into :class:`ToolCallFragment`
 events: the call's name as soon as it is known, then its arguments as the model
@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum, auto
 
-from flexserv_core import ToolCallFragment, ToolCallStream, ToolStreamEvent
 from flexserv_tool_parsers.json_scan import JsonObjectScanner, ScanEvent
+from flexserv_tool_parsers.stream import ToolCallFragment, ToolCallStream, ToolStreamEvent
 
 __all__ = ["CallSyntax", "JsonCallStream", "parse_with_stream"]
 

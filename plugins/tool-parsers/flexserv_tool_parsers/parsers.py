@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-from flexserv_core import Constraint, ParsedToolCall, ParsedToolOutput, ToolParser
+from flexserv_core import Constraint
+from flexserv_tool_parsers.base import ParsedToolCall, ParsedToolOutput, ToolParser
 from flexserv_tool_parsers.json_calls import CallSyntax, JsonCallStream, parse_with_stream
 
 __all__ = ["HermesToolParser", "JsonToolParser", "Llama3JsonToolParser", "MistralToolParser", "call_schema"]

@@ -11,10 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
+from flexserv_tool_parsers import ToolCallFragment
 from recorded_tool_outputs import HERMES, LLAMA, LLAMA_TAGGED, MISTRAL, QWEN
 from registered import get_tool_parser
-
-from flexserv_core import ToolCallFragment
 
 # Outputs only the streaming tests use ------------------------------------------
 # What llguidance lets SmolLM2 write under tool_choice="required" (the Hermes

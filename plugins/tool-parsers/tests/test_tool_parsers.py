@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from flexserv_tool_parsers import ParsedToolCall
 from recorded_tool_outputs import HERMES, LLAMA, LLAMA_TAGGED, MISTRAL, QWEN
 from registered import PARSERS, get_tool_parser
-
-from flexserv_core import ParsedToolCall
 
 
 def test_hermes_qwen_parallel_calls() -> None:

@@ -1,12 +1,12 @@
-"""Incremental tool-call parsing: the types a :class:`~flexserv_core.ToolParser`'s
+"""Incremental tool-call parsing: the types a :class:`~flexserv_tool_parsers.ToolParser`'s
 stream speaks, and the default stream for parsers without an incremental form.
 
 A :class:`ToolCallStream` is fed the model's output piece by piece. It passes on
 content at once, except text that may still turn out to be part of a call marker
 (held back until it is not), and turns calls into :class:`ToolCallFragment`
 events: the call's name as soon as it is known, then its arguments as the model
-writes them. The core turns these events into OpenAI's ``tool_calls`` deltas.
-The built-in JSON formats stream incrementally (the ``tool-parsers`` plugin).
+writes them. :class:`~flexserv_tool_parsers.calling.ToolStreamer` turns these events into
+OpenAI's ``tool_calls`` deltas. The built-in JSON formats stream incrementally.
 """
 
 from __future__ import annotations

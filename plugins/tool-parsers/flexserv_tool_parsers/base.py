@@ -2,11 +2,11 @@
 per-app lookup of the parsers plugins register.
 
 A model family writes its calls in its own syntax; a :class:`ToolParser` knows
-one. Plugins register parser classes with ``flexserv_register_tool_parsers``;
-the server holds them (:class:`ToolParsers`, ``server.tool_parsers``), so each app
-has its own set, ``flexserv plugins`` lists them and ``-p no:NAME`` removes a
-plugin's parsers. The first-party ``tool-parsers`` plugin brings ``hermes``,
-``llama3_json`` and ``mistral``.
+one. Plugins register parser classes with ``flexserv_register_tool_parsers`` (a
+hook this distribution owns); each app's tool calling holds its own set
+(:class:`ToolParsers`), ``flexserv tool-parsers`` lists them and ``-p no:NAME``
+removes a plugin's parsers. This plugin brings ``hermes``, ``llama3_json`` and
+``mistral``.
 
 A model picks one with the model option ``tool_parser`` (``[[models]]``
 ``options = {tool_parser = "mistral"}``); without it the parser is guessed from
@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from flexserv_core.backends.base import Constraint
-from flexserv_core.tool_call_stream import BufferedCallStream, ToolCallStream
+from flexserv_core import Constraint
+from flexserv_tool_parsers.stream import BufferedCallStream, ToolCallStream
 
 __all__ = ["ParsedToolCall", "ParsedToolOutput", "ToolParser", "ToolParsers", "guess_tool_parser"]
 

@@ -1,20 +1,29 @@
-"""Tool parsers come from ``flexserv_register_tool_parsers``: per app, listed per
-plugin, blockable. Without the one a model needs, a request with ``tools`` is a 400
-naming it and everything else works. Also the core's side of streaming calls
-(OpenAI deltas from any parser's events), with the parsers an app registers."""
+"""Tool parsers come from ``flexserv_register_tool_parsers`` (this plugin's own hook):
+per app, listed per plugin, blockable. Without the one a model needs, a request with
+``tools`` is a 400 naming it and everything else works. Also streaming calls (OpenAI
+deltas from any parser's events), with the parsers an app registers."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
+import msgspec
 import pytest
+from flexserv_tool_parsers import (
+    FunctionCalling,
+    FunctionPlan,
+    ParsedToolCall,
+    ParsedToolOutput,
+    ToolParser,
+    ToolStreamer,
+    guess_tool_parser,
+)
+from flexserv_tool_parsers.calling import split_output
+from registered import parsers_of
 
-from flexserv_core import ParsedToolCall, ParsedToolOutput, PluginHookError, ToolParser, hookimpl
-from flexserv_core.api.text_schemas import ToolCallDelta
-from flexserv_core.api.tool_calls import ToolPlan, ToolStreamer, split_output
-from flexserv_core.testing import FakeBackendPlugin, app_client, make_app
-from flexserv_core.tool_parsers import guess_tool_parser
+from flexserv_core import ChatCompletionRequest, InvalidRequest, ModelSpec, PluginHookError, ToolCallDelta, hookimpl
+from flexserv_core.testing import FakeBackendPlugin, FakeTextModel, app_client, make_app, run_flexserv
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
 CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
@@ -43,17 +52,17 @@ class BracketPlugin:
 
 
 def _hermes() -> ToolParser:
-    return make_app(["tool-parsers"]).state.flexserv.tool_parsers.get("hermes")
+    return parsers_of(["tool-parsers"]).get("hermes")
 
 
 def test_parsers_are_per_app_and_attributed_to_their_plugin() -> None:
-    with_bracket = make_app([BracketPlugin(), "tool-parsers"]).state.flexserv.tool_parsers
-    plain = make_app(["tool-parsers"]).state.flexserv.tool_parsers
+    with_bracket = parsers_of([BracketPlugin(), "tool-parsers"])
+    plain = parsers_of(["tool-parsers"])
     assert with_bracket.names() == ["hermes", "llama3_json", "mistral", "test-bracket"]
     assert with_bracket.of_plugin("tool-parsers") == ["hermes", "llama3_json", "mistral"]
     assert with_bracket.get("test-bracket").parse('<<f {"a": 1}>>').calls == [ParsedToolCall("f", '{"a": 1}')]
     assert "test-bracket" not in plain.names()  # no global registry: another app never sees it
-    assert make_app([]).state.flexserv.tool_parsers.names() == []
+    assert make_app([]).state.flexserv.tool_calling is None  # the plugin is not loaded
 
 
 def test_a_name_registered_twice_or_a_non_parser_fails_naming_the_plugin() -> None:
@@ -63,7 +72,7 @@ def test_a_name_registered_twice_or_a_non_parser_fails_naming_the_plugin() -> No
             return [Bracket]
 
     with pytest.raises(PluginHookError, match="tool parser 'test-bracket' is also registered by plugin"):
-        make_app([BracketPlugin(), Twice()])
+        make_app([BracketPlugin(), Twice(), "tool-parsers"])
 
     class NotAParser:
         @hookimpl
@@ -71,32 +80,42 @@ def test_a_name_registered_twice_or_a_non_parser_fails_naming_the_plugin() -> No
             return [Bracket()]
 
     with pytest.raises(PluginHookError, match="expected ToolParser subclasses"):
-        make_app([NotAParser()])
+        make_app([NotAParser(), "tool-parsers"])
 
 
-async def test_listed_in_info_per_plugin() -> None:
+async def test_info_says_tools_are_served_and_the_command_lists_parsers_per_plugin() -> None:
     async with app_client(make_app([FakeBackendPlugin(), BracketPlugin(), "tool-parsers"])) as client:
         info = (await client.get("/v1/flexserv/info")).json()
     by_name = {p["name"]: p for p in info["plugins"]}
-    assert by_name["tool-parsers"]["tool_parsers"] == ["hermes", "llama3_json", "mistral"]
     assert by_name["tool-parsers"]["distribution"] == "flexserv-tool-parsers"
-    assert [n for n, p in by_name.items() if p["tool_parsers"] == ["test-bracket"]] != []
-    assert by_name["core"]["tool_parsers"] == []
+    assert "flexserv_tool_calling" in by_name["tool-parsers"]["hooks"]
     assert "tools" in info["features"]
+    listed = run_flexserv("tool-parsers")
+    assert listed.returncode == 0, listed.stderr
+    assert re.search(r"^tool-parsers +hermes, llama3_json, mistral$", listed.stdout, re.MULTILINE), listed.stdout
 
 
-async def test_blocked_a_request_with_tools_is_a_400_naming_the_parser_and_the_rest_works() -> None:
+async def test_blocked_a_request_with_tools_is_a_400_naming_the_parameter_and_the_rest_works() -> None:
     async with app_client(make_app([FakeBackendPlugin(), "constraints"], block=["tool-parsers"])) as client:
         refused = await client.post("/v1/chat/completions", json={**CHAT, "tools": TOOLS})
         plain = await client.post("/v1/chat/completions", json=CHAT)
         info = (await client.get("/v1/flexserv/info")).json()
     assert refused.status_code == 400, refused.text
     error = refused.json()["error"]
-    assert error["param"] == "tools" and error["code"] == "tool_parser_not_found"
-    assert "tool parser 'hermes'" in error["message"] and "known: none" in error["message"]
+    assert error["param"] == "tools" and error["code"] == "unsupported_parameter"
+    assert "'tool-parsers' plugin" in error["message"]
     assert plain.status_code == 200 and plain.json()["choices"][0]["message"]["content"]
     assert "tools" not in info["features"] and "response_format" in info["features"]
     assert {p["name"]: p["status"] for p in info["plugins"]}["tool-parsers"] == "blocked"
+
+
+def test_a_model_whose_parser_no_plugin_registered_is_a_400_naming_it() -> None:
+    spec = ModelSpec(name="m", source="fake://", backend="fake", options={"tool_parser": "nope"})
+    body = msgspec.convert({**CHAT, "tools": TOOLS}, ChatCompletionRequest)
+    with pytest.raises(InvalidRequest) as info:
+        FunctionCalling({}).plan(body, FakeTextModel(spec), spec, None)
+    assert (info.value.param, info.value.code) == ("tools", "tool_parser_not_found")
+    assert "tool parser 'nope'" in info.value.message and "known: none" in info.value.message
 
 
 async def test_with_the_plugin_a_request_with_tools_is_served() -> None:
@@ -112,8 +131,8 @@ def test_guess_from_template() -> None:
     assert guess_tool_parser(None) == "hermes"
 
 
-def _plan(parser: ToolParser, parallel: bool = True) -> ToolPlan:
-    return ToolPlan(parser=parser, tools=[], choice="auto", parallel=parallel, native=True)
+def _plan(parser: ToolParser, parallel: bool = True) -> FunctionPlan:
+    return FunctionPlan(parser=parser, tools=[], choice="auto", parallel=parallel, native=True)
 
 
 def test_parallel_false_keeps_the_first_call() -> None:

@@ -1,6 +1,9 @@
-"""Tools on ``/v1/chat/completions``: check the request, render tools and call
-history for the chat template, enforce ``required``/named calls, turn output into
-``tool_calls`` (whole, or as OpenAI's incremental deltas when streaming).
+"""Tool calling on ``/v1/chat/completions`` (and the Responses API, which plans
+through it): check the request, render tools and call history for the chat
+template, enforce ``required``/named calls, turn output into ``tool_calls``
+(whole, or as OpenAI's incremental deltas when streaming). :class:`FunctionCalling`
+is what this plugin answers ``flexserv_tool_calling`` with (the core's seam,
+:class:`flexserv_core.ToolCalling`).
 
 Templates that know tools (they mention ``tools``) get them natively:
 ``apply_chat_template(messages, tools=...)`` with assistant ``tool_calls`` and
@@ -14,24 +17,35 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flexserv_core.api.text_schemas import (
+from flexserv_core import (
     ChatCompletionRequest,
     ChatMessage,
+    Constraint,
+    ConstraintCompiler,
+    FlexServPluginManager,
+    InvalidRequest,
+    ModelSpec,
     NamedToolChoice,
+    Settings,
+    TextGenerationModel,
     ToolCall,
     ToolCallDelta,
     ToolCallDeltaFunction,
     ToolCallFunction,
+    call_hook,
+    hook_error,
 )
-from flexserv_core.backends.base import Constraint, TextGenerationModel
-from flexserv_core.constraints import ConstraintCompiler
-from flexserv_core.errors import InvalidRequest, quote
-from flexserv_core.models.spec import ModelSpec
-from flexserv_core.tool_call_stream import ToolStreamEvent
-from flexserv_core.tool_parsers import ParsedToolCall, ToolParser, ToolParsers, guess_tool_parser
+from flexserv_tool_parsers.base import ParsedToolCall, ToolParser, ToolParsers, guess_tool_parser
+from flexserv_tool_parsers.stream import ToolStreamEvent
+
+#: The hook this distribution owns (:mod:`flexserv_tool_parsers.hookspecs`).
+HOOK = "flexserv_register_tool_parsers"
+#: Error messages quote at most this much of a client's id (as the core's errors do).
+_QUOTE = 100
 
 #: System text for templates without tool support; ``{tools}`` is the JSON list of
 #: function definitions, ``{example}`` one call in the model's tool-call syntax.
@@ -42,9 +56,54 @@ FALLBACK_PROMPT = (
 )
 
 
+def registered_parsers(pm: FlexServPluginManager, settings: Settings) -> dict[str, list[type[ToolParser]]]:
+    """Each plugin's tool-parser classes (``flexserv_register_tool_parsers``), keyed by
+    plugin name, in call order; an item that is not a named :class:`ToolParser`
+    subclass, or a name registered twice, fails naming the plugin."""
+    out: dict[str, list[type[ToolParser]]] = {}
+    owner: dict[str, str] = {}
+    for plugin, value in call_hook(pm, HOOK, {"settings": settings}):
+        for item in value if isinstance(value, list | tuple) else [value]:
+            if not (
+                isinstance(item, type) and issubclass(item, ToolParser) and isinstance(getattr(item, "name", None), str)
+            ):
+                raise hook_error(pm, HOOK, plugin, f"returned {item!r}, expected ToolParser subclasses with a name")
+            if item.name in owner:
+                raise hook_error(
+                    pm, HOOK, plugin, f"tool parser {item.name!r} is also registered by plugin {owner[item.name]!r}"
+                )
+            owner[item.name] = plugin
+            out.setdefault(plugin, []).append(item)
+    return out
+
+
+class FunctionCalling:
+    """One app's tool calling (what ``flexserv_tool_calling`` returns): its parsers,
+    shared by every request."""
+
+    def __init__(self, parsers: ToolParsers | Mapping[str, Sequence[type[ToolParser]]]) -> None:
+        self.parsers = parsers if isinstance(parsers, ToolParsers) else ToolParsers(parsers)
+
+    def plan(
+        self,
+        body: ChatCompletionRequest,
+        model: TextGenerationModel,
+        spec: ModelSpec,
+        constraints: ConstraintCompiler | None,
+    ) -> FunctionPlan | None:
+        check_tool_history(body.messages)
+        plan = plan_tools(body, model, spec, self.parsers, constraints)
+        if plan is None and any(m.tool_calls or m.role == "tool" for m in body.messages):
+            return FunctionPlan(parser=None, tools=[], choice="none", parallel=False, native=True)  # history only
+        return plan
+
+
 @dataclass(slots=True)
-class ToolPlan:
-    parser: ToolParser
+class FunctionPlan:
+    """One request's tools (the core's :class:`flexserv_core.ToolPlan`); ``parser`` is
+    ``None`` for a request without tools whose history holds calls."""
+
+    parser: ToolParser | None
     tools: list[dict[str, Any]]
     #: "none", "auto", "required" or the name of the one function to call
     choice: str
@@ -55,6 +114,22 @@ class ToolPlan:
     @property
     def parses(self) -> bool:
         return self.choice != "none"
+
+    def render(self, entries: list[dict[str, Any]], messages: list[ChatMessage]) -> list[dict[str, Any]] | None:
+        template_messages(entries, messages, self)
+        return template_tools(self)
+
+    def split(self, text: str) -> tuple[str | None, list[ToolCall], bool]:
+        return split_output(self, text)
+
+    def streamer(self) -> ToolStreamer:
+        return ToolStreamer(self)
+
+    @property
+    def call_parser(self) -> ToolParser:
+        """The parser, for a plan with tools."""
+        assert self.parser is not None, "a plan without tools parses nothing"
+        return self.parser
 
 
 def _parser(spec: ModelSpec, model: TextGenerationModel, parsers: ToolParsers) -> ToolParser:
@@ -76,7 +151,7 @@ def plan_tools(
     spec: ModelSpec,
     parsers: ToolParsers,
     constraints: ConstraintCompiler | None,
-) -> ToolPlan | None:
+) -> FunctionPlan | None:
     """Check ``tools``/``tool_choice``/``parallel_tool_calls``; ``None`` without tools.
     Each tool's ``parameters`` are checked by ``constraints`` (the server's compiler)
     whatever ``tool_choice`` says; without one only their shape is."""
@@ -113,7 +188,7 @@ def plan_tools(
         choice = body.tool_choice or "auto"
     parallel = body.parallel_tool_calls is not False
     parser = _parser(spec, model, parsers)
-    plan = ToolPlan(parser=parser, tools=tools, choice=choice, parallel=parallel, native=_native(model))
+    plan = FunctionPlan(parser=parser, tools=tools, choice=choice, parallel=parallel, native=_native(model))
     if choice == "required":
         plan.constraint = parser.constraint(tools, parallel=parallel)
     elif choice not in ("none", "auto"):
@@ -128,7 +203,7 @@ def _native(model: TextGenerationModel) -> bool:
 
 def check_tool_history(messages: list[ChatMessage]) -> None:
     """Every ``tool`` message answers a call an earlier assistant message made (runs after
-    :func:`~flexserv_core.api.text_validation.check_messages`)."""
+    the core's per-role message checks)."""
     calls: dict[str, str] = {}
     for i, message in enumerate(messages):
         if message.role == "assistant":
@@ -138,7 +213,7 @@ def check_tool_history(messages: list[ChatMessage]) -> None:
             # a missing tool_call_id is check_messages' 400, checked before this
             if message.tool_call_id not in calls:
                 raise InvalidRequest(
-                    f"tool_call_id '{quote(message.tool_call_id)}' does not match a tool call of an earlier assistant message.",
+                    f"tool_call_id '{_quoted(message.tool_call_id)}' does not match a tool call of an earlier assistant message.",
                     param=f"messages[{i}].tool_call_id",
                 )
         elif message.tool_calls or message.tool_call_id:
@@ -148,6 +223,11 @@ def check_tool_history(messages: list[ChatMessage]) -> None:
             )
 
 
+def _quoted(value: str | None) -> str:
+    text = value or ""
+    return text if len(text) <= _QUOTE else f"{text[:_QUOTE]}... ({len(text)} characters)"
+
+
 def _arguments(text: str) -> Any:
     try:
         return json.loads(text)
@@ -155,7 +235,7 @@ def _arguments(text: str) -> Any:
         return text
 
 
-def template_messages(entries: list[dict[str, Any]], messages: list[ChatMessage], plan: ToolPlan | None) -> None:
+def template_messages(entries: list[dict[str, Any]], messages: list[ChatMessage], plan: FunctionPlan | None) -> None:
     """Add tool-call history to the template ``entries`` (one per message, in place)."""
     names = {c.id: c.function.name for m in messages for c in (m.tool_calls or ())}
     native = plan is None or plan.native
@@ -172,7 +252,7 @@ def template_messages(entries: list[dict[str, Any]], messages: list[ChatMessage]
                 ]
             else:
                 assert plan is not None  # not native
-                written = plan.parser.format_calls(
+                written = plan.call_parser.format_calls(
                     [ParsedToolCall(c.function.name, c.function.arguments) for c in message.tool_calls]
                 )
                 entry["content"] = f"{entry['content']}\n{written}".strip()
@@ -188,8 +268,8 @@ def template_messages(entries: list[dict[str, Any]], messages: list[ChatMessage]
         _add_fallback_prompt(entries, plan)
 
 
-def _add_fallback_prompt(entries: list[dict[str, Any]], plan: ToolPlan) -> None:
-    example = plan.parser.format_calls([ParsedToolCall("function_name", '{"argument": "value"}')])
+def _add_fallback_prompt(entries: list[dict[str, Any]], plan: FunctionPlan) -> None:
+    example = plan.call_parser.format_calls([ParsedToolCall("function_name", '{"argument": "value"}')])
     text = FALLBACK_PROMPT.format(tools=json.dumps(plan.tools, ensure_ascii=False), example=example)
     if entries and entries[0]["role"] == "system":
         entries[0]["content"] = f"{entries[0]['content']}\n\n{text}"
@@ -197,7 +277,7 @@ def _add_fallback_prompt(entries: list[dict[str, Any]], plan: ToolPlan) -> None:
         entries.insert(0, {"role": "system", "content": text})
 
 
-def template_tools(plan: ToolPlan | None) -> list[dict[str, Any]] | None:
+def template_tools(plan: FunctionPlan | None) -> list[dict[str, Any]] | None:
     """``tools`` for ``apply_chat_template`` (native templates only)."""
     if plan is None or not plan.native or plan.choice == "none":
         return None
@@ -208,7 +288,7 @@ def new_call_id() -> str:
     return f"call_{secrets.token_hex(12)}"
 
 
-def _limit(plan: ToolPlan, calls: list[ParsedToolCall]) -> list[ParsedToolCall]:
+def _limit(plan: FunctionPlan, calls: list[ParsedToolCall]) -> list[ParsedToolCall]:
     return calls if plan.parallel else calls[:1]
 
 
@@ -219,14 +299,15 @@ def without_call_syntax(parser: ToolParser, text: str) -> str:
     return text[: min(cuts)].rstrip() if cuts else text
 
 
-def split_output(plan: ToolPlan, text: str) -> tuple[str | None, list[ToolCall], bool]:
+def split_output(plan: FunctionPlan, text: str) -> tuple[str | None, list[ToolCall], bool]:
     """A whole completion -> ``(content, tool_calls, cut)``; ``cut``: the output ended
     inside a call (its markup was dropped), so a ``length`` finish stays ``length``."""
-    parsed = plan.parser.parse(text)
+    parser = plan.call_parser
+    parsed = parser.parse(text)
     if not parsed.calls:
-        left = without_call_syntax(plan.parser, text)
+        left = without_call_syntax(parser, text)
         return left if left or not text else None, [], left != text
-    content = without_call_syntax(plan.parser, parsed.content) if parsed.content else None
+    content = without_call_syntax(parser, parsed.content) if parsed.content else None
     calls = [
         ToolCall(id=new_call_id(), function=ToolCallFunction(name=c.name, arguments=c.arguments))
         for c in _limit(plan, parsed.calls)
@@ -240,12 +321,12 @@ class ToolStreamer:
     ``tool_calls`` deltas: index, id, type and name as soon as the name is known,
     then argument fragments as they are written."""
 
-    def __init__(self, plan: ToolPlan) -> None:
+    def __init__(self, plan: FunctionPlan) -> None:
         self.plan = plan
         self.calls = 0
         #: The output ended inside a call: its markup was dropped (see :meth:`finish`).
         self.cut = False
-        self._stream = plan.parser.stream()
+        self._stream = plan.call_parser.stream()
 
     def feed(self, chunk: str) -> list[str | ToolCallDelta]:
         """New output in; what can be sent now out, in order."""
@@ -256,7 +337,7 @@ class ToolStreamer:
         out: list[str | ToolCallDelta] = []
         for piece in self._deltas(self._stream.finish()):
             if isinstance(piece, str):
-                kept = without_call_syntax(self.plan.parser, piece)
+                kept = without_call_syntax(self.plan.call_parser, piece)
                 self.cut = self.cut or kept != piece
                 piece = kept
                 if not piece:
