@@ -130,6 +130,8 @@ SHARED_LIBRARIES = {
     # a plugin (the constraint compiler) that is also the library of the backend half of constrained
     # decoding (ConstraintVocabulary, TokenMatcher, fill_blocked_masks)
     "flexserv-constraints": ("flexserv_constraints", ROOT / "plugins" / "constraints" / "flexserv_constraints"),
+    # a plugin (tool calling) that is also the library of tool-call formats (ToolParser) and owns their hook
+    "flexserv-tool-parsers": ("flexserv_tool_parsers", ROOT / "plugins" / "tool-parsers" / "flexserv_tool_parsers"),
 }
 
 
