@@ -319,8 +319,8 @@ def flexserv_constraint_compiler(settings: Settings) -> ConstraintCompiler | Non
     (``json_object``, ``json_schema``), ``structured_outputs``, a required or named
     ``tool_choice``, or Responses ``text.format``, the core calls its
     ``compile(constraint, vocabulary)`` off the event loop before anything is
-    generated, and its ``check_schema(schema, param)`` for every tool's
-    ``parameters``. The core passes the model's vocabulary in and the compiled
+    generated; tool calling (``flexserv_tool_calling``) calls its
+    ``check_schema(schema, param)`` for every tool's ``parameters``. The core passes the model's vocabulary in and the compiled
     constraint on to the backend (``params.grammar``) without reading them: their
     types are the ``flexserv_constraints`` library's. The first-party ``constraints`` plugin (llguidance, on by
     default) answers it. With no compiler, such requests get a 400 naming the
