@@ -85,7 +85,7 @@ class ToolCalling(Protocol):
 def check_without_tool_calling(body: ChatCompletionRequest) -> None:
     """The 400 for a request that uses tools on a server without tool calling."""
     param = "tools" if body.tools else None
-    if param is None and body.tool_choice not in (None, "none", "auto"):
+    if param is None and body.tool_choice not in (None, "none"):
         param = "tool_choice"
     for i, message in enumerate(body.messages):
         field = "tool_calls" if message.tool_calls else "tool_call_id" if message.tool_call_id else None

@@ -21,9 +21,8 @@ from flexserv_core.api.text_schemas import ChatCompletionRequest, ChatMessage, C
 from flexserv_core.api.text_validation import (
     COMPLETIONS_DEFAULT_MAX_TOKENS,
     check_chat,
-    check_chat_bounds,
+    check_chat_request,
     check_completion,
-    check_messages,
     check_sequences,
     check_token_ids,
     is_token_id,
@@ -202,8 +201,7 @@ async def chat_prompt_ids(
     text-only model, to count it (the ``/tokenize`` route): under chat's edge bounds
     and message rules, with file parts read as text (no images, even for a
     vision-language model) and rendered off the event loop."""
-    check_chat_bounds(body, context.server.settings.core)
-    check_messages(body.messages)
+    check_chat_request(body, context.server.settings.core)
     messages, _origins = await expand_file_parts(model, body.messages, context, images=False)
     ids, _plan = await chat_prompt(
         model, spec, msgspec.structs.replace(body, messages=messages), context, off_loop=True

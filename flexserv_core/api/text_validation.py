@@ -236,13 +236,34 @@ def check_messages(messages: Sequence[Any]) -> None:
             _check_parts(i, role, content)
 
 
+def check_tool_history(messages: Sequence[Any]) -> None:
+    """Every ``tool`` message answers a call an earlier assistant message made (after
+    :func:`check_messages`). Wire rules, checked whether or not tool calling is loaded."""
+    calls: set[str] = set()
+    for i, message in enumerate(messages):
+        if message.role == "assistant":
+            calls.update(call.id for call in message.tool_calls or ())
+        elif message.role == "tool":
+            # a missing tool_call_id is check_messages' 400, checked before this
+            if message.tool_call_id not in calls:
+                raise InvalidRequest(
+                    f"tool_call_id '{quote(message.tool_call_id)}' does not match a tool call of an earlier assistant message.",
+                    param=f"messages[{i}].tool_call_id",
+                )
+        elif message.tool_calls or message.tool_call_id:
+            raise InvalidRequest(
+                "Only assistant messages carry 'tool_calls' and only tool messages 'tool_call_id'.",
+                param=f"messages[{i}]",
+            )
+
+
 def check_chat_request(body: ChatCompletionRequest, core: CoreSettings) -> None:
     """The checks a chat request passes before a session opens (no model is loaded
-    for a request that fails them): the edge bounds and the per-role message rules
-    (whether a ``tool_call_id`` answers an earlier call is tool calling's check, when
-    the prompt is built)."""
+    for a request that fails them): the edge bounds, the per-role message rules and
+    the tool-call history."""
     check_chat_bounds(body, core)
     check_messages(body.messages)
+    check_tool_history(body.messages)
 
 
 def check_chat(body: ChatCompletionRequest) -> None:

@@ -13,6 +13,11 @@ from flexserv_core.testing.fakes import FakeBackendPlugin
 USER = {"role": "user", "content": "hi"}
 TEXT = [{"type": "text", "text": "hi"}]
 HAS_TOOL_FIELDS = "tool_call_id" in ChatMessage.__struct_fields__
+CALL = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": "{}"}}
+
+
+def tool_answer(call_id: str) -> dict[str, Any]:
+    return {"role": "tool", "content": "3", "tool_call_id": call_id}
 
 
 @pytest.mark.parametrize(
@@ -31,6 +36,12 @@ HAS_TOOL_FIELDS = "tool_call_id" in ChatMessage.__struct_fields__
         ([{"role": "user", "content": [{"type": "text"}]}], "messages[0].content[0].text"),
         ([{"role": "user", "content": [{"type": "text", "text": None}]}], "messages[0].content[0].text"),
         ([{"role": "developer", "content": [{"type": "refusal"}]}, USER], "messages[0].content[0].type"),
+        # the tool-call history is a wire rule too, checked before any load
+        (
+            [USER, {"role": "assistant", "content": None, "tool_calls": [CALL]}, tool_answer("call_2")],
+            "messages[2].tool_call_id",
+        ),
+        ([USER, {"role": "user", "content": "x", "tool_call_id": "call_1"}], "messages[1]"),
     ],
 )
 async def test_invalid_messages_are_400_on_the_field(

@@ -44,9 +44,6 @@ from flexserv_tool_parsers.stream import ToolStreamEvent
 
 #: The hook this distribution owns (:mod:`flexserv_tool_parsers.hookspecs`).
 HOOK = "flexserv_register_tool_parsers"
-#: Error messages quote at most this much of a client's id (as the core's errors do).
-_QUOTE = 100
-
 #: System text for templates without tool support; ``{tools}`` is the JSON list of
 #: function definitions, ``{example}`` one call in the model's tool-call syntax.
 FALLBACK_PROMPT = (
@@ -91,7 +88,6 @@ class FunctionCalling:
         spec: ModelSpec,
         constraints: ConstraintCompiler | None,
     ) -> FunctionPlan | None:
-        check_tool_history(body.messages)
         plan = plan_tools(body, model, spec, self.parsers, constraints)
         if plan is None and any(m.tool_calls or m.role == "tool" for m in body.messages):
             return FunctionPlan(parser=None, tools=[], choice="none", parallel=False, native=True)  # history only
@@ -199,33 +195,6 @@ def plan_tools(
 def _native(model: TextGenerationModel) -> bool:
     template = model.chat_template
     return bool(template) and "tools" in str(template)
-
-
-def check_tool_history(messages: list[ChatMessage]) -> None:
-    """Every ``tool`` message answers a call an earlier assistant message made (runs after
-    the core's per-role message checks)."""
-    calls: dict[str, str] = {}
-    for i, message in enumerate(messages):
-        if message.role == "assistant":
-            for call in message.tool_calls or ():
-                calls[call.id] = call.function.name
-        elif message.role == "tool":
-            # a missing tool_call_id is check_messages' 400, checked before this
-            if message.tool_call_id not in calls:
-                raise InvalidRequest(
-                    f"tool_call_id '{_quoted(message.tool_call_id)}' does not match a tool call of an earlier assistant message.",
-                    param=f"messages[{i}].tool_call_id",
-                )
-        elif message.tool_calls or message.tool_call_id:
-            raise InvalidRequest(
-                "Only assistant messages carry 'tool_calls' and only tool messages 'tool_call_id'.",
-                param=f"messages[{i}]",
-            )
-
-
-def _quoted(value: str | None) -> str:
-    text = value or ""
-    return text if len(text) <= _QUOTE else f"{text[:_QUOTE]}... ({len(text)} characters)"
 
 
 def _arguments(text: str) -> Any:
