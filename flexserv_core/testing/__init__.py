@@ -15,6 +15,7 @@ from flexserv_core.testing.app import (
     openai_client,
     running_app_client,
 )
+from flexserv_core.testing.blocking import post_read, served_with_and_without
 from flexserv_core.testing.fakes import (
     FAKE_ALTERNATIVES,
     FAKE_SCRIPT,
@@ -50,8 +51,10 @@ __all__ = [
     "make_plugin_manager",
     "make_settings",
     "openai_client",
+    "post_read",
     "run_flexserv",
     "running_app_client",
+    "served_with_and_without",
     "stop_process",
     "wait_healthy",
     "wait_until",

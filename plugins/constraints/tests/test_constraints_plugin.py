@@ -12,7 +12,14 @@ import pytest
 from flexserv_constraints import ConstraintVocabulary
 
 from flexserv_core import LoadedModel, ModelSpec, ProgressCallback, create_plugin_manager
-from flexserv_core.testing import FakeBackendPlugin, FakeTextBackend, FakeTextModel, ServedApp, make_app
+from flexserv_core.testing import (
+    FakeBackendPlugin,
+    FakeTextBackend,
+    FakeTextModel,
+    make_app,
+    post_read,
+    served_with_and_without,
+)
 
 USER = [{"role": "user", "content": "hi"}]
 WEATHER = {
@@ -90,24 +97,13 @@ REFUSED = [
 @pytest.fixture(scope="module")
 def served() -> Any:
     """One server without the plugin (blocked as ``-p no:constraints`` blocks it) and one with it."""
-    off, on = plugin(), plugin()
-    plugins = ["tool-parsers", "responses", "constraints"]
-    with (
-        ServedApp(make_app([off, *plugins], block=["constraints"])) as without,
-        ServedApp(make_app([on, *plugins])) as with_plugin,
-    ):
-        yield {"off": (without, off), "on": (with_plugin, on)}
+    with served_with_and_without("constraints", ["tool-parsers", "responses", "constraints"], plugin) as servers:
+        yield servers
 
 
 async def _post(base: str, path: str, body: dict[str, Any], stream: bool) -> httpx.Response:
-    payload = {"model": "fake-model", "stream": stream, **body}
-    payload["max_output_tokens" if path == "/v1/responses" else "max_tokens"] = 20
-    async with (
-        httpx.AsyncClient(base_url=base, timeout=30) as client,
-        client.stream("POST", path, json=payload) as response,
-    ):
-        await response.aread()
-        return response
+    limit = "max_output_tokens" if path == "/v1/responses" else "max_tokens"
+    return await post_read(base, path, {"model": "fake-model", limit: 20, **body}, stream=stream)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from flexserv_core.testing import FakeBackendPlugin, ServedApp, make_app
+from flexserv_core.testing import post_read, served_with_and_without
 
 USER = [{"role": "user", "content": "hi"}]
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
@@ -52,24 +52,13 @@ INVALID_WITH_THE_PLUGIN = {"tool_choice"}
 @pytest.fixture(scope="module")
 def served() -> Any:
     """One server without the plugin (blocked as ``-p no:tool-parsers`` blocks it) and one with it."""
-    off, on = FakeBackendPlugin(), FakeBackendPlugin()
-    plugins = ["tool-parsers", "responses", "constraints"]
-    with (
-        ServedApp(make_app([off, *plugins], block=["tool-parsers"])) as without,
-        ServedApp(make_app([on, *plugins])) as with_plugin,
-    ):
-        yield {"off": (without, off), "on": (with_plugin, on)}
+    with served_with_and_without("tool-parsers", ["tool-parsers", "responses", "constraints"]) as servers:
+        yield servers
 
 
 async def _post(base: str, path: str, body: dict[str, Any], stream: bool) -> httpx.Response:
-    payload = {"model": "fake-model", "stream": stream, **body}
-    payload["max_output_tokens" if path == RESPONSES else "max_tokens"] = 20
-    async with (
-        httpx.AsyncClient(base_url=base, timeout=30) as client,
-        client.stream("POST", path, json=payload) as response,
-    ):
-        await response.aread()
-        return response
+    limit = "max_output_tokens" if path == RESPONSES else "max_tokens"
+    return await post_read(base, path, {"model": "fake-model", limit: 20, **body}, stream=stream)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
