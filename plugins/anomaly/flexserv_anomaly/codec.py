@@ -56,10 +56,8 @@ def _versions() -> dict[str, str]:
 
 def encode(model: FittedModel, name: str) -> tuple[dict[str, Any], bytes]:
     """``(header, blob)``: the record payload and the NPZ bytes of ``model``."""
-    buffer = io.BytesIO()
     arrays = {k: np.ascontiguousarray(getattr(model, k), dtype=np.float64) for k in _ARRAYS}
-    np.savez(buffer, **arrays)  # type: ignore[arg-type]
-    blob = buffer.getvalue()
+    blob = _npz(arrays)
     spec = model.spec
     header: dict[str, Any] = {
         "format": FORMAT,
@@ -90,6 +88,19 @@ def encode(model: FittedModel, name: str) -> tuple[dict[str, Any], bytes]:
     }
     header["checksum"] = checksum(header, blob)
     return header, blob
+
+
+def _npz(arrays: dict[str, np.ndarray]) -> bytes:
+    """The archive ``np.savez`` writes (stored members, zip64, NPY format 1.0 headers), each
+    array written straight from its memory: ``np.savez`` copies every array into bytes first
+    (~1 ms of a 10,000 x 16 fit's answer). ``arrays`` are C-contiguous."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for key, value in arrays.items():
+            with archive.open(f"{key}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array_header_1_0(member, np.lib.format.header_data_from_array_1_0(value))
+                member.write(value.data.cast("B"))
+    return buffer.getvalue()
 
 
 def _need(condition: bool, why: str) -> None:

@@ -169,13 +169,27 @@ class _IsolationForest(_Negated):
     features or a feature subsample); otherwise, or if the attributes are gone, scoring
     is ``score_samples`` itself."""
 
+    def __init__(self, estimator: Any) -> None:
+        super().__init__(estimator)
+        self._node_depths: list[np.ndarray] | None = None
+
+    def fit(self, x: np.ndarray) -> None:
+        self._node_depths = None
+        super().fit(x)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Derived from the fitted trees: rebuilt on first use rather than pickled with the model.
+        return {**self.__dict__, "_node_depths": None}
+
     def raw_scores(self, x: np.ndarray) -> np.ndarray:
         subsample = _forest_subsamples(self.estimator, x)
         verified = _FOREST_LOOP.get(subsample)
         if verified is False:
             return super().raw_scores(x)
         try:
-            fast = _forest_raw_scores(self.estimator, x, subsample)
+            if self._node_depths is None:
+                self._node_depths = _node_depths(self.estimator)
+            fast = _forest_raw_scores(self.estimator, x, subsample, self._node_depths)
         except (AttributeError, TypeError, ValueError, IndexError):
             _FOREST_LOOP[subsample] = False
             return super().raw_scores(x)
@@ -201,20 +215,26 @@ def _forest_subsamples(forest: Any, x: np.ndarray) -> bool:
     return bool(getattr(forest, "_max_features", x.shape[1]) != x.shape[1])
 
 
-def _forest_raw_scores(forest: Any, x: np.ndarray, subsample: bool) -> np.ndarray:
+def _node_depths(forest: Any) -> list[np.ndarray]:
+    """Per tree, what ``score_samples`` adds for a row that ends in each node:
+    ``path_lengths[leaf] + average_lengths[leaf] - 1.0``, computed once per node instead of
+    once per row and call (the same float operations in the same order: the same values)."""
+    return [
+        path_lengths + average_lengths - 1.0
+        for path_lengths, average_lengths in zip(
+            forest._decision_path_lengths, forest._average_path_length_per_tree, strict=True
+        )
+    ]
+
+
+def _forest_raw_scores(forest: Any, x: np.ndarray, subsample: bool, node_depths: list[np.ndarray]) -> np.ndarray:
     from sklearn.ensemble._iforest import _average_path_length
 
     rows = np.asarray(x, dtype=np.float32, order="C")  # score_samples' validation: float32, C order
     depths: np.ndarray = np.zeros(int(rows.shape[0]), order="F")
-    for tree, features, path_lengths, average_lengths in zip(
-        forest.estimators_,
-        forest.estimators_features_,
-        forest._decision_path_lengths,
-        forest._average_path_length_per_tree,
-        strict=True,
-    ):
+    for tree, features, node_depth in zip(forest.estimators_, forest.estimators_features_, node_depths, strict=True):
         leaves = tree.tree_.apply(rows[:, features] if subsample else rows)
-        depths += path_lengths[leaves] + average_lengths[leaves] - 1.0
+        depths += node_depth.take(leaves)
     denominator = len(forest.estimators_) * _average_path_length([forest._max_samples])
     scores: np.ndarray = 2 ** (-np.divide(depths, denominator, out=np.ones_like(depths), where=denominator != 0))
     return scores  # score_samples is -scores; the raw score, higher for anomalies, is scores

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import zipfile
 
 import numpy as np
 import pytest
@@ -32,6 +33,18 @@ def test_a_decoded_model_scores_exactly_as_the_fitted_one(backend: str) -> None:
     probe, _ = blobs(n=30, outliers=5, seed=12)
     assert np.array_equal(again.raw_scores(probe), model.raw_scores(probe))
     assert again.stats == model.stats
+
+
+def test_the_stored_archive_is_what_np_savez_writes() -> None:
+    model = _model()
+    _, blob = codec.encode(model, "m")
+    expected = io.BytesIO()
+    np.savez(expected, **{k: getattr(model, k) for k in ("center", "scale", "train", "fingerprint")})
+    ours, theirs = zipfile.ZipFile(io.BytesIO(blob)), zipfile.ZipFile(expected)
+    assert [i.filename for i in ours.infolist()] == [i.filename for i in theirs.infolist()]
+    for info in theirs.infolist():
+        assert ours.read(info.filename) == theirs.read(info.filename)  # the same NPY files, byte for byte
+        assert ours.getinfo(info.filename).compress_type == zipfile.ZIP_STORED
 
 
 def _refused(header: dict, blob: bytes, why: str) -> None:

@@ -102,7 +102,7 @@ def test_a_scoring_loop_that_differs_from_the_library_is_never_used(monkeypatch:
     from flexserv_anomaly import detectors
 
     monkeypatch.setattr(detectors, "_FOREST_LOOP", {})
-    monkeypatch.setattr(detectors, "_forest_raw_scores", lambda forest, x, subsample: np.zeros(len(x)))
+    monkeypatch.setattr(detectors, "_forest_raw_scores", lambda forest, x, subsample, node_depths: np.zeros(len(x)))
     x, _ = blobs(n=300, outliers=10, seed=27)
     detector = detectors.build("isolation_forest", check_params(DETECTORS["isolation_forest"], {}), 0.05)
     detector.fit(x)
@@ -110,3 +110,17 @@ def test_a_scoring_loop_that_differs_from_the_library_is_never_used(monkeypatch:
     assert np.array_equal(detector.raw_scores(x), library)
     assert detectors._FOREST_LOOP == {False: False}
     assert np.array_equal(detector.raw_scores(x), library)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_the_robust_scaler_and_the_scaling_give_numpy_s_values_bit_for_bit(order: str) -> None:
+    # The scaler sorts each feature's values before np.percentile, and the fit scales in
+    # place: the same values as np.percentile of the rows and (x - center) / scale.
+    x, _ = blobs(n=2501, outliers=50, seed=28)
+    x = np.asarray(x, order=order)
+    center, scale = fitted._scaler(x, "robust")
+    q25, median, q75 = np.percentile(x, [25, 50, 75], axis=0)
+    assert np.array_equal(center, median) and np.array_equal(scale, q75 - q25)
+    model = fitted.fit(_spec("robust_zscore"), x)
+    assert model.train.flags.c_contiguous
+    assert np.array_equal(model.train, (x - center) / scale)
