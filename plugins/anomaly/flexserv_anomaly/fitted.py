@@ -30,6 +30,7 @@ the training median, where the sigmoid reaches 1.0 in float64).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -173,13 +174,22 @@ def fit_detector(spec: FitSpec, train: np.ndarray) -> tuple[detectors.Detector, 
     return detector, detector.raw_scores(train[:FINGERPRINT_ROWS]), raw
 
 
-def fit(spec: FitSpec, x: np.ndarray) -> FittedModel:
-    """Scale, fit and measure ``x`` (rows of finite floats, at least 2)."""
+def scale_rows(x: np.ndarray, center: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """``(x - center) / scale`` as one new C-ordered float64 array, without a temporary:
+    element by element the same IEEE operations, so the same values in any process."""
+    train: np.ndarray = np.subtract(x, center, order="C", dtype=np.float64)
+    np.divide(train, scale, out=train)
+    return train
+
+
+def fit(spec: FitSpec, x: np.ndarray, scaled: Callable[[np.ndarray, np.ndarray], None] | None = None) -> FittedModel:
+    """Scale, fit and measure ``x`` (rows of finite floats, at least 2); ``scaled(center,
+    scale)`` is told the scaler before the detector is fitted."""
     started = time.perf_counter()
     center, scale = _scaler(x, spec.scaler)
-    # (x - center) / scale into one new C-ordered array: the same values, without a temporary.
-    train = np.subtract(x, center, order="C", dtype=np.float64)
-    np.divide(train, scale, out=train)
+    if scaled is not None:
+        scaled(center, scale)
+    train = scale_rows(x, center, scale)
     detector, fingerprint, raw = fit_detector(spec, train)
     return assemble(spec, center, scale, train, detector, fingerprint, raw, (time.perf_counter() - started) * 1000)
 

@@ -4,14 +4,16 @@ A scikit-learn fit cannot be interrupted inside a thread. Each fit is sent to a
 warm worker process (scikit-learn already imported) over a pipe; when the
 client disconnects or the fit passes its time budget the worker is killed and
 a new one takes its place, so a runaway fit costs nothing after it is stopped.
-The worker answers in two messages (over our own pipe, from our own child: not a
-file anyone else wrote): first the encoded ``(header, blob)`` with the score
-statistics, all the fit's answer and the store need; then the fitted model
-itself, for the first load of this process to take instead of refitting. The
-fit is answered once the first message is stored, while the second one is
-pickled, sent and unpickled (~5-15 ms for 100 trees): a load that needs the
-model before it has arrived waits for it (:class:`FreshModel`), and one whose
-model never arrives refits from the store as after a restart.
+The worker answers in three messages (over our own pipe, from our own child: not a
+file anyone else wrote): first its scaler, before it fits, so that the server
+scales the rows it sent the same way and writes them into the stored form while
+the worker fits; then the score statistics and the fingerprint, which complete
+the stored form and the fit's answer; then the fitted model itself, for the
+first load of this process to take instead of refitting. The fit is answered
+once the stored form is stored, while the model is pickled, sent and unpickled
+(~5-15 ms for 100 trees): a load that needs the model before it has arrived
+waits for it (:class:`FreshModel`), and one whose model never arrives refits
+from the store as after a restart.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from flexserv_anomaly import codec, fitted
 from flexserv_anomaly.fitted import FitSpec, FittedModel, ScoreStats
 
 log = logging.getLogger(__name__)
@@ -90,12 +93,14 @@ class FitTimedOut(Exception):
     pass
 
 
-def fit_and_encode(spec: FitSpec, x: np.ndarray, name: str) -> tuple[FitOutcome, FittedModel]:
-    from flexserv_anomaly import codec, fitted
+@dataclass
+class FitDone:
+    """The worker's answer to a fit: what the stored form needs besides the rows."""
 
-    model = fitted.fit(spec, x)
-    header, blob = codec.encode(model, name)
-    return FitOutcome(header, blob, model.stats, model.training_time_ms, model.n_features), model
+    stats: ScoreStats
+    fingerprint: np.ndarray
+    training_time_ms: float
+    fitted_at: float
 
 
 def _serve(conn: multiprocessing.connection.Connection) -> None:
@@ -103,16 +108,22 @@ def _serve(conn: multiprocessing.connection.Connection) -> None:
 
     from flexserv_anomaly import detectors
 
+    def scaled(center: np.ndarray, scale: np.ndarray) -> None:
+        conn.send(("scaled", (center, scale)))
+
     conn.send(("ready", None))
     while True:
         try:
-            spec, x, name = conn.recv()
+            spec, x = conn.recv()
         except (EOFError, OSError):
             return
         model: FittedModel | None = None
         try:
-            outcome, model = fit_and_encode(spec, x, name)
-            result: tuple[str, Any] = ("ok", outcome)
+            model = fitted.fit(spec, x, scaled)
+            result: tuple[str, Any] = (
+                "ok",
+                FitDone(model.stats, model.fingerprint, model.training_time_ms, model.fitted_at),
+            )
         except detectors.DetectorError as exc:
             result = ("invalid", (str(exc), exc.param, exc.code))
         except ValueError as exc:  # scikit-learn's word on parameters that do not fit these rows
@@ -152,10 +163,40 @@ class _Worker:
             self.kill()
             raise
 
-    def call(self, job: tuple[FitSpec, np.ndarray, str]) -> tuple[str, Any]:
-        self.conn.send(job)
-        reply: tuple[str, Any] = self.conn.recv()
-        return reply
+    def call(self, spec: FitSpec, x: np.ndarray, name: str) -> tuple[str, Any]:
+        """Fit ``x`` in the worker; ``("ok", FitOutcome)`` or the worker's refusal. The worker
+        tells the scaler first, and the stored form's rows are scaled and written here while
+        it fits (the same values: :func:`fitted.scale_rows`), so that they need not come back
+        over the pipe (1.3 MB for 10,000 x 16 rows) nor be written after the fit."""
+        self.conn.send((spec, x))
+        archive: codec.Archive | None = None
+        while True:
+            status, payload = self.conn.recv()
+            if status != "scaled":
+                break
+            center, scale = payload
+            archive = codec.Archive(center, scale, fitted.scale_rows(x, center, scale))
+        if status != "ok":
+            return status, payload
+        done: FitDone = payload
+        try:
+            if archive is None:
+                raise RuntimeError("the fit's worker did not send its scaler")
+            header, blob = codec.encode_fit(
+                name,
+                spec,
+                done.stats,
+                archive,
+                done.fingerprint,
+                training_time_ms=done.training_time_ms,
+                fitted_at=done.fitted_at,
+            )
+        except Exception as exc:
+            self.conn.recv()  # the fitted model the worker sends next: this fit is not kept
+            if isinstance(exc, ValueError):  # e.g. statistics that JSON cannot hold
+                return "invalid", (str(exc), "parameters", "invalid_fit")
+            return "error", f"{type(exc).__name__}: {exc}"
+        return "ok", FitOutcome(header, blob, done.stats, done.training_time_ms, int(x.shape[1]))
 
     def receive_model(self, timeout: float) -> FittedModel | None:
         """The fitted model the worker sends after an ``ok``; ``None`` if it does not come."""
@@ -199,7 +240,7 @@ class FitPool:
             started = time.monotonic()
             keep = False
             try:
-                status, payload = await asyncio.wait_for(asyncio.to_thread(worker.call, (spec, x, name)), budget)
+                status, payload = await asyncio.wait_for(asyncio.to_thread(worker.call, spec, x, name), budget)
                 keep = True
             except TimeoutError:
                 raise FitTimedOut(f"the fit did not finish within {budget:g} s") from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
+import pytest
 from flexserv_anomaly import codec, fitted, worker
 from flexserv_anomaly.detectors import DETECTORS, check_params
 from synthetic import blobs
@@ -35,6 +36,9 @@ def test_the_fitted_model_follows_the_answer_and_scores_like_its_stored_form() -
     assert model.stats == outcome.stats and model.n_features == outcome.n_features == 3
     assert model.training_time_ms == outcome.training_time_ms
     stored = codec.decode(outcome.header, outcome.blob, max_bytes=10**8)  # what a restart loads
+    # the stored rows were scaled by the server while the worker fitted: the worker's own, bit for bit
+    assert np.array_equal(stored.train, model.train) and np.array_equal(stored.center, model.center)
+    assert np.array_equal(stored.fingerprint, model.fingerprint) and stored.stats == model.stats
     assert np.array_equal(model.raw_scores(x), stored.raw_scores(x))
 
 
@@ -43,3 +47,32 @@ def test_a_model_that_never_arrives_means_a_refit_from_the_store() -> None:
     fresh.set(None)
     assert fresh.ready() and fresh.wait(0.1) is None
     assert worker.FreshModel().wait(0.01) is None  # still on its way past the wait: refit too
+
+
+def test_a_fit_whose_stored_form_fails_is_refused_and_its_worker_stays_usable(monkeypatch: pytest.MonkeyPatch) -> None:
+    x, _ = blobs(n=200, outliers=10, seed=32)
+    spec = fitted.FitSpec(
+        backend="isolation_forest", params=check_params(DETECTORS["isolation_forest"], {}), contamination=0.05
+    )
+    real = codec.encode_fit
+
+    def refuse(*args: object, **kwargs: object) -> object:
+        raise ValueError("Out of range float values are not JSON compliant")
+
+    async def run() -> int:
+        pool = worker.FitPool(1)
+        try:
+            monkeypatch.setattr(codec, "encode_fit", refuse)
+            with pytest.raises(worker.FitFailed) as refused:
+                await pool.fit(spec, x, "m", budget=120)
+            assert refused.value.client_error and refused.value.code == "invalid_fit"
+            monkeypatch.setattr(codec, "encode_fit", real)
+            # the same worker, its pipe drained of the refused fit's model
+            outcome, fresh = await pool.fit(spec, x, "m", budget=120)
+            model = await asyncio.to_thread(fresh.wait)
+            assert model is not None and model.stats == outcome.stats
+            return pool.killed
+        finally:
+            pool.close()
+
+    assert asyncio.run(run()) == 0
