@@ -1,9 +1,9 @@
 """Anomaly detection: fit and score rows/s through the server vs scikit-learn in-process.
 
-One ``flexserv run`` (built-ins, the anomaly plugin and the state plugin with its in-memory store, a throwaway cache
-directory) and, in this process, the same scikit-learn estimator (or numpy MAD)
-with the same parameters on the same rows (seeded blobs, 16 features, 2%
-outliers). Per detector, the median of ``--repeat`` runs of: fitting ``--rows``
+One ``flexserv run`` (built-ins, the anomaly plugin and the state plugin with its
+in-memory store, a throwaway cache directory) and, in this process, the same
+scikit-learn estimator (or numpy MAD) with the same parameters on the same rows
+(seeded blobs, 16 features, 2% outliers). Per detector, the median of ``--repeat`` runs of: fitting ``--rows``
 rows (the server's time is the client's wall time of ``POST /v1/anomaly/fit``
 from sending the body, JSON-encoded beforehand, to receiving the answer:
 parsing, scaling, the fit in the worker process, the score statistics, encoding
@@ -75,6 +75,14 @@ def in_process(backend: str, x: np.ndarray) -> tuple[float, float]:
     return fitted - started, time.perf_counter() - fitted
 
 
+def robust_scaled(x: np.ndarray) -> np.ndarray:
+    """``x`` scaled as the server scales a fit's rows by default (``scaler_type`` robust)."""
+    from flexserv_anomaly import fitted
+
+    center, scale = fitted._scaler(x, "robust")
+    return np.asarray((x - center) / scale)
+
+
 def model_mb(backend: str, x: np.ndarray) -> float:
     """What one fitted model holds (scaler, training rows, the fitted estimator), as its pickled size."""
     import pickle
@@ -116,8 +124,15 @@ def main() -> None:
         default=[],
         help="an extra option for the server, e.g. --server-arg=--anomaly-score-threads=1 (repeatable)",
     )
+    parser.add_argument(
+        "--scaled-baseline",
+        action="store_true",
+        help="also fit in-process on the rows robust-scaled as the server fits them (the scaler's own time"
+        " left out): the server's overhead on the same problem, where scaling changes the library's work",
+    )
     args = parser.parse_args()
     x = data(args.rows, args.features)
+    x_scaled = robust_scaled(x) if args.scaled_baseline else None
     encodings = ["json", "npy"] if args.encoding == "both" else [args.encoding]
     payloads: dict[str, Any] = {"json": x.tolist(), "npy": npy_data(x)}
     rows = payloads["json"]
@@ -147,12 +162,14 @@ def main() -> None:
                 time.sleep(0.2)
             client.post("/v1/anomaly/fit", json={"model": "warm", "data": rows[:100]}).raise_for_status()
             for backend in args.detectors.split(","):
-                local_fit, local_score = [], []
+                local_fit, local_score, scaled_fit = [], [], []
                 served_fit: dict[str, list[float]] = {e: [] for e in encodings}
                 served_score: dict[str, list[float]] = {e: [] for e in encodings}
                 for i in range(args.repeat):
                     f, s = in_process(backend, x)
                     local_fit.append(f)
+                    if x_scaled is not None:
+                        scaled_fit.append(in_process(backend, x_scaled)[0])
                     local_score.append(s)
                     before = rss_mb(proc.pid)
                     for encoding in encodings:
@@ -177,8 +194,12 @@ def main() -> None:
                     "fit_rows_s_sklearn": args.rows / fit_local,
                     "score_rows_s_sklearn": args.rows / score_local,
                 }
+                if scaled_fit:
+                    row["fit_rows_s_sklearn_scaled_rows"] = args.rows / statistics.median(scaled_fit)
                 for encoding in encodings:
                     fit_served = statistics.median(served_fit[encoding])
+                    if scaled_fit:
+                        row[f"fit_ratio_scaled_rows_{encoding}"] = statistics.median(scaled_fit) / fit_served
                     score_served = statistics.median(served_score[encoding])
                     row[f"fit_rows_s_server_{encoding}"] = args.rows / fit_served
                     row[f"fit_ratio_{encoding}"] = fit_local / fit_served
