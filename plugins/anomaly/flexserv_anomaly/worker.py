@@ -114,7 +114,9 @@ def _serve(conn: multiprocessing.connection.Connection) -> None:
     conn.send(("ready", None))
     while True:
         try:
-            spec, x = conn.recv()
+            spec, shape, dtype = conn.recv()
+            # The rows' bytes as they are (read-only: nothing here writes into them).
+            x = np.frombuffer(conn.recv_bytes(), dtype=np.dtype(dtype)).reshape(shape)
         except (EOFError, OSError):
             return
         model: FittedModel | None = None
@@ -168,7 +170,11 @@ class _Worker:
         tells the scaler first, and the stored form's rows are scaled and written here while
         it fits (the same values: :func:`fitted.scale_rows`), so that they need not come back
         over the pipe (1.3 MB for 10,000 x 16 rows) nor be written after the fit."""
-        self.conn.send((spec, x))
+        # The rows as raw bytes after a small header: pickling them into the message and out
+        # of it cost ~1 ms more for 10,000 x 16 (1.26 against 0.23 ms, round trip measured).
+        x = np.ascontiguousarray(x)
+        self.conn.send((spec, x.shape, x.dtype.str))
+        self.conn.send_bytes(x.data.cast("B"))
         archive: codec.Archive | None = None
         while True:
             status, payload = self.conn.recv()
