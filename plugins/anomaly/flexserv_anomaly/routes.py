@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Annotated, Any
 
 import msgspec
@@ -21,6 +23,7 @@ from flexserv_core import (
     FlexServer,
     GatewayTimeout,
     InvalidRequest,
+    ModelLoadError,
     ModelNotFound,
     ModelSpec,
     ServiceUnavailable,
@@ -225,9 +228,8 @@ async def _score(
     if body.threshold is not None and not math.isfinite(body.threshold):
         raise InvalidRequest("'threshold' must be a finite number.", param="threshold")
     owner = request_owner(request)
-    await _require_stored(service, name, owner)
-    async with server.registry.acquire(registry_name(name, owner), AnomalyModel) as lease:
-        model = lease.model.fitted
+    async with _stored_model(server, service, name, owner) as loaded:
+        model = loaded.fitted
         if body.backend is not None:
             try:
                 wanted = detectors.lookup(body.backend).name
@@ -258,7 +260,7 @@ async def _score(
                 param="data",
                 code="invalid_data",
             )
-        raw = await until_disconnect(request, lease.model.raw_scores(matrix))
+        raw = await until_disconnect(request, loaded.raw_scores(matrix))
         backend = model.spec.backend
         scores = model.stats.normalise(raw, body.normalization)
         threshold = body.threshold if body.threshold is not None else model.stats.threshold(body.normalization)
@@ -344,6 +346,22 @@ async def _require_stored(service: AnomalyService, name: str, owner: str | None)
         raise ModelNotFound(f"No anomaly model '{name}' is stored; fit it first (POST {PREFIX}/fit).", param="model")
 
 
+@asynccontextmanager
+async def _stored_model(
+    server: FlexServer, service: AnomalyService, name: str, owner: str | None
+) -> AsyncIterator[AnomalyModel]:
+    """The stored model ``name``, loaded on first use and leased while it is used: a
+    404 when it is not stored, also when a delete wins the race with its load."""
+    await _require_stored(service, name, owner)
+    async with AsyncExitStack() as stack:
+        try:
+            lease = await stack.enter_async_context(server.registry.acquire(registry_name(name, owner), AnomalyModel))
+        except ModelLoadError:
+            await _require_stored(service, name, owner)
+            raise
+        yield lease.model
+
+
 def resolve(model_id: str) -> ModelSpec | None:
     """The registry's spec of a model name (``name`` or ``name@owner``); the routes
     check that it is stored before they ask the registry for it."""
@@ -366,9 +384,8 @@ async def load(request: Request[Any, Any, Any]) -> dict[str, Any]:
     body = await parse_body(request, LoadRequest, open_request_context(request, f"{PREFIX}/load"))
     name = model_name(body.model)
     owner = request_owner(request)
-    await _require_stored(service, name, owner)
-    async with server.registry.acquire(registry_name(name, owner), AnomalyModel) as lease:
-        model = lease.model.fitted
+    async with _stored_model(server, service, name, owner) as loaded:
+        model = loaded.fitted
     return {
         "object": "load_result",
         "model": name,

@@ -8,6 +8,7 @@ import pickle
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -177,3 +178,29 @@ def test_one_api_key_s_models_do_not_exist_for_another(serve: Serve) -> None:
         assert [d["raw_score"] for d in a] != [d["raw_score"] for d in b]
         loaded = {m["model_id"] for m in client.get("/v1/flexserv/models/loaded", headers=alice).json()["models"]}
         assert len([name for name in loaded if name.startswith("m@key-")]) == 2
+
+
+@pytest.mark.slow
+def test_a_delete_that_lands_between_the_check_and_the_load_is_a_404(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A score checks that the model is stored, then loads it; a delete in between
+    made the load fail, which answered 503 model_load_failed. It is a 404 now."""
+    from flexserv_anomaly import routes
+
+    checked = routes._require_stored
+
+    async def then_deleted(service: Any, name: str, owner: str | None) -> None:
+        await checked(service, name, owner)
+        monkeypatch.setattr(routes, "_require_stored", checked)
+        assert await service.store.delete(name, owner=owner)  # the racing delete, right after the check
+
+    train, _ = blobs(n=60, outliers=3, seed=9)
+    with serve() as client:
+        fit(client, model="raced", data=train.tolist())
+        monkeypatch.setattr(routes, "_require_stored", then_deleted)
+        gone = error(client.post("/v1/anomaly/score", json={"model": "raced", "data": train[:2].tolist()}), 404)
+        assert gone["code"] == "model_not_found"
+        assert routes._require_stored is checked  # the race happened once, as staged
+        fit(client, model="raced", data=train.tolist())  # nothing was left behind: the name fits and scores again
+        assert len(score(client, model="raced", data=train[:2].tolist())["data"]) == 2
