@@ -32,14 +32,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_peers import free_port, stop
 
 
-def one(extra: list[str], timeout: float) -> dict[str, float]:
+def one(extra: list[str], timeout: float, *, as_run: bool = False) -> dict[str, float]:
     from flexserv_transformers.backend import EMBEDDED_MODEL_NAME, embedded_gguf
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-m", "flexserv_core", "run", "--host", "127.0.0.1", "--port", str(port)]
-    command += ["--default-model", str(embedded_gguf()), *extra]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "FLEXSERV_PLUGINS": "transformers"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    if as_run:  # what a user's `flexserv run` does: every installed plugin, the default rule picks the engine
+        env.pop("FLEXSERV_PLUGINS", None)
+        command += extra
+    else:
+        command += ["--default-model", str(embedded_gguf()), *extra]
+        env["FLEXSERV_PLUGINS"] = "transformers"
     started = time.monotonic()
     proc = subprocess.Popen(
         command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
@@ -81,12 +86,18 @@ def main() -> None:
     parser.add_argument("--config", action="append", default=[], help="NAME:EXTRA FLEXSERV RUN ARGS (repeatable)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument(
+        "--as-run",
+        action="store_true",
+        help="Start plain `flexserv run` (every installed plugin, no model flags), so the engine the default "
+        "rule picks on this CPU is the one timed; default: the transformers plugin alone on the embedded GGUF.",
+    )
     args = parser.parse_args()
     configs = [(c.partition(":")[0], shlex.split(c.partition(":")[2])) for c in args.config] or [("default", [])]
     rows: dict[str, list[dict[str, float]]] = {name: [] for name, _ in configs}
     for rep in range(args.repeat):
         for name, extra in configs:
-            row = {**one(extra, args.timeout), "load1": os.getloadavg()[0]}
+            row = {**one(extra, args.timeout, as_run=args.as_run), "load1": os.getloadavg()[0]}
             rows[name].append(row)
             print(rep, name, json.dumps(row), file=sys.stderr, flush=True)
     summary = {
