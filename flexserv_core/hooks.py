@@ -54,8 +54,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-#: Raised on purpose by hooks (documented in their specs): never wrapped.
-PASS_THROUGH: tuple[type[Exception], ...] = (FlexServError, UsageError)
+#: Never wrapped: raised on purpose by hooks (documented in their specs), or the error
+#: of a hook an implementation called in turn (an owned hook), which names its culprit.
+PASS_THROUGH: tuple[type[Exception], ...] = (FlexServError, UsageError, PluginHookError)
 
 
 class PluginCommand(NamedTuple):

@@ -37,7 +37,9 @@ Hook policy (one rule for every hook; :mod:`flexserv_core.hooks` enforces it):
   distribution and the hook. Exceptions a hook documents as its way to answer
   (:class:`~flexserv_core.FlexServError` subclasses at request time,
   :class:`~flexserv_core.UsageError` from ``flexserv_configure``) pass
-  through unchanged. At start-up (settings, configure, backends, tool calling, constraint
+  through unchanged, and so does the ``PluginHookError`` of a hook an
+  implementation calls in turn (a plugin-owned hook): it names the plugin that
+  failed there. At start-up (settings, configure, backends, tool calling, constraint
   compiler, default models, metrics collectors, routes, startup) the error stops the server: ``flexserv run`` prints it
   (with ``-p no:NAME`` to start without the plugin) and exits non-zero (3 before
   serving, 1 when ``flexserv_startup`` fails). At request time (preprocess, template kwargs, resolve model,

@@ -125,6 +125,9 @@ def plugin_listing(pm: FlexServPluginManager, settings: Settings | None) -> list
             for registered in hooks.backends(pm, settings):
                 backend = registered.backend
                 backends.setdefault(registered.plugin, []).append(f"{backend.name} ({backend.kind})")
+            # the platform services `flexserv run` builds next, so a plugin that breaks them is listed as failed
+            hooks.tool_calling(pm, settings)
+            hooks.constraint_compiler(pm, settings)
         except (PluginError, UsageError) as exc:  # still list the plugins
             logging.getLogger("flexserv").warning("could not list routes: %s", exc)
             if isinstance(exc, PluginError):

@@ -42,8 +42,10 @@ from flexserv_core import (
 from flexserv_tool_parsers.base import ParsedToolCall, ToolParser, ToolParsers, guess_tool_parser
 from flexserv_tool_parsers.stream import ToolStreamEvent
 
-#: The hook this distribution owns (:mod:`flexserv_tool_parsers.hookspecs`).
+#: The hook this distribution owns (:mod:`flexserv_tool_parsers.hookspecs`), and the
+#: name this plugin is registered under.
 HOOK = "flexserv_register_tool_parsers"
+OWN_NAME = "tool-parsers"
 #: System text for templates without tool support; ``{tools}`` is the JSON list of
 #: function definitions, ``{example}`` one call in the model's tool-call syntax.
 FALLBACK_PROMPT = (
@@ -55,11 +57,13 @@ FALLBACK_PROMPT = (
 
 def registered_parsers(pm: FlexServPluginManager, settings: Settings) -> dict[str, list[type[ToolParser]]]:
     """Each plugin's tool-parser classes (``flexserv_register_tool_parsers``), keyed by
-    plugin name, in call order; an item that is not a named :class:`ToolParser`
-    subclass, or a name registered twice, fails naming the plugin."""
+    plugin name, this plugin's built-in formats first, then in call order; an item
+    that is not a named :class:`ToolParser` subclass, or a name registered twice,
+    fails naming the plugin (for a clash with a built-in name, the other plugin)."""
     out: dict[str, list[type[ToolParser]]] = {}
     owner: dict[str, str] = {}
-    for plugin, value in call_hook(pm, HOOK, {"settings": settings}):
+    results = sorted(call_hook(pm, HOOK, {"settings": settings}), key=lambda result: result.plugin != OWN_NAME)
+    for plugin, value in results:
         for item in value if isinstance(value, list | tuple) else [value]:
             if not (
                 isinstance(item, type) and issubclass(item, ToolParser) and isinstance(getattr(item, "name", None), str)
