@@ -100,7 +100,7 @@ async def backend_tokens(model: Any, prompt: list[int]) -> list[int]:
 
 
 def test_the_chat_prompt_tokens_equal_llama_cpp_pythons(smol: Any, reference_llama: Any) -> None:
-    """The GGUF's template rendered by the core's renderer and tokenized as the
+    """The GGUF's template rendered by the shared renderer (flexserv-chat-templates) and tokenized as the
     backend does equals llama-cpp-python's Jinja2 chat formatter and tokenizer
     (what its server sends to the model), BOS handling included."""
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
