@@ -32,6 +32,7 @@ import pluggy
 
 from flexserv_core import hookspecs
 from flexserv_core.errors import PluginLoadError, PluginNotInstalled
+from flexserv_core.moved_names import moved_hint
 
 log = logging.getLogger(__name__)
 
@@ -285,7 +286,7 @@ class FlexServPluginManager(pluggy.PluginManager):
         try:
             plugin = ep.load()
         except Exception as exc:
-            raise self._failed(ep.name, dist, version, False, f"{type(exc).__name__}: {exc}") from exc
+            raise self._failed(ep.name, dist, version, False, _load_error(exc)) from exc
         self.register_plugin(plugin, ep.name, distribution=dist, version=version)
 
     def _load_module(self, name: str, module: str, *, builtin: bool = False, installed: Sequence[str] = ()) -> None:
@@ -297,7 +298,7 @@ class FlexServPluginManager(pluggy.PluginManager):
         except Exception as exc:
             if not builtin and _is_missing(exc, module):
                 raise self._not_installed(name, installed) from None
-            raise self._failed(name, dist, version, builtin, f"{type(exc).__name__}: {exc}") from exc
+            raise self._failed(name, dist, version, builtin, _load_error(exc)) from exc
         self.register_plugin(plugin, name, distribution=dist, version=version, builtin=builtin)
 
     def _not_installed(self, name: str, installed: Sequence[str]) -> PluginNotInstalled:
@@ -359,3 +360,8 @@ def create_plugin_manager(
     pm = FlexServPluginManager()
     pm.load(PluginSelection.from_args(plugin_args, env), strict=strict)
     return pm
+
+
+def _load_error(exc: BaseException) -> str:
+    """What a plugin's import failure says; a name that left the core says where it went."""
+    return f"{type(exc).__name__}: {exc}{moved_hint(exc)}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import tomllib
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -289,3 +290,47 @@ def test_a_plugin_list_that_leaves_out_platform_plugins_says_which(caplog: pytes
         create_plugin_manager([], env={"FLEXSERV_PLUGINS": ""})  # "none" is a deliberate choice
         create_plugin_manager([], env={})  # autoload: everything installed is loaded
     assert not [r for r in caplog.records if r.name == "flexserv_core.plugin_manager"]
+
+
+# --- names that left the core ------------------------------------------------------------
+
+
+def test_a_plugin_importing_a_name_that_left_the_core_is_told_where_it_went(install: Install) -> None:
+    install("old-parser", "from flexserv_core import ToolParser\n")
+    with pytest.raises(PluginLoadError) as info:
+        create_plugin_manager(env=only("old-parser"))
+    text = str(info.value)
+    assert 'Error loading plugin "old-parser" (distribution flexserv-old-parser)' in text
+    assert "cannot import name 'ToolParser' from 'flexserv_core'" in text
+    assert "import it from flexserv_tool_parsers and depend on flexserv-tool-parsers" in text
+    install("other-import", "from flexserv_core import NoSuchName\n")
+    with pytest.raises(PluginLoadError) as other:
+        create_plugin_manager(env=only("other-import"))
+    assert "moved out of the core" not in str(other.value)  # only names that moved get a hint
+
+
+def test_each_moved_name_is_public_where_the_hint_sends_it() -> None:
+    """The table behind the hint, against each library's ``__all__`` (read from its
+    source) and the core's: a name listed as moved is no longer the core's."""
+    import ast
+
+    import flexserv_core
+    from flexserv_core.moved_names import MOVED
+
+    root = Path(__file__).resolve().parents[2]
+    exported: dict[str, set[str]] = {}
+    distribution: dict[str, str] = {}
+    for init in root.glob("plugins/*/flexserv_*/__init__.py"):
+        distribution[init.parent.name] = tomllib.loads((init.parents[1] / "pyproject.toml").read_text())["project"][
+            "name"
+        ]
+        for node in ast.parse(init.read_text()).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+                exported[init.parent.name] = set(ast.literal_eval(node.value))
+    wrong = {
+        name: (module, dist)
+        for name, (module, dist) in MOVED.items()
+        if name not in exported.get(module, set()) or distribution.get(module) != dist
+    }
+    assert wrong == {}, "listed as moved to a library that does not export it, or under another distribution"
+    assert not set(MOVED) & set(flexserv_core.__all__)
