@@ -52,6 +52,7 @@ async def create_chat_completion(request: Request[Any, Any, Any]) -> Response[An
     server: FlexServer = request.app.state.flexserv
     check_chat_request(body, server.settings.core)
     session = TextSession(server, body.model, context)
+    session.check_services(body)
     if body.stream:
         return await sse_response(_stream(session, body), server, request)
     async with session:

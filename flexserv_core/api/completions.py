@@ -39,6 +39,7 @@ async def create_completion(request: Request[Any, Any, Any]) -> Response[Any]:
     server: FlexServer = request.app.state.flexserv
     check_completion_bounds(body, server.settings.core)
     session = TextSession(server, body.model, context)
+    session.check_services(body)
     if body.stream:
         return await sse_response(_stream(session, body), server, request)
     async with session:

@@ -8,7 +8,7 @@ OpenAI-shaped 4xx error, also for streaming requests.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -37,6 +37,9 @@ from flexserv_core.request_context import RequestContext
 from flexserv_core.settings import CoreSettings
 from flexserv_core.template_variables import CHAT_TEMPLATE_DEFAULTS, CHAT_TEMPLATE_REQUEST, merge_template_variables
 from flexserv_core.tool_calling import ToolPlan, check_without_tool_calling
+
+if TYPE_CHECKING:
+    from flexserv_core.server import FlexServer
 
 _SEED_SPACE = 2**63
 
@@ -180,6 +183,23 @@ async def chat_prompt(
     if tools is not None:
         kwargs = {**kwargs, "tools": tools}
     return await render_prompt(model, messages, kwargs, images=bool(images) or off_loop), plan
+
+
+def check_services(body: ChatCompletionRequest | CompletionRequest, server: FlexServer) -> None:
+    """Refuse, before a model is loaded, what this server's plugins cannot serve: tools
+    without tool calling, an output constraint without a compiler (400
+    ``unsupported_parameter`` naming the parameter). The plan checks the same again
+    once the model is known; this only spares a load for a request refused anyway."""
+    chat = body if isinstance(body, ChatCompletionRequest) else None
+    if chat is not None and server.tool_calling is None:
+        check_without_tool_calling(chat)
+    if server.constraints is None:
+        response_format = chat.response_format if chat is not None else None
+        constraint = request_constraint(response_format, body.structured_outputs, guided_constraint(body))
+        if constraint is not None:
+            raise constraints_unavailable(constraint.param)
+        if chat is not None and chat.tools and chat.tool_choice not in (None, "none", "auto"):
+            raise constraints_unavailable("tool_choice")
 
 
 def _tool_plan(

@@ -40,7 +40,7 @@ from flexserv_core.api.chat_images import load_images
 from flexserv_core.api.disconnect import until_disconnect
 from flexserv_core.api.file_parts import expand_file_parts
 from flexserv_core.api.text_generation import ChoiceEvent, ChoiceJob, ChoiceResult, admitted, collect, merge
-from flexserv_core.api.text_request import chat_plan, completion_jobs, prepare_jobs
+from flexserv_core.api.text_request import chat_plan, check_services, completion_jobs, prepare_jobs
 from flexserv_core.api.timeouts import apply_timeouts
 from flexserv_core.backends.base import TextGenerationModel
 from flexserv_core.errors import FlexServError
@@ -105,6 +105,15 @@ class TextSession:
         self._model: TextGenerationModel | None = None
         self._spec: ModelSpec | None = None
         self._plan: TextPlan | None = None
+
+    def check_services(self, body: ChatCompletionRequest | CompletionRequest) -> None:
+        """Before the session opens (no model is loaded for a request that fails): a 400
+        naming the parameter for tools without tool calling or an output constraint
+        without a compiler on this server."""
+        try:
+            check_services(body, self.server)
+        except FlexServError as exc:
+            raise self._mapped(exc) from None
 
     async def __aenter__(self) -> TextSession:
         self._metrics = await self._stack.enter_async_context(TextRequestMetrics(self.server.metrics))

@@ -113,6 +113,9 @@ async def test_without_the_plugin_a_constraint_is_a_400_naming_its_parameter(
 ) -> None:
     base, fake = served["off"]
     before = len(fake.requests)
+    async with httpx.AsyncClient(base_url=base) as client:  # so that a load the refusal caused would show
+        assert (await client.post("/v1/flexserv/models/unload", json={"model_id": "*"})).status_code == 200
+    loads = fake.backend.loads
     response = await _post(base, path, body, stream)
     assert response.status_code == 400, response.text
     assert response.headers["content-type"].startswith("application/json")  # refused before a stream began
@@ -120,6 +123,7 @@ async def test_without_the_plugin_a_constraint_is_a_400_naming_its_parameter(
     assert (error["type"], error["code"], error["param"]) == ("invalid_request_error", "unsupported_parameter", param)
     assert "constrained decoding" in error["message"] and "'constraints' plugin" in error["message"]
     assert len(fake.requests) == before  # nothing was generated
+    assert fake.backend.loads == loads  # refused before a model was loaded
     on_base, _ = served["on"]
     served_on = await _post(on_base, path, body, stream)
     assert served_on.status_code == 200, served_on.text  # the same request, with the plugin

@@ -76,6 +76,7 @@ async def create_response(request: Request[Any, Any, Any]) -> Response[Any]:
     plan = plan_response(body, await store.previous(body.previous_response_id), server.settings.core)
     # errors name the Responses parameters (input[...], text.format), not chat's
     session = TextSession(server, body.model, context, errors=responses_param)
+    session.check_services(plan.chat)
     if body.stream:
         return await sse_response(_stream(session, plan, store), server, request)
     async with session:

@@ -68,6 +68,9 @@ async def test_without_the_plugin_tools_are_a_400_naming_the_parameter(
 ) -> None:
     base, fake = served["off"]
     before = len(fake.requests)
+    async with httpx.AsyncClient(base_url=base) as client:  # so that a load the refusal caused would show
+        assert (await client.post("/v1/flexserv/models/unload", json={"model_id": "*"})).status_code == 200
+    loads = fake.backend.loads
     response = await _post(base, path, body, stream)
     assert response.status_code == 400, response.text
     assert response.headers["content-type"].startswith("application/json")  # refused before a stream began
@@ -75,6 +78,7 @@ async def test_without_the_plugin_tools_are_a_400_naming_the_parameter(
     assert (error["type"], error["code"], error["param"]) == ("invalid_request_error", "unsupported_parameter", param)
     assert "tool calling" in error["message"] and "'tool-parsers' plugin" in error["message"]
     assert len(fake.requests) == before  # nothing was generated
+    assert fake.backend.loads == loads  # refused before a model was loaded
     on_base, _ = served["on"]
     served_on = await _post(on_base, path, body, stream)
     if param in INVALID_WITH_THE_PLUGIN:  # a choice without tools
