@@ -254,6 +254,16 @@ class FitPool:
                 raise FitFailed(
                     "the fit's worker process died (out of memory?)", param=None, code="fit_failed", client_error=False
                 ) from None
+            except Exception as exc:
+                # This side's part of the fit (scaling and archiving the rows while the worker
+                # fits, e.g. a MemoryError) failed: the same answer as a failure in the worker,
+                # not a 500 counted as a cancelled fit. The worker is in the middle of its
+                # answer, so it is not kept (killed below, a fresh one starts on the next fit).
+                log.warning("a fit failed on the server's side: its worker is replaced", exc_info=True)
+                detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                raise FitFailed(
+                    f"the fit failed on the server ({detail})", param=None, code="fit_failed", client_error=False
+                ) from None
             finally:
                 if not keep:
                     self.killed += 1

@@ -76,3 +76,34 @@ def test_a_fit_whose_stored_form_fails_is_refused_and_its_worker_stays_usable(mo
             pool.close()
 
     assert asyncio.run(run()) == 0
+
+
+def test_a_failure_while_the_server_archives_the_rows_is_a_failed_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The server writes the stored form's rows while the worker fits: a failure there (a
+    # MemoryError in codec.Archive) is the same FitFailed as one in the worker, not an
+    # exception that escapes the pool, and the worker in the middle of its answer is replaced.
+    x, _ = blobs(n=200, outliers=10, seed=33)
+    spec = fitted.FitSpec(
+        backend="isolation_forest", params=check_params(DETECTORS["isolation_forest"], {}), contamination=0.05
+    )
+
+    def out_of_memory(*args: object, **kwargs: object) -> codec.Archive:
+        raise MemoryError
+
+    async def run() -> int:
+        pool = worker.FitPool(1)
+        try:
+            with monkeypatch.context() as patched:
+                patched.setattr(codec, "Archive", out_of_memory)
+                with pytest.raises(worker.FitFailed) as failed:
+                    await pool.fit(spec, x, "m", budget=120)
+            assert not failed.value.client_error and failed.value.code == "fit_failed"
+            assert "MemoryError" in str(failed.value)
+            outcome, fresh = await pool.fit(spec, x, "m", budget=120)  # a fresh worker
+            model = await asyncio.to_thread(fresh.wait)
+            assert model is not None and model.stats == outcome.stats
+            return pool.killed
+        finally:
+            pool.close()
+
+    assert asyncio.run(run()) == 1

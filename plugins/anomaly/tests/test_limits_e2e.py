@@ -86,6 +86,28 @@ def test_a_fit_past_its_time_budget_is_stopped(serve: Serve) -> None:
         fit(client, model="after", data=x[:50])  # a fresh worker takes over
 
 
+def test_a_fit_that_fails_on_the_server_side_is_a_503_counted_as_failed(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flexserv_anomaly import codec
+
+    def out_of_memory(*args: object, **kwargs: object) -> codec.Archive:
+        raise MemoryError
+
+    x = np.random.default_rng(2).normal(size=(60, 4)).tolist()
+    with serve() as client:
+        fit(client, model="warm", data=x)
+        with monkeypatch.context() as patched:
+            patched.setattr(codec, "Archive", out_of_memory)  # this process's side only, not the worker's
+            failed = error(client.post("/v1/anomaly/fit", json={"model": "m", "data": x}), 503)
+        assert failed["code"] == "fit_failed" and "MemoryError" in failed["message"]
+        assert client.get("/v1/anomaly/models/m").status_code == 404
+        metrics = client.get("/metrics").text
+        assert 'flexserv:anomaly_fits_total{outcome="failed"} 1.0' in metrics
+        assert 'outcome="cancelled"' not in metrics
+        fit(client, model="m", data=x)  # a fresh worker takes over
+
+
 @pytest.mark.slow
 def test_a_client_that_disconnects_stops_its_fit(serve: Serve) -> None:
     x = np.random.default_rng(1).normal(size=(12000, 20)).tolist()

@@ -49,6 +49,10 @@ class ToolParser:
     #: Text whose appearance in the output means a call may be starting (streaming
     #: holds the output back from there); empty for formats that start with ``{``.
     markers: ClassVar[tuple[str, ...]] = ()
+    #: Text that ends a call (``</tool_call>``), for formats that close their calls: the
+    #: start of it (or of a marker) left at the end of an output that ``max_tokens`` cut
+    #: is call syntax, never content.
+    close_markers: ClassVar[tuple[str, ...]] = ()
 
     def parse(self, text: str) -> ParsedToolOutput:
         """Split a whole completion into content and calls; text that is not a

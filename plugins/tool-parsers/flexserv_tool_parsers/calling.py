@@ -265,27 +265,61 @@ def _limit(plan: FunctionPlan, calls: list[ParsedToolCall]) -> list[ParsedToolCa
     return calls if plan.parallel else calls[:1]
 
 
-def without_call_syntax(parser: ToolParser, text: str) -> str:
+def _partial_markup(parser: ToolParser, text: str) -> int:
+    """Length of the longest strict start of a call's opening or closing markup that
+    ``text`` ends with (``</`` of ``</tool_call>``): what ``max_tokens`` left of it."""
+    longest = 0
+    for marker in (*parser.markers, *parser.close_markers):
+        for k in range(min(len(marker) - 1, len(text)), longest, -1):
+            if text.endswith(marker[:k]):
+                longest = k
+                break
+    return longest
+
+
+def without_call_syntax(parser: ToolParser, text: str, *, at_end: bool = True) -> str:
     """``text`` cut where a call's markup begins: what is left of a call the model did
-    not finish (cut by ``max_tokens``, or malformed) is call syntax, never content."""
+    not finish (cut by ``max_tokens``, or malformed) is call syntax, never content. With
+    ``at_end`` (``text`` ends the output), a start of a call's opening or closing markup
+    that it ends with is dropped too."""
     cuts = [at for at in (text.find(marker) for marker in parser.markers) if at >= 0]
-    return text[: min(cuts)].rstrip() if cuts else text
+    if cuts:
+        return text[: min(cuts)].rstrip()
+    tail = _partial_markup(parser, text) if at_end else 0
+    return text[: len(text) - tail].rstrip() if tail else text
+
+
+def _unfinished(arguments: str) -> bool:
+    """A call's arguments that are not whole JSON: the output ended inside them."""
+    if not arguments.strip():
+        return False  # a format that writes no arguments for a call without any
+    try:
+        json.loads(arguments)
+    except ValueError:
+        return True
+    return False
 
 
 def split_output(plan: FunctionPlan, text: str) -> tuple[str | None, list[ToolCall], bool]:
     """A whole completion -> ``(content, tool_calls, cut)``; ``cut``: the output ended
-    inside a call (its markup was dropped), so a ``length`` finish stays ``length``."""
+    inside a call (its markup was dropped, or its arguments are not whole), so a
+    ``length`` finish stays ``length``."""
     parser = plan.call_parser
     parsed = parser.parse(text)
     if not parsed.calls:
         left = without_call_syntax(parser, text)
         return left if left or not text else None, [], left != text
-    content = without_call_syntax(parser, parsed.content) if parsed.content else None
+    content = parsed.content or ""
+    # The content's end is the output's only where the output ends with it (not with a call).
+    tail = _partial_markup(parser, text)
+    at_end = bool(tail) and content.endswith(text[len(text) - tail :])
+    kept = without_call_syntax(parser, content, at_end=at_end) if content else ""
     calls = [
         ToolCall(id=new_call_id(), function=ToolCallFunction(name=c.name, arguments=c.arguments))
         for c in _limit(plan, parsed.calls)
     ]
-    return content or None, calls, (content or None) != (parsed.content or None)
+    cut = kept != content or _unfinished(parsed.calls[-1].arguments)
+    return kept or None, calls, cut
 
 
 class ToolStreamer:
@@ -300,6 +334,7 @@ class ToolStreamer:
         #: The output ended inside a call: its markup was dropped (see :meth:`finish`).
         self.cut = False
         self._stream = plan.call_parser.stream()
+        self._last_call: list[str] = []  # the last call's arguments so far, in fragments
 
     def feed(self, chunk: str) -> list[str | ToolCallDelta]:
         """New output in; what can be sent now out, in order."""
@@ -308,14 +343,17 @@ class ToolStreamer:
     def finish(self) -> list[str | ToolCallDelta]:
         """The output is complete: the rest, without an unfinished call's markup."""
         out: list[str | ToolCallDelta] = []
-        for piece in self._deltas(self._stream.finish()):
+        pieces = self._deltas(self._stream.finish())
+        for i, piece in enumerate(pieces):
             if isinstance(piece, str):
-                kept = without_call_syntax(self.plan.call_parser, piece)
+                kept = without_call_syntax(self.plan.call_parser, piece, at_end=i == len(pieces) - 1)
                 self.cut = self.cut or kept != piece
                 piece = kept
                 if not piece:
                     continue
             out.append(piece)
+        if self.calls and _unfinished("".join(self._last_call)):
+            self.cut = True
         return out
 
     def _deltas(self, events: list[ToolStreamEvent]) -> list[str | ToolCallDelta]:
@@ -326,9 +364,14 @@ class ToolStreamer:
                     out[-1] += event
                 else:
                     out.append(event)
-            elif event.index > 0 and not self.plan.parallel:
+                continue
+            if event.name is not None:
+                self._last_call = []
+            else:
+                self._last_call.append(event.arguments)
+            if event.index > 0 and not self.plan.parallel:
                 continue  # parallel_tool_calls=false keeps the first call only
-            elif event.name is not None:
+            if event.name is not None:
                 self.calls = max(self.calls, event.index + 1)
                 out.append(
                     ToolCallDelta(

@@ -60,7 +60,8 @@ class JsonToolParser(ToolParser):
 class HermesToolParser(JsonToolParser):
     name = "hermes"
     markers = ("<tool_call>",)
-    syntax = CallSyntax(markers=markers, close="</tool_call>")
+    close_markers = ("</tool_call>",)
+    syntax = CallSyntax(markers=markers, close=close_markers[0])
 
     def constraint(self, tools: list[dict[str, Any]], *, parallel: bool) -> Constraint:
         return Constraint(

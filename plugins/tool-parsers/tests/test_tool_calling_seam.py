@@ -10,16 +10,11 @@ from typing import Any
 
 import msgspec
 import pytest
-from flexserv_tool_parsers import (
-    FunctionCalling,
-    FunctionPlan,
-    ParsedToolCall,
-    ParsedToolOutput,
-    ToolParser,
-    ToolStreamer,
-    guess_tool_parser,
-)
-from flexserv_tool_parsers.calling import split_output
+from flexserv_tool_parsers import ParsedToolCall, ParsedToolOutput, ToolParser
+from flexserv_tool_parsers.base import guess_tool_parser
+from flexserv_tool_parsers.calling import FunctionCalling, FunctionPlan, ToolStreamer, split_output
+from recorded_tool_outputs import HERMES
+from recorded_tool_outputs import QWEN as RECORDED_QWEN
 from registered import parsers_of
 
 from flexserv_core import ChatCompletionRequest, InvalidRequest, ModelSpec, PluginHookError, ToolCallDelta, hookimpl
@@ -174,3 +169,52 @@ def test_a_plugin_parser_without_a_stream_still_streams() -> None:
     assert isinstance(out[0], ToolCallDelta) and out[0].function is not None and out[0].function.name == "f"
     assert isinstance(out[1], ToolCallDelta) and out[1].function is not None
     assert out[1].function.arguments == '{"a": 1}' and streamer.calls == 1
+
+
+def _cut_at(text: str, marker: str, keep: int, nth: int = -1) -> str:
+    """``text`` cut ``keep`` characters into the ``nth`` occurrence of ``marker`` (what
+    ``max_tokens`` leaves of a recorded output)."""
+    starts = [m.start() for m in re.finditer(re.escape(marker), text)]
+    return text[: starts[nth] + keep]
+
+
+#: Recorded outputs cut the way ``max_tokens`` cuts them -> (content, call names). The
+#: first is what SmolLM2 left with a required tool_choice: ``...}}\n</``.
+CUT_OUTPUTS = {
+    "in the last closing tag": (_cut_at(RECORDED_QWEN, "</tool_call>", 2), None, 2),
+    "in the first closing tag": (_cut_at(RECORDED_QWEN, "</tool_call>", 8, 0), None, 1),
+    "in the second opening tag": (_cut_at(RECORDED_QWEN, "<tool_call>", 6, 1), None, 1),
+    "in the second call's arguments": (_cut_at(RECORDED_QWEN, '"date"', 3), None, 2),
+    "in the first opening tag, after content": (
+        _cut_at(HERMES, "<tool_call>", 1, 0),
+        "Let me look that up for you.",
+        0,
+    ),
+    "in a closing tag, after content": (
+        "Let me look that up for you.\n" + _cut_at(RECORDED_QWEN, "</tool_call>", 3),
+        "Let me look that up for you.",
+        2,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CUT_OUTPUTS))
+def test_a_call_cut_by_max_tokens_leaves_no_markup_in_content_and_says_cut(case: str) -> None:
+    text, content, n_calls = CUT_OUTPUTS[case]
+    plan = _plan(_hermes())
+    whole_content, calls, cut = split_output(plan, text)
+    assert (whole_content, len(calls), cut) == (content, n_calls, True)
+    streamer = ToolStreamer(plan)
+    pieces = [d for p in re.findall(r"\s?\w+|\s|.", text, re.DOTALL) for d in streamer.feed(p)]
+    pieces += streamer.finish()
+    streamed = "".join(p for p in pieces if isinstance(p, str)) or None
+    assert (streamed, streamer.calls, streamer.cut) == (content, n_calls, True)
+
+
+def test_whole_recorded_outputs_are_not_cut() -> None:
+    for text in (RECORDED_QWEN, "Let me look that up for you.\n" + RECORDED_QWEN):
+        _, calls, cut = split_output(_plan(_hermes()), text)
+        streamer = ToolStreamer(_plan(_hermes()))
+        streamer.feed(text)
+        streamer.finish()
+        assert calls and not cut and not streamer.cut
