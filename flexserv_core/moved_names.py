@@ -8,7 +8,7 @@ import re
 _LIBRARIES: dict[tuple[str, str], tuple[str, ...]] = {
     ("flexserv_tool_parsers", "flexserv-tool-parsers"): (
         "CallSyntax", "JsonToolParser", "ParsedToolCall", "ParsedToolOutput", "ToolCallFragment",
-        "ToolCallStream", "ToolParser", "ToolParsers", "ToolStreamEvent",
+        "ToolCallStream", "ToolParser", "ToolStreamEvent",
     ),
     ("flexserv_constraints", "flexserv-constraints"): (
         "BlockedMasks", "CompiledConstraint", "ConstraintVocabulary", "TokenMatcher", "fill_blocked_masks",

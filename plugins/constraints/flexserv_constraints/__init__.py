@@ -8,9 +8,15 @@ holds what a text backend depends on ``flexserv-constraints`` for: the
 :class:`ConstraintVocabulary` it declares, the :class:`TokenMatcher` it honours and
 :func:`fill_blocked_masks` (:mod:`flexserv_constraints.contract`). The core only
 passes these values through.
+
+The contract's names need no grammar library: a backend that imports them does not
+load llguidance (``-p no:constraints`` or not); the llguidance classes load on first use.
 """
 
-from flexserv_constraints.compiler import LLCompiledConstraint, LLGuidanceCompiler
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from flexserv_constraints.contract import (
     BlockedMasks,
     CompiledConstraint,
@@ -18,7 +24,10 @@ from flexserv_constraints.contract import (
     TokenMatcher,
     fill_blocked_masks,
 )
-from flexserv_constraints.matcher import LLTokenMatcher
+
+if TYPE_CHECKING:
+    from flexserv_constraints.compiler import LLCompiledConstraint, LLGuidanceCompiler
+    from flexserv_constraints.matcher import LLTokenMatcher
 
 __all__ = [
     "BlockedMasks",
@@ -30,3 +39,25 @@ __all__ = [
     "TokenMatcher",
     "fill_blocked_masks",
 ]
+
+#: llguidance's side, imported when first asked for.
+_LAZY = {
+    "LLCompiledConstraint": "flexserv_constraints.compiler",
+    "LLGuidanceCompiler": "flexserv_constraints.compiler",
+    "LLTokenMatcher": "flexserv_constraints.matcher",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'flexserv_constraints' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from flexserv_tool_parsers import FunctionCalling, ToolParser, ToolParsers
+from flexserv_tool_parsers import ToolParser
+from flexserv_tool_parsers.base import ToolParsers
+from flexserv_tool_parsers.calling import FunctionCalling
 
 from flexserv_core.testing import make_app
 
