@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import random
 import re
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from typing import Any
 import pytest
 import torch
 from flexserv_constraints import LLGuidanceCompiler
+from flexserv_transformers import sampling as sampling_module
 from flexserv_transformers.engine import engine as engine_module
 from flexserv_transformers.engine.engine import PagedEngine
 from flexserv_transformers.engine.settings import EngineSettings
@@ -222,10 +225,15 @@ async def test_a_sequence_that_cannot_draft_or_has_no_room_decodes_normally(tiny
     assert stats["kv_cache"]["used_blocks"] == 0
 
 
-async def test_sampled_output_keeps_its_distribution(tiny, oracle) -> None:
+async def test_sampled_output_keeps_its_distribution(tiny, oracle, monkeypatch) -> None:
     """At temperature > 0 the second token's frequencies over many seeds are those
     without speculation (a two-sample chi-square test), the oracle drafting the
-    plain greedy tokens, which sampling often but not always agrees with."""
+    plain greedy tokens, which sampling often but not always agrees with.
+
+    The engine's own seeds for unseeded requests come from a seeded source here, so
+    that a run is repeatable: a test at a 4-sigma bound on fresh randomness fails now
+    and then however right the engine is."""
+    monkeypatch.setattr(sampling_module, "secrets", types.SimpleNamespace(randbits=random.Random(2026).getrandbits))
     model, prompts, vocab = tiny
     refs = await references(model, prompts[:1], 4)
     # unseeded: seeded sampled sequences never speculate (see the next test)
