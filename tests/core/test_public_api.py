@@ -100,6 +100,11 @@ def test_the_core_imports_only_what_it_declares() -> None:
                 found.setdefault(name.split(".")[0], str(path.relative_to(ROOT)))
     assert {m: f for m, f in found.items() if m not in allowed} == {}
     assert not dists & {"pillow", "jinja2", "llguidance", "httpcore", "pyyaml", "swagger-ui-bundle"}
+    # and every declared dependency is one the kernel imports (the testing kit's own,
+    # such as httpx, are the [testing] extra's)
+    owners = importlib.metadata.packages_distributions()
+    imported = {o.lower().replace("_", "-") for module in found for o in owners.get(module, [])}
+    assert dists - imported == set()
 
 
 def _is_package_module(plugin_dir: Path, path: Path) -> bool:
