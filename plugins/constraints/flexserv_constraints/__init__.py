@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import lazy_loader
+
 from flexserv_constraints.contract import (
     BlockedMasks,
     CompiledConstraint,
@@ -41,23 +43,6 @@ __all__ = [
 ]
 
 #: llguidance's side, imported when first asked for.
-_LAZY = {
-    "LLCompiledConstraint": "flexserv_constraints.compiler",
-    "LLGuidanceCompiler": "flexserv_constraints.compiler",
-    "LLTokenMatcher": "flexserv_constraints.matcher",
-}
-
-
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'flexserv_constraints' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, _, _ = lazy_loader.attach(
+    __name__, submod_attrs={"compiler": ["LLCompiledConstraint", "LLGuidanceCompiler"], "matcher": ["LLTokenMatcher"]}
+)

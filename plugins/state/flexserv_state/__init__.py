@@ -12,7 +12,9 @@ cheap (no Litestar, no pytest: the test kit's names load on first use).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+import lazy_loader
 
 from flexserv_core import FlexServer, StashKey, StateUnavailable
 from flexserv_state.backend import StateBackend, pending_migrations
@@ -53,25 +55,13 @@ def has_store(server: FlexServer) -> bool:
 
 
 #: The backend test kit (it imports pytest), loaded on first use.
-_LAZY = {
-    "ManualClock": "flexserv_state.contract",
-    "StateBackendContract": "flexserv_state.contract",
-    "blob_chunks": "flexserv_state.contract",
-    "read_blob_bytes": "flexserv_state.contract",
-    "start_state_writer": "flexserv_state.writer",
-    "stored_writes": "flexserv_state.writer",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, _, _ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "contract": ["ManualClock", "StateBackendContract", "blob_chunks", "read_blob_bytes"],
+        "writer": ["start_state_writer", "stored_writes"],
+    },
+)
 
 
 __all__ = [

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import lazy_loader
+
 if TYPE_CHECKING:
     from flexserv_tool_parsers.base import ParsedToolCall, ParsedToolOutput, ToolParser
     from flexserv_tool_parsers.json_calls import CallSyntax
@@ -32,24 +34,12 @@ __all__ = [
     "ToolStreamEvent",
 ]
 
-_LAZY = {
-    **{name: "flexserv_tool_parsers.base" for name in ("ParsedToolCall", "ParsedToolOutput", "ToolParser")},
-    "CallSyntax": "flexserv_tool_parsers.json_calls",
-    "JsonToolParser": "flexserv_tool_parsers.parsers",
-    **{name: "flexserv_tool_parsers.stream" for name in ("ToolCallFragment", "ToolCallStream", "ToolStreamEvent")},
-}
-
-
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'flexserv_tool_parsers' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__, _ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "base": ["ParsedToolCall", "ParsedToolOutput", "ToolParser"],
+        "json_calls": ["CallSyntax"],
+        "parsers": ["JsonToolParser"],
+        "stream": ["ToolCallFragment", "ToolCallStream", "ToolStreamEvent"],
+    },
+)

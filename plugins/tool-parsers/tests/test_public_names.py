@@ -34,4 +34,4 @@ def test_the_hook_entry_point_imports_nothing_beyond_the_core() -> None:
         "import flexserv_tool_parsers.hookspecs\nprint(sorted(set(sys.modules) - before))\n"
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['flexserv_tool_parsers', 'flexserv_tool_parsers.hookspecs']"
+    assert out.strip() == "['flexserv_tool_parsers', 'flexserv_tool_parsers.hookspecs', 'lazy_loader']"
