@@ -231,8 +231,12 @@ class ModelRegistry:
 
     async def ensure_loaded(self, spec: ModelSpec) -> None:
         """Load ``spec`` unless it is resident (sharing a load in progress) and wait
-        for it; raises :class:`ModelLoadError` like a request would. Holds no lease."""
+        for it; raises :class:`ModelLoadError` like a request would, and replaces a
+        resident model whose engine died as a request does. Holds no lease."""
         entry = self._entries.get(spec.name)
+        if entry is not None:
+            self._replace_if_failed(entry)
+            entry = self._entries.get(spec.name)
         if entry is None:
             entry = self._start_load(spec)
         if entry.state is ModelState.LOADING:

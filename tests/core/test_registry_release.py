@@ -210,6 +210,21 @@ async def test_ensure_loaded_reuses_a_resident_model() -> None:
     assert len(backend.refs) == 1, "a resident model was loaded again"
 
 
+async def test_ensure_loaded_replaces_a_model_whose_engine_died(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As a request does: Ray's residency loads through ``ensure_loaded``, and a dead
+    engine kept resident would be handed to every request after it."""
+    backend = GatedBackend()
+    registry, _ = make_registry(backend)
+    await registry.ensure_loaded(SPEC)
+    first = backend.refs[0]()
+    monkeypatch.setattr(FakeTextModel, "failure", property(lambda self: "engine died" if self is first else None))
+    await registry.ensure_loaded(SPEC)
+    assert len(backend.refs) == 2, "a dead model was kept"
+    assert registry.model_if_loaded("m") is backend.refs[1]()
+    del first
+    await settle(registry)
+
+
 def assert_no_records(registry: ModelRegistry) -> None:
     """The registry's own bookkeeping holds nothing of a model that is gone: no
     entry by name, no detached entry waiting for its requests, no background task."""

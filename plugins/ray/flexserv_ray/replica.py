@@ -22,17 +22,13 @@ from typing import Any
 
 import httpx
 import msgspec
-from flexserv_audio import TranscriptionModel
-from flexserv_embeddings import EmbeddingModel
 from ray import serve
 
 from flexserv_core import (
     FlexServer,
     FlexServError,
-    LoadedModel,
     ModelKind,
     ModelSpec,
-    TextGenerationModel,
     create_app,
     hookimpl,
 )
@@ -44,13 +40,9 @@ log = logging.getLogger(__name__)
 REPLICA_HEADER = "x-flexserv-replica"
 HEALTH_PATH = "/v1/flexserv/health"
 
-#: The model class the registry is asked for, by kind. A plugin's own kind has no
-#: class known here, so its models are not multiplexed: they load on demand.
-MODEL_TYPES: dict[str, type[LoadedModel]] = {
-    ModelKind.TEXT: TextGenerationModel,
-    ModelKind.EMBEDDING: EmbeddingModel,
-    ModelKind.TRANSCRIPTION: TranscriptionModel,
-}
+#: The kinds whose models Ray's multiplexing keeps resident (its LRU per replica);
+#: a plugin's own kind (anomaly, OCR...) loads on demand through the registry.
+MULTIPLEXED_KINDS = frozenset({ModelKind.TEXT, ModelKind.EMBEDDING, ModelKind.TRANSCRIPTION})
 #: Name of the per-replica plugin in the replica's plugin manager.
 REPLICA_PLUGIN_NAME = "ray-replica"
 
@@ -104,9 +96,8 @@ class ReplicaPlugin:
         async def load(model_id: str) -> ResidentModel:
             server = self._server()
             spec = _configured_spec(server, model_id)
-            assert spec is not None and spec.kind in MODEL_TYPES, model_id
-            async with server.registry.acquire(spec.name, MODEL_TYPES[spec.kind]):
-                pass
+            assert spec is not None and spec.kind in MULTIPLEXED_KINDS, model_id
+            await server.registry.ensure_loaded(spec)
             return ResidentModel(server, spec.name)
 
         # A plain function, not a bound method: Ray caches its LRU on the object
@@ -130,7 +121,7 @@ class ReplicaPlugin:
         # Only models the catalog names are multiplexed: for anything else the
         # route answers (404 for an unknown model) exactly as `flexserv run` would.
         spec = _configured_spec(server, model)
-        if spec is None or spec.kind not in MODEL_TYPES:
+        if spec is None or spec.kind not in MULTIPLEXED_KINDS:
             return
         try:
             await self.load_model(model)
