@@ -216,12 +216,11 @@ async def test_ensure_loaded_replaces_a_model_whose_engine_died(monkeypatch: pyt
     backend = GatedBackend()
     registry, _ = make_registry(backend)
     await registry.ensure_loaded(SPEC)
-    first = backend.refs[0]()
-    monkeypatch.setattr(FakeTextModel, "failure", property(lambda self: "engine died" if self is first else None))
+    first = backend.refs[0]
+    monkeypatch.setattr(FakeTextModel, "failure", property(lambda self: "engine died" if self is first() else None))
     await registry.ensure_loaded(SPEC)
     assert len(backend.refs) == 2, "a dead model was kept"
     assert registry.model_if_loaded("m") is backend.refs[1]()
-    del first
     await settle(registry)
 
 
