@@ -11,12 +11,12 @@ else (embeddings, LayerNorm, attention's softmax, pooling) stays float32.
 Where the 8 bits go: fbgemm's AVX2 kernel adds pairs of uint8 x int8 products in
 int16 (``vpmaddubsw``), which saturates when both pairs are near full scale. torch's
 ``quantize_dynamic`` avoids that by quantizing the activations to 7 bits
-(``reduce_range``). On all-MiniLM-L6-v2 that costs the vectors most of their
-accuracy (cosine to float32 as low as 0.89, mean 0.976; ``docs/benchmarks.md``),
+(``reduce_range``). On all-MiniLM-L6-v2 that costs the vectors much of their
+accuracy (cosine to float32 as low as 0.86, mean 0.973; ``docs/benchmarks.md``),
 because an activation's one scale must cover its outlier channels. This module
 keeps the activations' 8 bits and takes the bit from the weights instead: their
 scale is per output row, so 7 bits cost far less (as low as 0.957 for a two-word
-input, >= 0.986 for longer ones, mean 0.991), and a pair of products is at most
+input, >= 0.987 for longer ones, mean 0.991), and a pair of products is at most
 2 x 255 x 64 = 32640 < 32767, so nothing saturates on any x86 kernel: AVX2 and VNNI
 compute the same integer sums.
 

@@ -56,7 +56,7 @@ class SentenceTransformersSettings(msgspec.Struct, kw_only=True, forbid_unknown_
         msgspec.Meta(
             description="Run embedding models' linear layers as dynamic int8 (x86 CPU; float32 activations): int8, "
             "none, or auto: int8 where --sentence-transformers-dtype auto picks float32 on the CPU (no AMX or "
-            "AVX512-BF16), else none. Vectors keep a cosine of about 0.97-1.0 to float32's; an explicit dtype keeps "
+            "AVX512-BF16), else none. Vectors keep a cosine of about 0.96-1.0 to float32's; an explicit dtype keeps "
             "auto off.",
         ),
     ] = "auto"
