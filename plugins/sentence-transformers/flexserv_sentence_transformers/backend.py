@@ -31,8 +31,8 @@ def pick_quantization(choice: str, dtype_choice: str, device: str) -> str:
 
     There, on all-MiniLM-L6-v2, the int8 forward took 1.9x less CPU per input than
     float32's, with vectors at a cosine of >= 0.957 (mean 0.991) to float32's and the
-    same nearest neighbours (``docs/benchmarks.md``). bf16 CPUs keep bf16 (closer to float32 and as
-    fast); an explicit ``--sentence-transformers-dtype float32`` keeps float32 weights.
+    same nearest neighbours (``docs/benchmarks.md``). bf16 CPUs keep bf16 (cosine >= 0.9999);
+    an explicit ``--sentence-transformers-dtype float32`` keeps float32 weights.
     """
     if choice != "auto":
         return choice
