@@ -472,17 +472,25 @@ def embedding_peers(args: argparse.Namespace, path: Path) -> list[Peer]:
 INFINITY = "0.0.78"
 
 
-def inprocess_embeddings(path: Path, levels: list[tuple[int, int]], dtype: str = "auto") -> dict[int, dict[str, Any]]:
+def inprocess_embeddings(
+    path: Path, levels: list[tuple[int, int]], dtype: str = "auto", quantization: str = "auto"
+) -> dict[int, dict[str, Any]]:
     """The limit: sentence-transformers' own forward in batches of each level's concurrency, no server,
-    in the dtype FlexServ's ``--sentence-transformers-dtype`` would pick (``auto``) or the one given."""
+    in the dtype and quantization FlexServ's ``--sentence-transformers-dtype`` and
+    ``--sentence-transformers-quantization`` would pick (``auto``) or the ones given."""
     import torch
     from embed_load import SENTENCES
-    from flexserv_sentence_transformers.backend import pick_dtype
+    from flexserv_sentence_transformers.backend import pick_dtype, pick_quantization
     from sentence_transformers import SentenceTransformer
 
-    chosen = pick_dtype(dtype, "cpu")
-    print(f"[inprocess] {chosen}", file=sys.stderr)
+    quantized = pick_quantization(quantization, dtype, "cpu") == "int8"
+    chosen = "float32" if quantized and dtype == "auto" else pick_dtype(dtype, "cpu")
+    print(f"[inprocess] {chosen}{' weights as dynamic int8' if quantized else ''}", file=sys.stderr)
     model = SentenceTransformer(str(path), device="cpu", model_kwargs={"dtype": getattr(torch, chosen)})
+    if quantized:
+        from flexserv_sentence_transformers.int8 import quantize_linears
+
+        quantize_linears(model)
     out = {}
     for concurrency, requests in levels:
         texts = [f"{SENTENCES[i % len(SENTENCES)]} ({i})" for i in range(requests)]
@@ -518,7 +526,7 @@ def run_embedding_peer(args: argparse.Namespace, peer: Peer, out_dir: Path, path
 
     result = PeerResult(peer.name)
     if peer.name == "inprocess":
-        result.levels = inprocess_embeddings(path, args.levels, args.inprocess_dtype)
+        result.levels = inprocess_embeddings(path, args.levels, args.inprocess_dtype, args.inprocess_quantization)
         result.load_avg.append(os.getloadavg()[0])
         return result
     log = out_dir / f"{peer.name}.log"
@@ -769,6 +777,13 @@ def main() -> int:
         default="auto",
         choices=["auto", "float32", "bfloat16"],
         help="dtype of the in-process embeddings limit; auto: what FlexServ's --sentence-transformers-dtype auto picks.",
+    )
+    parser.add_argument(
+        "--inprocess-quantization",
+        default="auto",
+        choices=["auto", "none", "int8"],
+        help="Quantization of the in-process embeddings limit; auto: what FlexServ's "
+        "--sentence-transformers-quantization auto picks (with --inprocess-dtype).",
     )
     parser.add_argument("--tf-cb-args", default="", help="Extra 'transformers serve --continuous-batching' arguments.")
     parser.add_argument("--venv", type=Path, default=ROOT / ".bench-venv", help="The peers' separate venv.")

@@ -40,8 +40,10 @@ class SentenceTransformerEmbeddingModel(EmbeddingModel):
         forward_batch: int,
         gather_wait: float = 0.0,
         single_thread_tokens: int = 0,
+        quantization: str = "none",
     ) -> None:
-        super().__init__(spec, device=device, dtype=str(next(st.parameters()).dtype).removeprefix("torch."))
+        dtype = "int8" if quantization == "int8" else str(next(st.parameters()).dtype).removeprefix("torch.")
+        super().__init__(spec, device=device, dtype=dtype)
         self._st = st
         self._tokenizer: Any = st.tokenizer
         dimension = getattr(st, "get_embedding_dimension", None) or st.get_sentence_embedding_dimension

@@ -51,3 +51,12 @@ class SentenceTransformersSettings(msgspec.Struct, kw_only=True, forbid_unknown_
             "instructions (AMX or AVX512-BF16), else float32.",
         ),
     ] = "auto"
+    sentence_transformers_quantization: Annotated[
+        Literal["auto", "none", "int8"],
+        msgspec.Meta(
+            description="Run embedding models' linear layers as dynamic int8 (x86 CPU; float32 activations): int8, "
+            "none, or auto: int8 where --sentence-transformers-dtype auto picks float32 on the CPU (no AMX or "
+            "AVX512-BF16), else none. Vectors keep a cosine of about 0.96-1.0 to float32's; an explicit dtype keeps "
+            "auto off.",
+        ),
+    ] = "auto"
