@@ -16,14 +16,20 @@ def test_off_topic_texts_score_highest_with_the_default_embedding_model(serve: S
     data, labels = texts()
     with serve(PLUGINS) as client:
         results = {}
-        for backend, params in [("local_outlier_factor", {"n_neighbors": 10}), ("isolation_forest", {})]:
+        # 500 trees: with the default 100, thirty 384-d points give an isolation forest
+        # whose AUC here ranges 0.58-1.0 over random_state (30 seeds), so one seed's
+        # figure says more about the seed than about the detector or the embeddings.
+        forest = {"n_estimators": 500}
+        for backend, params in [("local_outlier_factor", {"n_neighbors": 10}), ("isolation_forest", forest)]:
             result = fit(client, model=f"tickets-{backend}", backend=backend, data=data, parameters=params)
             assert result["input_type"] == "text" and result["embedding_model"] == "all-MiniLM-L6-v2"
             assert result["model_params"]["input_dim"] == 384
             out = score(client, model=f"tickets-{backend}", data=data)
             results[backend] = roc_auc_score(labels, [d["score"] for d in out["data"]])
         print("text ROC AUC", results)
-        # Measured 0.99 (LOF) and 0.92 (isolation forest): five off-topic texts among thirty tickets.
+        # Five off-topic texts among thirty tickets. Measured in-process over 12 seeds with
+        # 500 trees: isolation forest 0.89-1.0 on float32 vectors, 0.91-1.0 on int8 ones
+        # (AVX2's default); LOF 0.99 on both.
         assert results["local_outlier_factor"] >= 0.9 and results["isolation_forest"] >= 0.85
         rows = error(
             client.post("/v1/anomaly/score", json={"model": "tickets-isolation_forest", "data": [[0.1] * 384]}), 400
