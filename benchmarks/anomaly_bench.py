@@ -16,8 +16,8 @@ size, in this process) and its stored size.
 ``--encoding`` picks how the rows travel: ``json`` (rows as lists of numbers),
 ``npy`` (``"data": {"npy": "<base64 .npy>"}``), ``npy-body`` (the body is the .npy
 file itself, ``Content-Type: application/x-npy``, the other fields in the
-``X-FlexServ-Arguments`` header), ``both`` (the default: JSON and NPY) or ``all``
-(the three); each repetition runs in-process, then each encoding in turn, so that
+``X-FlexServ-Arguments`` header), ``both`` (the default: JSON and NPY), ``all``
+(the three) or a comma-separated list (``npy,npy-body``); each repetition runs in-process, then each encoding in turn, so that
 load drifting over the run hurts them all alike::
 
     python benchmarks/anomaly_bench.py --rows 10000 --repeat 5
@@ -131,7 +131,9 @@ def main() -> None:
     parser.add_argument("--features", type=int, default=16)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--detectors", default=",".join(DETECTORS))
-    parser.add_argument("--encoding", choices=["json", "npy", "npy-body", "both", "all"], default="both")
+    parser.add_argument(
+        "--encoding", default="both", help="json, npy, npy-body, both (json,npy), all, or a comma-separated list"
+    )
     parser.add_argument(
         "--server-arg",
         action="append",
@@ -147,7 +149,11 @@ def main() -> None:
     args = parser.parse_args()
     x = data(args.rows, args.features)
     x_scaled = robust_scaled(x) if args.scaled_baseline else None
-    encodings = {"both": ["json", "npy"], "all": ["json", "npy", "npy-body"]}.get(args.encoding, [args.encoding])
+    encodings = {"both": ["json", "npy"], "all": ["json", "npy", "npy-body"]}.get(
+        args.encoding, args.encoding.split(",")
+    )
+    if unknown := set(encodings) - {"json", "npy", "npy-body"}:
+        parser.error(f"unknown encoding(s): {', '.join(sorted(unknown))}")
     payloads: dict[str, Any] = {"json": x.tolist(), "npy": npy_data(x), "npy-body": npy_file(x)}
     rows = payloads["json"]
     port = free_port()
