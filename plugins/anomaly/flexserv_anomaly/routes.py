@@ -141,7 +141,16 @@ async def _read(
         ) from None
     if not raw:
         raise InvalidRequest("The request body is empty; send the rows as an NPY file.", param="data")
-    text = request.headers.get(ARGUMENTS_HEADER, "{}")
+    sent = request.headers.getall(ARGUMENTS_HEADER, [])
+    if len(sent) > 1:
+        raise InvalidRequest(f"Send one {ARGUMENTS_HEADER} header, not {len(sent)}.", param=ARGUMENTS_HEADER)
+    text = sent[0] if sent else "{}"
+    if not text.isascii():
+        # Header bytes arrive as Latin-1: UTF-8 text would be read as other characters.
+        raise InvalidRequest(
+            f"The {ARGUMENTS_HEADER} header must be ASCII: escape other characters as \\uXXXX in its JSON.",
+            param=ARGUMENTS_HEADER,
+        )
     try:
         fields = msgspec.json.decode(text)
     except msgspec.DecodeError as exc:

@@ -114,6 +114,17 @@ def test_npy_bodies_and_their_arguments_are_checked_as_json_bodies_are(serve: Se
         for what, (arguments, param) in refusals.items():
             body = error(post_npy(client, "/v1/anomaly/fit", npy_bytes(rows), arguments), 400)
             assert body["param"] == param, (what, body)
+        # Header bytes are Latin-1 to the server: non-ASCII text is refused, JSON escapes work.
+        escaped = {"content-type": NPY, "x-flexserv-arguments": '{"model": "e", "schema": {"t\\u00e9": "numeric"}}'}
+        fitted = client.post("/v1/anomaly/fit", content=npy_bytes(rows[:, :1]), headers=escaped)
+        assert fitted.status_code == 200 and fitted.json()["encoder"]["features"] == ["t\u00e9"], fitted.text
+        raw_utf8 = [(b"content-type", NPY.encode()), (b"x-flexserv-arguments", '{"model": "t\u00e9"}'.encode())]
+        refused = error(client.post("/v1/anomaly/fit", content=npy_bytes(rows), headers=raw_utf8), 400)
+        assert refused["param"] == "X-FlexServ-Arguments" and "ASCII" in refused["message"]
+        twice = [(b"content-type", NPY.encode()), (b"x-flexserv-arguments", b"{}"), (b"x-flexserv-arguments", b"{}")]
+        assert error(client.post("/v1/anomaly/fit", content=npy_bytes(rows), headers=twice), 400)["param"] == (
+            "X-FlexServ-Arguments"
+        )
         assert (
             error(post_npy(client, "/v1/anomaly/score", npy_bytes(rows), {"model": "m", "explain": 1}), 400)["param"]
             == "explain"
