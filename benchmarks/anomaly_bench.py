@@ -14,9 +14,11 @@ minus before (noisy: allocator pools), what one fitted model holds (its pickled
 size, in this process) and its stored size.
 
 ``--encoding`` picks how the rows travel: ``json`` (rows as lists of numbers),
-``npy`` (``"data": {"npy": "<base64 .npy>"}``) or ``both`` (the default: each
-repetition runs in-process, JSON and NPY in turn, so that load drifting over the
-run hurts all three alike)::
+``npy`` (``"data": {"npy": "<base64 .npy>"}``), ``npy-body`` (the body is the .npy
+file itself, ``Content-Type: application/x-npy``, the other fields in the
+``X-FlexServ-Arguments`` header), ``both`` (the default: JSON and NPY), ``all``
+(the three) or a comma-separated list (``npy,npy-body``); each repetition runs in-process, then each encoding in turn, so that
+load drifting over the run hurts them all alike::
 
     python benchmarks/anomaly_bench.py --rows 10000 --repeat 5
 """
@@ -94,16 +96,28 @@ def model_mb(backend: str, x: np.ndarray) -> float:
     return len(pickle.dumps(fitted.fit(spec, x))) / 2**20
 
 
-def npy_data(x: np.ndarray) -> dict[str, str]:
-    """The NPY encoding of ``x`` for a request's ``data``."""
+def npy_file(x: np.ndarray) -> bytes:
+    """``x`` as an .npy file (float64, C order)."""
     buffer = io.BytesIO()
     np.save(buffer, np.ascontiguousarray(x, dtype=np.float64), allow_pickle=False)
-    return {"npy": base64.b64encode(buffer.getvalue()).decode("ascii")}
+    return buffer.getvalue()
 
 
-def timed_post(client: httpx.Client, path: str, body: str) -> float:
+def npy_data(x: np.ndarray) -> dict[str, str]:
+    """The NPY encoding of ``x`` for a request's ``data``."""
+    return {"npy": base64.b64encode(npy_file(x)).decode("ascii")}
+
+
+def request(encoding: str, fields: dict[str, Any], payloads: dict[str, Any]) -> tuple[str | bytes, dict[str, str]]:
+    """The body and headers of a request with ``fields`` and the rows in ``encoding``."""
+    if encoding == "npy-body":
+        return payloads[encoding], {"Content-Type": "application/x-npy", "X-FlexServ-Arguments": json.dumps(fields)}
+    return json.dumps({**fields, "data": payloads[encoding]}), JSON
+
+
+def timed_post(client: httpx.Client, path: str, body: str | bytes, headers: dict[str, str]) -> float:
     started = time.perf_counter()
-    client.post(path, content=body, headers=JSON).raise_for_status()
+    client.post(path, content=body, headers=headers).raise_for_status()
     return time.perf_counter() - started
 
 
@@ -117,7 +131,9 @@ def main() -> None:
     parser.add_argument("--features", type=int, default=16)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--detectors", default=",".join(DETECTORS))
-    parser.add_argument("--encoding", choices=["json", "npy", "both"], default="both")
+    parser.add_argument(
+        "--encoding", default="both", help="json, npy, npy-body, both (json,npy), all, or a comma-separated list"
+    )
     parser.add_argument(
         "--server-arg",
         action="append",
@@ -133,8 +149,12 @@ def main() -> None:
     args = parser.parse_args()
     x = data(args.rows, args.features)
     x_scaled = robust_scaled(x) if args.scaled_baseline else None
-    encodings = ["json", "npy"] if args.encoding == "both" else [args.encoding]
-    payloads: dict[str, Any] = {"json": x.tolist(), "npy": npy_data(x)}
+    encodings = {"both": ["json", "npy"], "all": ["json", "npy", "npy-body"]}.get(
+        args.encoding, args.encoding.split(",")
+    )
+    if unknown := set(encodings) - {"json", "npy", "npy-body"}:
+        parser.error(f"unknown encoding(s): {', '.join(sorted(unknown))}")
+    payloads: dict[str, Any] = {"json": x.tolist(), "npy": npy_data(x), "npy-body": npy_file(x)}
     rows = payloads["json"]
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -175,14 +195,14 @@ def main() -> None:
                     for encoding in encodings:
                         name = f"{backend}-{encoding}-{i}"
                         # The client's encoding is its own work, done once: outside the timed part.
-                        fit_body = json.dumps(
-                            {"model": name, "backend": backend, "data": payloads[encoding], "contamination": 0.02}
+                        fit_body = request(
+                            encoding, {"model": name, "backend": backend, "contamination": 0.02}, payloads
                         )
-                        score_body = json.dumps({"model": name, "data": payloads[encoding]})
-                        served_fit[encoding].append(timed_post(client, "/v1/anomaly/fit", fit_body))
+                        score_body = request(encoding, {"model": name}, payloads)
+                        served_fit[encoding].append(timed_post(client, "/v1/anomaly/fit", *fit_body))
                         # Load the model (lazily, from the state store) before timing the score.
                         client.post("/v1/anomaly/score", json={"model": name, "data": rows[:2]}).raise_for_status()
-                        served_score[encoding].append(timed_post(client, "/v1/anomaly/score", score_body))
+                        served_score[encoding].append(timed_post(client, "/v1/anomaly/score", *score_body))
                     grown = rss_mb(proc.pid) - before
                 size = next(
                     m["size_bytes"] for m in client.get("/v1/anomaly/models").json()["data"] if m["backend"] == backend

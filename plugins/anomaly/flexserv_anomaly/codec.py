@@ -45,7 +45,12 @@ def _canonical(header: dict[str, Any]) -> bytes:
 
 def checksum(header: dict[str, Any], blob: bytes) -> str:
     body = {k: v for k, v in header.items() if k != "checksum"}
-    return "sha256:" + hashlib.sha256(_canonical(body) + b"\0" + blob).hexdigest()
+    # The digest of header, NUL, blob, fed in parts: concatenating them first copied the blob
+    # (1.3 MB for 10,000 x 16 rows) on the path of every fit's answer and every load.
+    digest = hashlib.sha256(_canonical(body))
+    digest.update(b"\0")
+    digest.update(blob)
+    return "sha256:" + digest.hexdigest()
 
 
 def _versions() -> dict[str, str]:

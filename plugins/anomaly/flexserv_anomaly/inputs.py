@@ -156,9 +156,7 @@ def _finite(matrix: np.ndarray) -> np.ndarray:
 
 
 def parse_npy(encoded: str, limits: AnomalySettings, *, features: list[str] | None = None) -> Rows:
-    """The rows of a base64 NPY file: like list rows, within the same bounds. The header
-    (dtype, shape) is checked before any array is allocated, and nothing is unpickled: an
-    object array is refused from its header, and the data is read with ``allow_pickle=False``.
+    """The rows of a base64 NPY file (``"data": {"npy": ...}``): see :func:`read_npy`.
     Its size is bounded already: the base64 text is part of the body (``--max-request-bytes``)."""
     try:
         # strict_mode checks the alphabet and padding as b64decode(validate=True) does, while
@@ -167,42 +165,50 @@ def parse_npy(encoded: str, limits: AnomalySettings, *, features: list[str] | No
         raw = binascii.a2b_base64(encoded, strict_mode=True)
     except (binascii.Error, ValueError):
         raise _bad("'data.npy' is not valid base64.") from None
+    return read_npy(raw, limits, features=features, what="'data.npy'")
+
+
+def read_npy(raw: bytes, limits: AnomalySettings, *, features: list[str] | None = None, what: str) -> Rows:
+    """The rows of the NPY file ``raw`` (``what`` names it in refusals): like list rows,
+    within the same bounds. The header (dtype, shape) is checked before any array is made,
+    and nothing is unpickled: an object array is refused from its header, and the data is
+    read as numbers (``np.frombuffer``), after checking that its size is what the header says."""
     stream = io.BytesIO(raw)
     try:
         version = np.lib.format.read_magic(stream)
         if version == (1, 0):
-            shape, _fortran, dtype = np.lib.format.read_array_header_1_0(stream, max_header_size=NPY_MAX_HEADER)
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(stream, max_header_size=NPY_MAX_HEADER)
         elif version == (2, 0):
-            shape, _fortran, dtype = np.lib.format.read_array_header_2_0(stream, max_header_size=NPY_MAX_HEADER)
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(stream, max_header_size=NPY_MAX_HEADER)
         else:
-            raise _bad(f"'data.npy' is an NPY file of format version {version}; send version 1.0 or 2.0.")
+            raise _bad(f"{what} is an NPY file of format version {version}; send version 1.0 or 2.0.")
     except (ValueError, TypeError, OverflowError) as exc:
-        raise _bad(f"'data.npy' is not an NPY file ({exc}).") from None
+        raise _bad(f"{what} is not an NPY file ({exc}).") from None
     if dtype.hasobject:
-        raise _bad("'data.npy' holds Python objects (pickled data is never loaded); send a numeric array.")
+        raise _bad(f"{what} holds Python objects (pickled data is never loaded); send a numeric array.")
     if dtype.kind not in "fiu" or dtype.fields is not None or dtype.subdtype is not None:
-        raise _bad(f"'data.npy' has dtype {dtype.str!r}; send integers or floats.")
+        raise _bad(f"{what} has dtype {dtype.str!r}; send integers or floats.")
     if len(shape) != 2:
-        raise _bad(f"'data.npy' has {len(shape)} dimensions (shape {shape}); send a 2-D array of rows x features.")
+        raise _bad(f"{what} has {len(shape)} dimensions (shape {shape}); send a 2-D array of rows x features.")
     n_rows, width = shape
     if n_rows > limits.anomaly_max_rows:
         raise _too_many_rows(n_rows, limits)
     if n_rows == 0:
-        raise _bad("'data.npy' has no rows.")
+        raise _bad(f"{what} has no rows.")
     _check_width(width, limits)
     if features is not None and width != len(features):
-        raise _bad(f"'data.npy' has {width} columns; the model's features are {features}.")
+        raise _bad(f"{what} has {width} columns; the model's features are {features}.")
     needed = n_rows * width * dtype.itemsize
     if len(raw) - stream.tell() != needed:
         raise _bad(
-            f"'data.npy' holds {len(raw) - stream.tell()} bytes of data; its header ({shape}, {dtype.str}) "
-            f"needs {needed}."
+            f"{what} holds {len(raw) - stream.tell()} bytes of data; its header ({shape}, {dtype.str}) needs {needed}."
         )
-    stream.seek(0)
-    try:
-        array = np.lib.format.read_array(stream, allow_pickle=False, max_header_size=NPY_MAX_HEADER)
-    except ValueError as exc:
-        raise _bad(f"'data.npy' is unreadable ({exc}).") from None
+    # The values as they lie in the file's bytes, as np.lib.format.read_array reads them but
+    # without copying them into a new array first (for C-ordered native float64, the usual
+    # case, no copy at all: the rows stay a read-only view of the bytes). The same values
+    # bit for bit; the size was checked against the header above.
+    array = np.frombuffer(raw, dtype=dtype, count=n_rows * width, offset=stream.tell())
+    array = array.reshape(shape[::-1]).T if fortran else array.reshape(shape)
     return Rows(_finite(np.ascontiguousarray(array, dtype=np.float64)), None, None)
 
 

@@ -18,7 +18,6 @@ from flexserv_core import (
     ModelSpec,
     RequestContext,
     Settings,
-    UnsupportedParameter,
     hookimpl,
 )
 
@@ -51,15 +50,7 @@ def flexserv_resolve_model(model_id: str, kind: str, server: FlexServer) -> Mode
 def flexserv_preprocess_request(endpoint: str, body: dict[str, Any], context: RequestContext) -> None:
     """Refuse fields the anomaly routes do not read (the source runtime's ``epochs``,
     ``polars_config``, ``training_file``...) instead of ignoring them."""
-    known = _FIELDS.get(endpoint)
-    if known is None:
-        return
-    for key in body:
-        if key not in known:
-            raise UnsupportedParameter(
-                f"'{key}' is not implemented by this server's {endpoint} (it reads: {', '.join(sorted(known))}).",
-                param=key,
-            )
+    routes.refuse_unread_fields(endpoint, body, _FIELDS.get(endpoint))
 
 
 class _Collector:

@@ -7,11 +7,12 @@ import math
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 import numpy as np
 from litestar import Request, delete, get, post
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 
 from flexserv_anomaly import detectors, inputs, text
 from flexserv_anomaly.fitted import NORMALIZATIONS, FitSpec, Normalization, ScalerType
@@ -26,11 +27,14 @@ from flexserv_core import (
     ModelLoadError,
     ModelNotFound,
     ModelSpec,
+    PayloadTooLarge,
     ServiceUnavailable,
+    UnsupportedParameter,
     open_request_context,
     parse_body,
     request_owner,
     until_disconnect,
+    validate_body,
 )
 
 log = logging.getLogger(__name__)
@@ -95,17 +99,93 @@ def _detector_error(exc: detectors.DetectorError) -> InvalidRequest:
     return InvalidRequest(str(exc), param=exc.param, code=exc.code)
 
 
+#: A body that is the rows as one NPY file (the other fields in :data:`ARGUMENTS_HEADER`).
+NPY_MEDIA_TYPE = "application/x-npy"
+#: The header that carries a JSON object of the request's fields other than ``data``
+#: when the body is an NPY file.
+ARGUMENTS_HEADER = "X-FlexServ-Arguments"
+BodyT = TypeVar("BodyT", FitRequest, ScoreRequest)
+
+
+def refuse_unread_fields(endpoint: str, body: dict[str, Any], known: frozenset[str] | None) -> None:
+    """Refuse fields the anomaly routes do not read (the source runtime's ``epochs``,
+    ``polars_config``, ``training_file``...) instead of ignoring them."""
+    if known is None:
+        return
+    for key in body:
+        if key not in known:
+            raise UnsupportedParameter(
+                f"'{key}' is not implemented by this server's {endpoint} (it reads: {', '.join(sorted(known))}).",
+                param=key,
+            )
+
+
+async def _read(
+    request: Request[Any, Any, Any], schema: type[BodyT], endpoint: str
+) -> tuple[BodyT, list[Any] | inputs.NpyData | bytes]:
+    """The request's fields and its rows: from a JSON body, or, with ``Content-Type:
+    application/x-npy``, the rows as the body's NPY file and the other fields from the
+    :data:`ARGUMENTS_HEADER` JSON object (checked as the JSON body's are)."""
+    media_type, _ = request.content_type
+    if media_type != NPY_MEDIA_TYPE:
+        body = await parse_body(request, schema, open_request_context(request, endpoint))
+        return body, body.data
+    server = server_of(request)
+    limit = server.settings.core.max_request_bytes
+    try:
+        raw = await request.body()  # Litestar stops at the route's limit (--max-request-bytes)
+    except RequestEntityTooLarge:
+        raise PayloadTooLarge(
+            f"The request body is larger than this server's limit of {limit} bytes (--max-request-bytes).",
+            param="data",
+        ) from None
+    if not raw:
+        raise InvalidRequest("The request body is empty; send the rows as an NPY file.", param="data")
+    sent = request.headers.getall(ARGUMENTS_HEADER, [])
+    if len(sent) > 1:
+        raise InvalidRequest(f"Send one {ARGUMENTS_HEADER} header, not {len(sent)}.", param=ARGUMENTS_HEADER)
+    text = sent[0] if sent else "{}"
+    if not text.isascii():
+        # Header bytes arrive as Latin-1: UTF-8 text would be read as other characters.
+        raise InvalidRequest(
+            f"The {ARGUMENTS_HEADER} header must be ASCII: escape other characters as \\uXXXX in its JSON.",
+            param=ARGUMENTS_HEADER,
+        )
+    try:
+        fields = msgspec.json.decode(text)
+    except msgspec.DecodeError as exc:
+        raise InvalidRequest(
+            f"The {ARGUMENTS_HEADER} header is not valid JSON: {exc}", param=ARGUMENTS_HEADER, code="invalid_json"
+        ) from None
+    if not isinstance(fields, dict):
+        raise InvalidRequest(
+            f"The {ARGUMENTS_HEADER} header must be a JSON object.", param=ARGUMENTS_HEADER, code="invalid_json"
+        )
+    if "data" in fields:
+        raise InvalidRequest(
+            f"'data' cannot be in the {ARGUMENTS_HEADER} header: the rows are the request body.", param="data"
+        )
+    refuse_unread_fields(endpoint, fields, FIELDS.get(endpoint))
+    block = server.settings.core.block_on_unexpected_fields
+    # The rows are read from the body by the route (inputs.read_npy); an empty list stands in
+    # for them here so that the other fields are checked exactly as in a JSON body.
+    body = validate_body({**fields, "data": []}, schema, block_unknown=block, endpoint=endpoint)
+    return body, raw
+
+
 async def _rows(
     request: Request[Any, Any, Any],
     server: FlexServer,
-    data: list[Any] | inputs.NpyData,
+    data: list[Any] | inputs.NpyData | bytes,
     *,
     features: list[str] | None,
     embedding_model: str | None,
     text_expected: bool | None,
 ) -> tuple[np.ndarray, inputs.Rows]:
     service = service_for(server.settings)
-    if isinstance(data, inputs.NpyData):
+    if isinstance(data, bytes):
+        rows = inputs.read_npy(data, service.limits, features=features, what="The NPY body")
+    elif isinstance(data, inputs.NpyData):
         rows = inputs.parse_npy(data.npy, service.limits, features=features)
     else:
         rows = inputs.parse(data, service.limits, features=features)
@@ -129,7 +209,7 @@ async def fit(request: Request[Any, Any, Any]) -> dict[str, Any]:
     server = server_of(request)
     service = service_for(server.settings)
     store = service.store  # without a state store (-p no:state) a 503 before any work
-    body = await parse_body(request, FitRequest, open_request_context(request, f"{PREFIX}/fit"))
+    body, data = await _read(request, FitRequest, f"{PREFIX}/fit")
     name = model_name(body.model)
     try:
         info = detectors.lookup(body.backend)
@@ -142,13 +222,11 @@ async def fit(request: Request[Any, Any, Any]) -> dict[str, Any]:
         raise InvalidRequest(
             f"The anomaly model '{name}' exists and 'overwrite' is false.", param="overwrite", code="model_exists"
         )
-    is_text = isinstance(body.data, list) and bool(body.data) and isinstance(body.data[0], str)
+    is_text = isinstance(data, list) and bool(data) and isinstance(data[0], str)
     embedding = text.embedding_model_name(server, body.embedding_model) if is_text else None
     if body.embedding_model is not None and not is_text:
         raise InvalidRequest("'embedding_model' applies to text data only.", param="embedding_model")
-    matrix, rows = await _rows(
-        request, server, body.data, features=features, embedding_model=embedding, text_expected=None
-    )
+    matrix, rows = await _rows(request, server, data, features=features, embedding_model=embedding, text_expected=None)
     if len(matrix) < 2:
         raise InvalidRequest("A fit needs at least 2 rows (10 or more are advised).", param="data", code="invalid_data")
     spec = FitSpec(
@@ -219,7 +297,7 @@ async def _score(
 ) -> tuple[dict[str, Any], np.ndarray, np.ndarray, float]:
     server = server_of(request)
     service = service_for(server.settings)
-    body = await parse_body(request, ScoreRequest, open_request_context(request, endpoint))
+    body, data = await _read(request, ScoreRequest, endpoint)
     name = model_name(body.model)
     if body.explain:
         raise InvalidRequest(
@@ -249,7 +327,7 @@ async def _score(
         matrix, _ = await _rows(
             request,
             server,
-            body.data,
+            data,
             features=model.spec.features,
             embedding_model=model.spec.embedding_model,
             text_expected=model.spec.input_type == "text",

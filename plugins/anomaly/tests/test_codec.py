@@ -35,6 +35,17 @@ def test_a_decoded_model_scores_exactly_as_the_fitted_one(backend: str) -> None:
     assert again.stats == model.stats
 
 
+def test_the_checksum_is_sha256_of_the_canonical_header_a_nul_and_the_archive() -> None:
+    """The documented checksum, computed here from its definition: models stored by any
+    earlier version must keep verifying."""
+    import hashlib
+
+    header, blob = codec.encode(_model(), "m")
+    body = {k: v for k, v in header.items() if k != "checksum"}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+    assert header["checksum"] == "sha256:" + hashlib.sha256(canonical + b"\0" + blob).hexdigest()
+
+
 def test_the_stored_archive_is_what_np_savez_writes() -> None:
     model = _model()
     _, blob = codec.encode(model, "m")

@@ -150,3 +150,25 @@ def test_base64_is_checked_as_strictly_as_b64decode_validate() -> None:
             parse_npy(text, AnomalySettings())
         with pytest.raises(ValueError):
             base64.b64decode(text, validate=True)
+
+
+@pytest.mark.parametrize("dtype", ["<f8", ">f8", "<f4", ">i4", "<u2", "|u1", "<i8"])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_npy_rows_are_the_values_numpy_reads_bit_for_bit(dtype: str, order: str) -> None:
+    """The rows are read from the decoded bytes in place (``np.frombuffer``): the same float64
+    matrix, value for value and bit for bit, as ``np.load`` of the file converted to float64,
+    whatever the file's dtype, byte order and memory order."""
+    from flexserv_anomaly.inputs import parse_npy
+    from flexserv_anomaly.settings import AnomalySettings
+
+    rng = np.random.default_rng(7)
+    values = rng.normal(scale=1000.0, size=(37, 5))
+    if np.dtype(dtype).kind in "iu":
+        values = np.abs(values) % np.iinfo(np.dtype(dtype)).max
+    array = np.asarray(values, dtype=np.dtype(dtype), order=order)
+    encoded = npy(array)["npy"]
+    expected = np.load(io.BytesIO(base64.b64decode(encoded)), allow_pickle=False).astype(np.float64)
+    got = parse_npy(encoded, AnomalySettings()).matrix
+    assert got is not None
+    assert got.dtype == np.float64 and got.flags.c_contiguous and got.shape == (37, 5)
+    assert got.tobytes() == np.ascontiguousarray(expected).tobytes()
