@@ -196,6 +196,9 @@ async def test_required_and_named_tool_choice_stream_alike(sdk: openai.AsyncOpen
         "messages": WEATHER_Q,
         "tools": [WEATHER, TIME],
         "tool_choice": choice,
+        # one call: with parallel calls allowed, greedy SmolLM2 under `required` repeats
+        # its call until max_tokens (finish_reason "length")
+        "parallel_tool_calls": False,
         "max_tokens": 80,
         "temperature": 0,
     }
