@@ -176,6 +176,7 @@ __all__ = [
     "open_request_context",
     "parse_body",
     "prepare_params",
+    "read_body",
     "request_owner",
     "request_reads_any_owner",
     "reserved_template_names",
@@ -190,7 +191,7 @@ __all__ = [
 ]
 
 if typing.TYPE_CHECKING:
-    from flexserv_core.api.body import convert_param, parse_body
+    from flexserv_core.api.body import convert_param, parse_body, read_body
     from flexserv_core.api.body import request_context as open_request_context
     from flexserv_core.api.body import validate as validate_body
     from flexserv_core.api.disconnect import until_disconnect
@@ -227,8 +228,10 @@ _LAZY = {
     "until_disconnect": ("flexserv_core.api.disconnect", "until_disconnect"),
     "route_scope": ("flexserv_core.edge.auth", "route_scope"),
     "convert_param": ("flexserv_core.api.body", "convert_param"),
-    # a route that reads its body itself (a multipart form: the audio plugin)
+    # a route that reads its body itself (a multipart form: the audio plugin; an NPY file:
+    # the anomaly plugin)
     "validate_body": ("flexserv_core.api.body", "validate"),
+    "read_body": ("flexserv_core.api.body", "read_body"),
     # A text route outside the core (the Responses API plugin): the chat request it
     # builds, the checks and the session that serve it, its tool calls and its stream
     # (and the tool-calling plugin's: the calls it writes).

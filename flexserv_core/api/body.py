@@ -49,6 +49,19 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
 
+async def read_body(request: Request[Any, Any, Any], *, param: str | None = None) -> bytes:
+    """The raw body within ``--max-request-bytes`` (a 413 naming the limit and ``param``),
+    for a route that reads a body other than JSON."""
+    try:
+        return await request.body()  # Litestar stops at the route's limit (--max-request-bytes)
+    except RequestEntityTooLarge:
+        limit = request.app.state.flexserv.settings.core.max_request_bytes
+        raise PayloadTooLarge(
+            f"The request body is larger than this server's limit of {limit} bytes (--max-request-bytes).",
+            param=param,
+        ) from None
+
+
 async def read_json_object(request: Request[Any, Any, Any]) -> dict[str, Any]:
     """The body as a JSON object, within ``--max-request-bytes`` (413) and
     ``--max-json-depth`` (400): hostile bodies end here, before any hook sees them."""
@@ -56,13 +69,7 @@ async def read_json_object(request: Request[Any, Any, Any]) -> dict[str, Any]:
     if content_type and "json" not in content_type.split(";")[0].lower():
         raise UnsupportedMediaType(f"Expected 'Content-Type: application/json', got '{quote(content_type)}'.")
     core = request.app.state.flexserv.settings.core
-    try:
-        raw = await request.body()  # Litestar stops at the route's limit (--max-request-bytes)
-    except RequestEntityTooLarge:
-        raise PayloadTooLarge(
-            f"The request body is larger than this server's limit of {core.max_request_bytes} bytes"
-            " (--max-request-bytes)."
-        ) from None
+    raw = await read_body(request)
     if not raw.strip():
         raise InvalidRequest("The request body is empty; send a JSON object.", code="invalid_json")
     try:

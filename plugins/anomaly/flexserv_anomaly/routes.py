@@ -12,7 +12,6 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 import numpy as np
 from litestar import Request, delete, get, post
-from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 
 from flexserv_anomaly import detectors, inputs, text
 from flexserv_anomaly.fitted import NORMALIZATIONS, FitSpec, Normalization, ScalerType
@@ -27,11 +26,11 @@ from flexserv_core import (
     ModelLoadError,
     ModelNotFound,
     ModelSpec,
-    PayloadTooLarge,
     ServiceUnavailable,
     UnsupportedParameter,
     open_request_context,
     parse_body,
+    read_body,
     request_owner,
     until_disconnect,
     validate_body,
@@ -131,14 +130,7 @@ async def _read(
         body = await parse_body(request, schema, open_request_context(request, endpoint))
         return body, body.data
     server = server_of(request)
-    limit = server.settings.core.max_request_bytes
-    try:
-        raw = await request.body()  # Litestar stops at the route's limit (--max-request-bytes)
-    except RequestEntityTooLarge:
-        raise PayloadTooLarge(
-            f"The request body is larger than this server's limit of {limit} bytes (--max-request-bytes).",
-            param="data",
-        ) from None
+    raw = await read_body(request, param="data")
     if not raw:
         raise InvalidRequest("The request body is empty; send the rows as an NPY file.", param="data")
     sent = request.headers.getall(ARGUMENTS_HEADER, [])
