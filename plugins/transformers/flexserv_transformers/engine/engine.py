@@ -189,7 +189,9 @@ class PagedEngine:
             grammar=grammar,
             media=media,
             eos_token_ids=self.eos_token_ids,
-            max_draft=self.settings.transformers_speculative_draft_tokens if may_speculate(params, grammar) else 0,
+            max_draft=self.settings.transformers_speculative_draft_tokens
+            if may_speculate(params, grammar is not None)
+            else 0,
         )
         limit = self.settings.transformers_max_batch_size + self.settings.transformers_max_queued_requests
         with self._wake:
