@@ -4,10 +4,13 @@
 ``run(jobs)`` in a single worker thread (see :mod:`flexserv_batching.batcher`);
 :class:`TokenChannel` hands a continuous-batching engine thread's sampled
 :class:`EngineToken` s to each request's coroutine (see
-:mod:`flexserv_batching.token_channel`).
+:mod:`flexserv_batching.token_channel`); :func:`propose` and :class:`DraftState`
+are the prompt-lookup drafts of the engines that speculate (see
+:mod:`flexserv_batching.speculative`).
 """
 
 from flexserv_batching.batcher import BatchRunner, MicroBatcher
+from flexserv_batching.speculative import DraftState, may_speculate, propose
 from flexserv_batching.token_channel import EngineToken, TokenChannel
 
-__all__ = ["BatchRunner", "EngineToken", "MicroBatcher", "TokenChannel"]
+__all__ = ["BatchRunner", "DraftState", "EngineToken", "MicroBatcher", "TokenChannel", "may_speculate", "propose"]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from flexserv_batching.speculative import COOLDOWN_STEPS, DraftState, may_speculate, propose
+from flexserv_batching import DraftState, may_speculate, propose
+from flexserv_batching.speculative import COOLDOWN_STEPS
 
 from flexserv_core import SamplingParams
 

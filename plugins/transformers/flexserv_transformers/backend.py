@@ -98,24 +98,27 @@ class TransformersBackend(Backend):
 
     def preference(self, spec: ModelSpec) -> int:
         """The embedded GGUF: this backend's claim outranks llama.cpp's where it is the
-        faster engine, on an accelerator or in bf16 on a CPU (the default where the CPU has
-        bf16 matrix instructions, AMX or AVX512-BF16; int8 weights compute in bf16 too). On
-        a CPU that would run it in float32 (AVX2-only CPUs, or ``--transformers-dtype
-        float32``), llama.cpp's Q4_1 kernels serve it 1.4-1.8x faster at c=1 and c=20
-        (``docs/benchmarks.md``), so the claim falls to 0 and the llamacpp plugin, when
-        installed, serves it. Any other source: the base preference (0)."""
+        faster engine: on an accelerator, in bf16 on a CPU (the default where the CPU has
+        bf16 matrix instructions, AMX or AVX512-BF16), and in float32 with int8 layers
+        (``--transformers-quantization int8``: 2.4x llama.cpp's Q4_1 at c=1 and 1.6x at
+        c=20 on an emulated AVX2 CPU, ``docs/benchmarks.md``). In plain float32 (the
+        default on AVX2-only CPUs) llama.cpp's kernels are faster at the quality of the
+        float model, so the claim falls to 0 and the llamacpp plugin, when installed,
+        serves it. Any other source: the base preference (0)."""
         if spec.origin != "embedded" or not spec.source.endswith(".gguf"):
             return 0
+        ts = self.settings.get(TransformersSettings)
         where: tuple[str | None, str | None] | None = None
         if self._placement is None:  # the usual case, asked at start-up: no torch import for it
-            where = cpu_placement_without_torch(self.settings.get(TransformersSettings))
+            where = cpu_placement_without_torch(ts)
         if where is None:
             from flexserv_transformers import prewarm
 
             prewarm.wait()  # the placement imports torch: never from two threads at once
             placement = self.placement(spec)
             where = (placement.device, placement.dtype) if placement else (None, None)
-        return 0 if where == ("cpu", "float32") else EMBEDDED_PREFERENCE
+        plain_float32 = where == ("cpu", "float32") and ts.transformers_quantization != "int8"
+        return 0 if plain_float32 else EMBEDDED_PREFERENCE
 
     def load(self, spec: ModelSpec, progress: ProgressCallback) -> TransformersTextModel:
         from flexserv_transformers import prewarm
@@ -128,7 +131,8 @@ class TransformersBackend(Backend):
         try:
             device = resolve_device(ts.transformers_device)
             dtype = resolve_dtype(ts.transformers_dtype, device)
-            check_quantization(ts.transformers_quantization, device, dtype)
+            quantization = ts.transformers_quantization
+            check_quantization(quantization, device, dtype)
         except UsageError as exc:
             raise ModelLoadError(f"Model '{spec.name}': {exc}") from exc
         options = LoadOptions(
@@ -137,7 +141,7 @@ class TransformersBackend(Backend):
             cache_dir=default_cache_dir(self.settings),
             attn_implementation=ts.transformers_attn_implementation,
             trust_remote_code=ts.transformers_trust_remote_code,
-            quantization=ts.transformers_quantization,
+            quantization=quantization,
             model_code=ts.transformers_model_code,
             engine=ts.transformers_engine,
         )
@@ -155,11 +159,12 @@ class TransformersBackend(Backend):
             max_images=ts.transformers_max_images,
         )
         log.info(
-            "model '%s' loaded in %.2f s on %s (%s), engine %s",
+            "model '%s' loaded in %.2f s on %s (%s%s), engine %s",
             spec.name,
             time.perf_counter() - started,
             text_model.device,
             text_model.dtype,
+            "" if quantization == "none" else f", {quantization}",
             ts.transformers_engine,
         )
         return text_model

@@ -1,4 +1,6 @@
-"""Weight-only int8 for CPU decoding (``--transformers-quantization int8``, opt-in).
+"""int8 for CPU decoding (``--transformers-quantization int8``).
+
+In bfloat16 (CPUs with fast bf16, opt-in), weight-only:
 
 A batch-1 decode step is a chain of matrix-vector products: its time is the time
 to stream every weight from memory once. Storing each ``nn.Linear`` weight as
@@ -8,11 +10,17 @@ int8 weight-only recipes use) multiplies a bf16 activation by them directly.
 Activations stay bf16, so only the weights are rounded (symmetric, per output
 channel). Greedy output is close to, but not identical to, the bf16 model's;
 ``docs/benchmarks.md`` records the agreement measured on the embedded model.
+
+In float32 (AVX2-only CPUs), int8 weights *and* activations on fbgemm's kernels
+(:class:`flexserv_torch.RowInt8Linear`): each activation row is quantized with its
+own scale, so a row's logits do not depend on the rows batched with it, and
+speculative verification keeps greedy output unchanged.
 """
 
 from __future__ import annotations
 
 import torch
+from flexserv_torch import quantize_linears as quantize_rows
 from torch import nn
 
 __all__ = ["Int8Linear", "quantize_linears"]
@@ -58,11 +66,14 @@ class Int8Linear(nn.Module):
 
 
 def quantize_linears(model: nn.Module, compute_dtype: torch.dtype = torch.bfloat16) -> int:
-    """Replace every ``nn.Linear`` of ``model`` (the output head included) by :class:`Int8Linear`.
+    """Replace every ``nn.Linear`` of ``model`` (the output head included) by
+    :class:`Int8Linear`, or in float32 by :class:`flexserv_torch.RowInt8Linear`.
 
     A tied output head gets its own int8 copy; the input embedding keeps its
     weights. Returns the number of layers replaced.
     """
+    if compute_dtype is torch.float32:
+        return quantize_rows(model)
     targets = [(name, module) for name, module in model.named_modules() if isinstance(module, nn.Linear)]
     for name, linear in targets:
         parent_name, _, child = name.rpartition(".")

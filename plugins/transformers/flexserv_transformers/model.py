@@ -88,7 +88,7 @@ class TransformersTextModel(TextGenerationModel):
             device=model.device,
             eos_token_ids=self.eos_token_ids,
             context_length=context_length(model),
-            vocab_size=int(model.get_output_embeddings().weight.shape[0]),
+            vocab_size=int(model.get_output_embeddings().out_features),
             name=spec.name,
         )
         #: What the engine runs (the HF model, EOS ids): public for tools and tests.

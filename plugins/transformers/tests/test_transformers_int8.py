@@ -1,4 +1,4 @@
-"""int8 weight-only layers (``--transformers-quantization int8``) and where they are allowed."""
+"""int8 layers (``--transformers-quantization int8``: weight-only in bf16, rows in float32) and where they are allowed."""
 
 from __future__ import annotations
 
@@ -49,14 +49,35 @@ def test_quantize_linears_replaces_every_linear_and_keeps_the_model_close(tmp_pa
     assert (after - before).abs().max().item() < 0.1 * (before.max() - before.min()).item()
 
 
-@pytest.mark.parametrize(
-    ("device", "dtype", "message"),
-    [("cuda", "bfloat16", "runs on CPU"), ("cpu", "float32", "computes in bfloat16")],
-)
-def test_int8_needs_cpu_and_bfloat16(device, dtype, message):
+def test_in_float32_every_linear_becomes_a_row_int8_layer(tmp_path):
+    import torch
+    from flexserv_torch import RowInt8Linear
+    from flexserv_transformers.int8 import quantize_linears
+    from flexserv_transformers.testing import build_tiny_llama
+    from transformers import AutoModelForCausalLM
+
+    path = build_tiny_llama(tmp_path / "tiny", max_position_embeddings=64)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    ids = torch.tensor([[5, 17, 42, 99, 7, 8, 300, 12]])
+    with torch.inference_mode():
+        before = model(ids).logits
+    assert quantize_linears(model, torch.float32) == 2 * 7 + 1
+    assert all(type(m) is not torch.nn.Linear for m in model.modules())
+    assert isinstance(model.get_output_embeddings(), RowInt8Linear)
+    with torch.inference_mode():
+        after = model(ids).logits
+    assert after.dtype is torch.float32
+    assert (before.argmax(-1) == after.argmax(-1)).float().mean().item() >= 0.75
+    assert (after - before).abs().max().item() < 0.1 * (before.max() - before.min()).item()
+
+
+def test_int8_runs_on_cpu_in_bfloat16_or_float32():
     import torch
     from flexserv_transformers.settings import check_quantization
 
-    with pytest.raises(UsageError, match=message):
-        check_quantization("int8", torch.device(device), getattr(torch, dtype))
+    with pytest.raises(UsageError, match="runs on CPU"):
+        check_quantization("int8", torch.device("cuda"), torch.bfloat16)
+    with pytest.raises(UsageError, match="bfloat16 or float32"):
+        check_quantization("int8", torch.device("cpu"), torch.float16)
     check_quantization("int8", torch.device("cpu"), torch.bfloat16)
+    check_quantization("int8", torch.device("cpu"), torch.float32)  # fbgemm: every x86 torch build has it

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from flexserv_batching import TokenChannel
 from flexserv_constraints import BlockedMasks, TokenMatcher, fill_blocked_masks
-from flexserv_torch import IntraOpThreads
+from flexserv_torch import IntraOpThreads, RowInt8Linear
 
 from flexserv_core import (
     FinishReason,
@@ -93,8 +93,15 @@ class PagedEngine:
         self.device = str(device)
         #: The engine thread's intra-op threads, chosen per step in :meth:`_step`.
         self._threads = IntraOpThreads(s.transformers_single_thread_step_tokens if device.type == "cpu" else 0)
-        self.vocab_size = model.get_output_embeddings().weight.shape[0]
+        self.vocab_size = model.get_output_embeddings().out_features
         self.eos_token_ids = frozenset(eos_token_ids)
+        self.max_draft = s.transformers_speculative_draft_tokens
+        if self.max_draft and any(isinstance(m, RowInt8Linear) for m in model.modules()):
+            # A verified draft's rows take another attention path than plain decoding; float
+            # noise there stays within ties in float32, but int8 activations round it into
+            # differences past them (a top-2 gap of 0.47 measured): drafts would change tokens.
+            log.warning("model '%s': speculative decoding off: its int8 activations would change tokens", name)
+            self.max_draft = 0
         self.runner = ModelRunner(model, cache)
         why = self.runner.unservable()
         if why is not None:
@@ -189,9 +196,7 @@ class PagedEngine:
             grammar=grammar,
             media=media,
             eos_token_ids=self.eos_token_ids,
-            max_draft=self.settings.transformers_speculative_draft_tokens
-            if may_speculate(params, grammar is not None)
-            else 0,
+            max_draft=self.max_draft if may_speculate(params, grammar is not None) else 0,
         )
         limit = self.settings.transformers_max_batch_size + self.settings.transformers_max_queued_requests
         with self._wake:

@@ -45,6 +45,6 @@ from __future__ import annotations
 
 # The drafts and their adaptive length are the batching library's, shared with the
 # llama.cpp engine; this module keeps the paged engine's rules above.
-from flexserv_batching.speculative import DraftState, may_speculate, propose
+from flexserv_batching import DraftState, may_speculate, propose
 
 __all__ = ["DraftState", "may_speculate", "propose"]

@@ -213,7 +213,7 @@ class LlamaForCausalLM(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        return self.lm_head.weight.device
+        return self.model.embed_tokens.weight.device
 
     @property
     def dtype(self) -> torch.dtype:
@@ -223,7 +223,7 @@ class LlamaForCausalLM(nn.Module):
         return self.model.embed_tokens
 
     def get_output_embeddings(self) -> Any:
-        """``lm_head``: an ``nn.Linear``, or an ``Int8Linear`` after int8 quantization."""
+        """``lm_head``: an ``nn.Linear``, or an int8 layer after int8 quantization."""
         return self.lm_head
 
     def forward(

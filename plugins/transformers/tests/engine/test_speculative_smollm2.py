@@ -50,3 +50,35 @@ async def test_copying_is_drafted_from_the_prompt_and_output_is_unchanged(smollm
     accepted = spec[3]["speculative"]["accepted_tokens"]
     assert accepted > 0.7 * drafted > 0
     assert spec[2] < 0.6 * plain[2]  # far fewer forward passes for the same tokens
+
+
+@pytest.fixture(scope="module")
+def smollm2_int8(smollm2):
+    """The same weights in float32 with int8 layers (``--transformers-quantization int8``
+    in float32): a copy, so the float32 model stays as the other tests share it."""
+    import copy
+
+    import torch
+    from flexserv_transformers.int8 import quantize_linears
+
+    model, tok = smollm2
+    quantized = copy.deepcopy(model)
+    quantize_linears(quantized, torch.float32)
+    return quantized, tok
+
+
+async def test_with_int8_layers_the_engine_does_not_speculate(smollm2_int8, caplog) -> None:
+    """int8 activations round the float noise of a draft's other attention path into token
+    changes past ties, so an engine on int8 rows never drafts, and says so."""
+    model, tok = smollm2_int8
+    prompt = chat_prompt(tok, COPY)
+    with caplog.at_level("WARNING"):
+        engine = make_engine(model, tok, speculative_draft_tokens=16)
+    try:
+        out = await generate(engine, prompt, 24)
+        stats = engine.stats()
+    finally:
+        engine.close()
+    assert stats["speculative"]["drafted_tokens"] == 0 and stats["steps"] >= 24
+    assert "speculative decoding off" in caplog.text
+    assert tok.decode(out[:12]) in PASSAGE  # it still copies, one token a step
