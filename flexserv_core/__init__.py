@@ -175,6 +175,7 @@ __all__ = [
     "hookspec",
     "open_request_context",
     "parse_body",
+    "parse_fields",
     "prepare_params",
     "read_body",
     "request_owner",
@@ -191,7 +192,7 @@ __all__ = [
 ]
 
 if typing.TYPE_CHECKING:
-    from flexserv_core.api.body import convert_param, parse_body, read_body
+    from flexserv_core.api.body import convert_param, parse_body, parse_fields, read_body
     from flexserv_core.api.body import request_context as open_request_context
     from flexserv_core.api.body import validate as validate_body
     from flexserv_core.api.disconnect import until_disconnect
@@ -232,6 +233,7 @@ _LAZY = {
     # the anomaly plugin)
     "validate_body": ("flexserv_core.api.body", "validate"),
     "read_body": ("flexserv_core.api.body", "read_body"),
+    "parse_fields": ("flexserv_core.api.body", "parse_fields"),
     # A text route outside the core (the Responses API plugin): the chat request it
     # builds, the checks and the session that serve it, its tool calls and its stream
     # (and the tool-calling plugin's: the calls it writes).

@@ -233,7 +233,9 @@ def flexserv_preprocess_request(endpoint: str, body: dict[str, Any], context: Re
 
     Called for every JSON request to an OpenAI endpoint, after the body is parsed
     and before it is checked against the schema (so it may remove fields the
-    schema does not know, or fill defaults). Store per-request data in
+    schema does not know, or fill defaults); and for the fields a plugin route
+    reads from elsewhere and checks with :func:`flexserv_core.parse_fields` (the
+    anomaly plugin's header of an NPY request). Store per-request data in
     ``context.state``, never in globals: requests run concurrently. Raise
     :class:`flexserv_core.InvalidRequest` (with ``param``) to reject it.
 

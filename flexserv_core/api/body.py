@@ -129,10 +129,16 @@ def _too_deep(limit: int) -> InvalidRequest:
 
 async def parse_body(request: Request[Any, Any, Any], schema: type[StructT], context: RequestContext) -> StructT:
     """Parse, preprocess (hooks) and validate the JSON body against ``schema``."""
-    body = await read_json_object(request)
-    await hooks.preprocess_request(context.endpoint, body, context)
+    return await parse_fields(await read_json_object(request), schema, context)
+
+
+async def parse_fields(fields: dict[str, Any], schema: type[StructT], context: RequestContext) -> StructT:
+    """Preprocess (``flexserv_preprocess_request``) and validate a request's fields as
+    :func:`parse_body` does a JSON body's: for a route that reads them from elsewhere
+    (the JSON object of a header that comes with a binary body)."""
+    await hooks.preprocess_request(context.endpoint, fields, context)
     return validate(
-        body, schema, block_unknown=context.server.settings.core.block_on_unexpected_fields, endpoint=context.endpoint
+        fields, schema, block_unknown=context.server.settings.core.block_on_unexpected_fields, endpoint=context.endpoint
     )
 
 

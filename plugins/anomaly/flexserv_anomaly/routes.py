@@ -30,10 +30,10 @@ from flexserv_core import (
     UnsupportedParameter,
     open_request_context,
     parse_body,
+    parse_fields,
     read_body,
     request_owner,
     until_disconnect,
-    validate_body,
 )
 
 log = logging.getLogger(__name__)
@@ -129,7 +129,6 @@ async def _read(
     if media_type != NPY_MEDIA_TYPE:
         body = await parse_body(request, schema, open_request_context(request, endpoint))
         return body, body.data
-    server = server_of(request)
     raw = await read_body(request, param="data")
     if not raw:
         raise InvalidRequest("The request body is empty; send the rows as an NPY file.", param="data")
@@ -157,11 +156,11 @@ async def _read(
         raise InvalidRequest(
             f"'data' cannot be in the {ARGUMENTS_HEADER} header: the rows are the request body.", param="data"
         )
-    refuse_unread_fields(endpoint, fields, FIELDS.get(endpoint))
-    block = server.settings.core.block_on_unexpected_fields
-    # The rows are read from the body by the route (inputs.read_npy); an empty list stands in
-    # for them here so that the other fields are checked exactly as in a JSON body.
-    body = validate_body({**fields, "data": []}, schema, block_unknown=block, endpoint=endpoint)
+    # Plugins' preprocess hooks (this one's refuses fields the route does not read) and the
+    # schema see the fields as in a JSON body; an empty list stands in for the rows, which
+    # the route reads from the body (inputs.read_npy).
+    fields["data"] = []
+    body = await parse_fields(fields, schema, open_request_context(request, endpoint))
     return body, raw
 
 

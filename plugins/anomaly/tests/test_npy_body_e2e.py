@@ -14,6 +14,8 @@ import pytest
 from anomaly_client import Serve, error, fit, score
 from synthetic import blobs
 
+from flexserv_core import InvalidRequest, RequestContext, hookimpl
+
 NPY = "application/x-npy"
 
 
@@ -135,3 +137,29 @@ def test_npy_bodies_and_their_arguments_are_checked_as_json_bodies_are(serve: Se
             "/v1/anomaly/fit", content=npy_bytes(rows), headers={"content-type": "application/octet-stream"}
         )
         assert other.status_code == 415
+
+
+class _Gatekeeper:
+    """Another plugin's preprocess hook: records what it sees, refuses one model name."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, dict[str, Any]]] = []
+
+    @hookimpl
+    def flexserv_preprocess_request(self, endpoint: str, body: dict[str, Any], context: RequestContext) -> None:
+        self.seen.append((endpoint, dict(body)))
+        if body.get("model") == "forbidden":
+            raise InvalidRequest("This deployment does not allow that model name.", param="model")
+
+
+def test_other_plugins_preprocess_hooks_see_the_header_fields_of_an_npy_request(serve: Serve) -> None:
+    gate = _Gatekeeper()
+    train, _ = blobs(n=60, outliers=3, seed=5)
+    with serve(plugins=("anomaly", gate)) as client:
+        arguments = {"model": "gated", "backend": "robust_zscore", "contamination": 0.05}
+        assert post_npy(client, "/v1/anomaly/fit", npy_bytes(train), arguments).status_code == 200
+        refused = post_npy(client, "/v1/anomaly/score", npy_bytes(train[:5]), {"model": "forbidden"})
+        body = error(refused, 400)
+        assert body["param"] == "model" and "does not allow" in body["message"]
+    assert gate.seen[0] == ("/v1/anomaly/fit", {**arguments, "data": []})
+    assert gate.seen[1] == ("/v1/anomaly/score", {"model": "forbidden", "data": []})
