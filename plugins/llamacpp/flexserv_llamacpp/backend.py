@@ -6,7 +6,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from flexserv_core import Backend, ModelKind, ModelSpec, Placement, ProgressCallback, Settings
+from flexserv_core import Backend, ModelKind, ModelLoadError, ModelSpec, Placement, ProgressCallback, Settings
 from flexserv_llamacpp.settings import LlamaCppSettings
 from flexserv_llamacpp.sources import is_gguf_source
 
@@ -48,6 +48,7 @@ class LlamaCppBackend(Backend):
         from flexserv_llamacpp.sources import resolve_gguf
 
         s = self.settings.get(LlamaCppSettings)
+        kv_cache_type = kv_cache_type_of(s)
         started = time.perf_counter()
         progress("finding the GGUF file", None)
         path = resolve_gguf(spec)
@@ -58,6 +59,7 @@ class LlamaCppBackend(Backend):
             context_length=int(spec.options.get("context_length", 0) or s.llamacpp_context_length),
             kv_cache_tokens=s.llamacpp_kv_cache_tokens,
             available=available_memory(),
+            kv_cache_type=kv_cache_type,
         )
         log.info("model '%s' (%s, %s): %s", spec.name, path.name, info.architecture, sizing.describe())
         progress(f"loading {path.name} with llama.cpp: {sizing.describe()}", None)
@@ -69,6 +71,7 @@ class LlamaCppBackend(Backend):
             n_batch=s.llamacpp_batch_tokens,
             n_threads=threads,
             flash_attention=s.llamacpp_flash_attention,
+            kv_cache_type=kv_cache_type,
         )
         try:
             model = LlamaCppTextModel(
@@ -91,3 +94,15 @@ class LlamaCppBackend(Backend):
             s.llamacpp_parallel,
         )
         return model
+
+
+def kv_cache_type_of(s: LlamaCppSettings) -> str:
+    """The KV cache's type: ``auto`` is q8_0 unless flash attention is off."""
+    if s.llamacpp_kv_cache_type != "auto":
+        if s.llamacpp_kv_cache_type == "q8_0" and s.llamacpp_flash_attention == "off":
+            raise ModelLoadError(
+                "--llamacpp-kv-cache-type q8_0 needs flash attention (llama.cpp quantizes the V cache only with it): "
+                "set --llamacpp-flash-attention auto or on, or --llamacpp-kv-cache-type f16."
+            )
+        return s.llamacpp_kv_cache_type
+    return "f16" if s.llamacpp_flash_attention == "off" else "q8_0"

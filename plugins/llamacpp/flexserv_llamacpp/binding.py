@@ -63,6 +63,7 @@ class LlamaRuntime:
         n_batch: int,
         n_threads: int,
         flash_attention: str = "auto",
+        kv_cache_type: str = "f16",
     ) -> None:
         llama = self.llama = _llama()
         mparams = llama.llama_model_default_params()
@@ -86,6 +87,8 @@ class LlamaRuntime:
             "on": llama.LLAMA_FLASH_ATTN_TYPE_ENABLED,
             "off": llama.LLAMA_FLASH_ATTN_TYPE_DISABLED,
         }[flash_attention]
+        cparams.type_k = cparams.type_v = {"f16": llama.GGML_TYPE_F16, "q8_0": llama.GGML_TYPE_Q8_0}[kv_cache_type]
+        self.kv_cache_type = kv_cache_type
         cparams.kv_unified = True  # one pool of cells: any sequence may use the whole context
         cparams.no_perf = True
         ctx = llama.llama_init_from_model(model, cparams)

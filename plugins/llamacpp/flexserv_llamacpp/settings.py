@@ -48,6 +48,16 @@ class LlamaCppSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
             "equals llama-cpp-python's Llama only with the same choice: its default is off."
         ),
     ] = "auto"
+    llamacpp_kv_cache_type: Annotated[
+        Literal["auto", "q8_0", "f16"],
+        msgspec.Meta(
+            description="Element type of the KV cache. q8_0 takes 34/64 of f16's memory and, on llama.cpp's CPU "
+            "kernels, computes a row alike whatever else is in its batch, which speculation needs to keep greedy "
+            "output unchanged (with f16 and several threads, a single decode row over 512 or more cells takes "
+            "another attention path). auto: q8_0, or f16 where flash attention is off (llama.cpp quantizes the V "
+            "cache only with it)."
+        ),
+    ] = "auto"
     llamacpp_prefix_caching: Annotated[
         bool, msgspec.Meta(description="Reuse the KV cache of prompt prefixes shared with other requests.")
     ] = True
