@@ -11,6 +11,7 @@ from flexserv_llamacpp.settings import LlamaCppSettings
 from flexserv_llamacpp.sources import is_gguf_source
 
 if TYPE_CHECKING:
+    from flexserv_llamacpp.binding import LlamaRuntime
     from flexserv_llamacpp.model import LlamaCppTextModel
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,7 @@ class LlamaCppBackend(Backend):
             kv_cache_type=kv_cache_type,
         )
         try:
+            max_draft = speculation_of(spec, runtime, s.llamacpp_speculative_draft_tokens)
             model = LlamaCppTextModel(
                 spec,
                 runtime,
@@ -82,16 +84,18 @@ class LlamaCppBackend(Backend):
                 default_max_tokens=s.llamacpp_default_max_tokens,
                 max_queued=s.llamacpp_max_queued_requests,
                 prefix_caching=s.llamacpp_prefix_caching,
+                max_draft=max_draft,
             )
         except BaseException:
             runtime.close()
             raise
         log.info(
-            "model '%s' loaded by llama.cpp in %.2f s: %d threads, %d parallel sequences",
+            "model '%s' loaded by llama.cpp in %.2f s: %d threads, %d parallel sequences, speculation %s",
             spec.name,
             time.perf_counter() - started,
             threads,
             s.llamacpp_parallel,
+            f"up to {max_draft} draft tokens" if max_draft else "off",
         )
         return model
 
@@ -106,3 +110,24 @@ def kv_cache_type_of(s: LlamaCppSettings) -> str:
             )
         return s.llamacpp_kv_cache_type
     return "f16" if s.llamacpp_flash_attention == "off" else "q8_0"
+
+
+def speculation_of(spec: ModelSpec, runtime: LlamaRuntime, max_draft: int) -> int:
+    """The draft cap the engine gets: ``max_draft`` where verification keeps greedy
+    output unchanged (rows computed alike whatever their batch), else 0, with a log
+    line that says why."""
+    from flexserv_llamacpp.binding import rows_batch_invariant
+
+    if max_draft == 0:
+        return 0
+    if runtime.kv_cache_type == "f16" and runtime.n_threads > 1:
+        why = (
+            "with an f16 KV cache and several threads llama.cpp computes a lone decode row over 512 or more cells "
+            "differently from several rows (--llamacpp-kv-cache-type q8_0 does not)"
+        )
+    elif not rows_batch_invariant(runtime):
+        why = "llama.cpp's kernels for this model compute a row differently in a batch of several (load-time check)"
+    else:
+        return max_draft
+    log.warning("model '%s': speculative decoding off: %s; output is unchanged, only slower", spec.name, why)
+    return 0

@@ -128,3 +128,9 @@ def test_a_q8_0_cache_without_flash_attention_is_refused_naming_both_settings() 
     with pytest.raises(ModelLoadError) as info:
         kv_cache_type_of(s)
     assert "--llamacpp-kv-cache-type" in info.value.message and "--llamacpp-flash-attention" in info.value.message
+
+
+def test_speculation_is_off_by_default() -> None:
+    from flexserv_llamacpp.settings import LlamaCppSettings
+
+    assert LlamaCppSettings().llamacpp_speculative_draft_tokens == 0
