@@ -63,6 +63,7 @@ class LlamaRuntime:
         n_batch: int,
         n_threads: int,
         flash_attention: str = "auto",
+        kv_cache_type: str = "f16",
     ) -> None:
         llama = self.llama = _llama()
         mparams = llama.llama_model_default_params()
@@ -86,6 +87,9 @@ class LlamaRuntime:
             "on": llama.LLAMA_FLASH_ATTN_TYPE_ENABLED,
             "off": llama.LLAMA_FLASH_ATTN_TYPE_DISABLED,
         }[flash_attention]
+        cparams.type_k = cparams.type_v = {"f16": llama.GGML_TYPE_F16, "q8_0": llama.GGML_TYPE_Q8_0}[kv_cache_type]
+        self.kv_cache_type = kv_cache_type
+        self.n_threads = n_threads
         cparams.kv_unified = True  # one pool of cells: any sequence may use the whole context
         cparams.no_perf = True
         ctx = llama.llama_init_from_model(model, cparams)
@@ -198,6 +202,48 @@ class LlamaRuntime:
         self.llama.llama_batch_free(self.batch)
         self.llama.llama_free(self.ctx)
         self.llama.llama_model_free(self.model)
+
+
+#: The load-time check of :func:`rows_batch_invariant`: a prefix, then rows decoded one
+#: by one and again in one batch after another sequence's prompt chunk.
+_PROBE_TEXT = "Speculative rows must not depend on their batch: 0123456789 the quick brown fox. " * 4
+_PROBE_PREFIX, _PROBE_ROWS, _PROBE_OTHER = 8, 8, 40
+
+
+def rows_batch_invariant(runtime: LlamaRuntime) -> bool:
+    """Whether a row's logits are bit for bit the same decoded alone and decoded with
+    other rows of its sequence and of another sequence's prompt in one batch: what
+    speculation needs to keep greedy output unchanged. It depends on llama.cpp's CPU
+    kernels for the weights' and the cache's types (with an f16 cache and several
+    threads a single row over 512 or more cells takes another attention path, which
+    this short probe does not reach: :func:`flexserv_llamacpp.backend.speculation_of`
+    rules that case out). Run at load, before the engine starts, on sequences 0 and 1
+    (0 alone with one sequence slot), which it leaves empty."""
+    ids = runtime.tokenize(_PROBE_TEXT, add_special=False)
+    prefix, rows = ids[:_PROBE_PREFIX], ids[_PROBE_PREFIX : _PROBE_PREFIX + _PROBE_ROWS]
+    k = len(rows)
+    m = min(_PROBE_OTHER, runtime.n_batch - k) if runtime.n_seq_max > 1 else 0
+    other = (ids[::-1] * m)[:m]
+    n = len(prefix)
+    try:
+        if k < _PROBE_ROWS or n + k > runtime.n_ctx:
+            return False
+        if runtime.decode(prefix, list(range(n)), [0] * n, [False] * n) != 0:
+            return False
+        alone = []
+        for i, token in enumerate(rows):
+            if runtime.decode([token], [n + i], [0], [True]) != 0:
+                return False
+            alone.append(runtime.logits(1)[0].copy())
+        runtime.seq_rm(0, n, -1)
+        status = runtime.decode(
+            other + rows, [*range(m), *range(n, n + k)], [1] * m + [0] * k, [False] * m + [True] * k
+        )
+        return status == 0 and bool(np.array_equal(runtime.logits(k), np.stack(alone)))
+    finally:
+        runtime.seq_rm(0)
+        if runtime.n_seq_max > 1:
+            runtime.seq_rm(1)
 
 
 def default_threads() -> int:

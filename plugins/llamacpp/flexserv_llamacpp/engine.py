@@ -18,6 +18,28 @@ common prefix is computed once.
 KV room: a sequence is admitted only while the running sequences' prompts and
 ``max_tokens`` (counted as if nothing were shared) fit in the cache's cells, so
 a decode never runs out of room for lack of eviction.
+
+Speculation (``max_draft > 0``, off by default): a decoding sequence that may
+speculate (``flexserv_batching.speculative``) drafts the tokens that followed the
+latest earlier occurrence of its last few tokens; the draft runs as extra rows of
+the sequence in the same ``llama_decode`` (at most ``max_draft`` drafted rows a
+step, within the batch's tokens, the sequence's ``max_tokens`` and its context).
+Each row's logits are processed as the sampler processes a row, with the tokens
+kept before it observed: a greedy sequence keeps draft tokens while each is its
+pick, a sampled one keeps draft token ``x`` with probability ``p(x)`` (else draws
+from ``p`` without ``x``), then the pick where that stopped, so the output is the
+output without speculation, or has its distribution. That needs a row's logits
+not to depend on the other rows of its batch (the backend checks it at load), and
+each sequence's cells to stay in position order: llama.cpp's flash attention sums
+a sequence's cells in cell order, and llama.cpp puts a batch's rows into the lowest
+free cells, so a row that landed in a cell freed below its sequence's earlier
+cells would round differently. Hence every draft row goes at the end of the batch,
+after the step's decodes and prompt chunks, and verification frees the cells from
+the first rejected draft row of the batch on, accepted rows of later drafts
+included: their tokens are kept, their cells computed again next step. So drafts
+leave no free cell below a cell in use (cells freed otherwise, by a cancelled
+request or a trimmed or evicted prefix, can still change that order: the README,
+"Cell order").
 """
 
 from __future__ import annotations
@@ -32,6 +54,7 @@ from typing import Any
 
 import numpy as np
 from flexserv_batching import EngineToken, TokenChannel
+from flexserv_batching.speculative import DraftState, may_speculate, propose
 from flexserv_constraints import CompiledConstraint, TokenMatcher, fill_blocked_masks
 
 from flexserv_core import FinishReason, SamplingParams, ServiceUnavailable, TooManyRequests
@@ -77,6 +100,9 @@ class Sequence:
     slot: Slot | None = None
     #: (the sequence whose prefill this one waits for, tokens it will share)
     donor: tuple[Sequence, int] | None = None
+    #: its adaptive draft length (``None``: it never speculates), and this step's draft
+    drafts: DraftState | None = None
+    draft: list[int] = field(default_factory=list)
     cancelled: bool = False
     finished: bool = False
 
@@ -112,6 +138,7 @@ class LlamaEngine:
         context_length: int,
         max_queued: int,
         prefix_caching: bool = True,
+        max_draft: int = 0,
         name: str = "",
     ) -> None:
         self.runtime = runtime
@@ -121,6 +148,7 @@ class LlamaEngine:
         self.cells = runtime.n_ctx
         self.max_queued = max_queued
         self.prefix_caching = prefix_caching
+        self.max_draft = max_draft
         self.eog = runtime.eog_tokens
         self.slots = [Slot(i) for i in range(self.parallel)]
         self._inbox: list[Sequence] = []
@@ -141,6 +169,9 @@ class LlamaEngine:
         self.prompt_tokens_reused = 0
         self.prefix_waits = 0
         self.cache_evictions = 0
+        self.drafted_tokens = 0
+        self.accepted_tokens = 0
+        self.draft_tokens_recomputed = 0
         self._thread = threading.Thread(target=self._loop, name=f"flexserv-llamacpp-{name}", daemon=True)
         self._thread.start()
 
@@ -150,6 +181,7 @@ class LlamaEngine:
         """Queue ``prompt`` (on the event loop); :class:`TooManyRequests` when full."""
         assert 0 < len(prompt) < self.context_length, "the API layer checks prompts against TextLimits"
         compiled: CompiledConstraint | None = params.grammar  # the core passes it through untyped
+        speculates = self.max_draft > 0 and may_speculate(params, compiled is not None)
         seq = Sequence(
             prompt=list(prompt),
             params=params,
@@ -159,6 +191,7 @@ class LlamaEngine:
             arrived=time.monotonic(),
             matcher=compiled.matcher() if compiled is not None else None,
             tokens=list(prompt),
+            drafts=DraftState(self.max_draft) if speculates else None,
         )
         with self._wake:
             if self._closed:
@@ -210,6 +243,9 @@ class LlamaEngine:
             "prompt_tokens_reused": self.prompt_tokens_reused,
             "prefix_waits": self.prefix_waits,
             "cache_evictions": self.cache_evictions,
+            "drafted_tokens": self.drafted_tokens,
+            "accepted_tokens": self.accepted_tokens,
+            "draft_tokens_recomputed": self.draft_tokens_recomputed,
             "kv_cells": self.cells,
             "kv_cells_used": min(used, self.cells),
         }
@@ -406,6 +442,19 @@ class LlamaEngine:
             if n > 0:
                 plan.append((seq, n))
                 budget -= n
+        drafts = min(budget, self.max_draft)  # the batch's rows left, at most max_draft
+        for seq, n in plan:
+            seq.draft = []
+            # only a sequence whose cells hold all its tokens but the last (n == 1) drafts
+            if seq.drafts is None or n != 1 or seq.prefilling or drafts <= 0:
+                continue
+            # room for the draft and the token verification adds after it, within
+            # max_tokens and the context (max_total counts both)
+            room = seq.max_total - len(seq.tokens) - 1
+            k = min(seq.drafts.want(), room, drafts)
+            if k > 0:
+                seq.draft = propose(seq.tokens, k)
+                drafts -= len(seq.draft)
         return plan
 
     def _make_room(self, needed: int) -> None:
@@ -437,6 +486,14 @@ class LlamaEngine:
             outputs.extend([False] * (n - 1) + [last])
             if last:
                 sampling.append(seq)
+        drafting = [seq for seq, _ in plan if seq.draft]
+        for seq in drafting:  # last in the batch: see the module docstring
+            assert seq.slot is not None
+            k = len(seq.draft)
+            tokens.extend(seq.draft)
+            positions.extend(range(len(seq.tokens), len(seq.tokens) + k))
+            seq_ids.extend([seq.slot.id] * k)
+            outputs.extend([True] * k)
         self._make_room(len(tokens))
         status = self.runtime.decode(tokens, positions, seq_ids, outputs)
         if status == 1:  # no room: free every cached prefix and try once more
@@ -448,14 +505,23 @@ class LlamaEngine:
         for seq, n in plan:
             seq.n_computed += n
         if sampling:
-            logits = self.runtime.logits(len(sampling))
+            logits = self.runtime.logits(len(sampling) + sum(len(seq.draft) for seq in drafting))
             masks = fill_blocked_masks([seq.matcher for seq in sampling], self.runtime.n_vocab)
             blocked: list[np.ndarray | None] = [None] * len(sampling)
             if masks is not None:
-                for j, row in enumerate(masks.rows):
-                    blocked[row] = masks.blocked[j]
-            for row, seq in enumerate(sampling):
-                self._emit(seq, seq.sampler.pick(logits[row], blocked[row]))
+                for j, index in enumerate(masks.rows):
+                    blocked[index] = masks.blocked[j]
+            draft_row = len(sampling)  # the draft rows' logits follow one row per sampled sequence
+            freed = False  # whether a rejected draft row's cell was freed yet this step
+            for index, seq in enumerate(sampling):
+                if not seq.draft:
+                    self._emit(seq, seq.sampler.pick(logits[index], blocked[index]))
+                    continue
+                assert blocked[index] is None, "a constrained sequence does not draft"
+                k = len(seq.draft)
+                rows = np.concatenate([logits[index : index + 1], logits[draft_row : draft_row + k]])
+                draft_row += k
+                freed = self._verify(seq, rows, keep_cells=not freed) or freed
         self.steps += 1
         self.batch_tokens += len(tokens)
         if len(plan) > 1:
@@ -472,21 +538,63 @@ class LlamaEngine:
             self._done(seq)
             seq.emit(error)
 
+    def _verify(self, seq: Sequence, logits: np.ndarray, *, keep_cells: bool) -> bool:
+        """Keep the draft's tokens while each is the sampler's pick at its row (see the
+        module docstring), then the pick where that stopped. ``logits``: the rows of
+        the sequence's last known token and of its draft. The cells of the draft's
+        accepted tokens stay where ``keep_cells`` (no cell below them was freed this
+        step), else they are freed too and their tokens computed again next step.
+        Returns whether it freed a cell."""
+        draft, seq.draft = seq.draft, []
+        kept: list[tuple[Pick, FinishReason | None]] = []
+        accepted = 0
+        for j, row in enumerate(logits):
+            pick = seq.sampler.pick(row, None, draft[j] if j < len(draft) else None)
+            finish = self._keep(seq, pick)
+            kept.append((pick, finish))
+            if j == len(draft) or pick[0] != draft[j]:
+                break
+            accepted += 1  # its row's cell holds the kept token
+            if finish is not None:
+                break
+        assert seq.slot is not None and seq.drafts is not None
+        if keep_cells:
+            seq.n_computed += accepted
+        else:
+            self.draft_tokens_recomputed += accepted
+        # the draft's rows from the first rejected one (or all, if not keep_cells) leave the cache
+        freed = accepted < len(draft) or not keep_cells
+        if freed:
+            self.runtime.seq_rm(seq.slot.id, seq.n_computed, -1)
+        seq.drafts.update(len(draft), accepted)
+        self.drafted_tokens += len(draft)
+        self.accepted_tokens += accepted
+        for pick, finish in kept:
+            self._send(seq, pick, finish)
+        return freed
+
     def _emit(self, seq: Sequence, pick: Pick) -> None:
-        token, logprob, top = pick
+        self._send(seq, pick, self._keep(seq, pick))
+
+    def _keep(self, seq: Sequence, pick: Pick) -> FinishReason | None:
+        """Add ``pick`` to ``seq`` (sampler, matcher, tokens); its finish reason, if it ends it."""
+        token = pick[0]
         seq.sampler.observe(token)
         if seq.matcher is not None:
             seq.matcher.advance(token)
         seq.tokens.append(token)
         seq.generated += 1
         self.tokens_generated += 1
-        finish: FinishReason | None = None
         if token in self.eog:  # a constrained sequence is offered one only once its output is complete
-            finish = "stop"
-        elif seq.generated >= seq.params.max_tokens or len(seq.tokens) >= seq.max_total:
-            finish = "length"
+            return "stop"
+        if seq.generated >= seq.params.max_tokens or len(seq.tokens) >= seq.max_total:
+            return "length"
+        return None
+
+    def _send(self, seq: Sequence, pick: Pick, finish: FinishReason | None) -> None:
         if finish is not None:
             self._running.remove(seq)
             self._release(seq, seq.n_computed)
             self._done(seq)
+        token, logprob, top = pick
         seq.emit(EngineToken(token_id=token, logprob=logprob, top_logprobs=top, finish_reason=finish))

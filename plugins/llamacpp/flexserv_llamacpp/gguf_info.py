@@ -29,8 +29,13 @@ class GgufInfo:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """Bytes one token takes in the KV cache (keys and values of every layer)."""
-        return self.n_layers * self.n_kv_heads * (self.key_length + self.value_length) * KV_ELEMENT_BYTES
+        """Bytes one token takes in an f16 KV cache (keys and values of every layer)."""
+        return self.kv_values_per_token * KV_ELEMENT_BYTES
+
+    @property
+    def kv_values_per_token(self) -> int:
+        """Values one token adds to the KV cache (keys and values of every layer)."""
+        return self.n_layers * self.n_kv_heads * (self.key_length + self.value_length)
 
 
 #: Room for one metadata value as text (a chat template can be tens of kilobytes).

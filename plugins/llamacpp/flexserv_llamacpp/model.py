@@ -69,6 +69,7 @@ class LlamaCppTextModel(TextGenerationModel):
         default_max_tokens: int,
         max_queued: int,
         prefix_caching: bool,
+        max_draft: int = 0,
     ) -> None:
         super().__init__(spec, device="cpu", dtype="gguf")
         self.runtime: LlamaRuntime | None = runtime
@@ -83,7 +84,12 @@ class LlamaCppTextModel(TextGenerationModel):
         )
         self.constraint_vocabulary = constraint_vocabulary(runtime)
         self.engine = LlamaEngine(
-            runtime, context_length=context_length, max_queued=max_queued, prefix_caching=prefix_caching, name=spec.name
+            runtime,
+            context_length=context_length,
+            max_queued=max_queued,
+            prefix_caching=prefix_caching,
+            max_draft=max_draft,
+            name=spec.name,
         )
 
     def _runtime(self) -> LlamaRuntime:
@@ -180,6 +186,8 @@ class LlamaCppTextModel(TextGenerationModel):
             kv_cache_usage=raw["kv_cells_used"] / raw["kv_cells"] if raw["kv_cells"] else None,
             prefix_cache_queries=int(raw["prompt_tokens"]),
             prefix_cache_hits=int(raw["prompt_tokens_reused"]),
+            spec_decode_draft_tokens=int(raw["drafted_tokens"]),
+            spec_decode_accepted_tokens=int(raw["accepted_tokens"]),
         )
 
     def unload(self) -> None:

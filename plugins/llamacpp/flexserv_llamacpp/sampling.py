@@ -14,7 +14,10 @@ so a request means the same on either backend:
 3. greedy rows take the argmax; others drop the tokens less likely than ``min_p``
    times the most likely one, keep the top-k, then the smallest set of most likely
    tokens whose probability reaches ``top_p``, and draw once from the row's own
-   generator (seeded by ``seed``, else from OS entropy).
+   generator (seeded by ``seed``, else from OS entropy). A row that verifies a
+   speculative draft token ``x`` keeps ``x`` with its probability ``p(x)`` under that
+   distribution, else draws from it without ``x``: the standard speculative-sampling
+   rule for a deterministic draft, which leaves the distribution of the output as it is.
 
 Logprobs are the log-softmax after steps 0-2, before min-p/top-k/top-p truncation.
 """
@@ -93,9 +96,10 @@ class Sampler:
         if self.seen is not None and 0 <= token < self.seen.size:
             self.seen[token] = True
 
-    def pick(self, logits: np.ndarray, blocked: np.ndarray | None = None) -> Pick:
+    def pick(self, logits: np.ndarray, blocked: np.ndarray | None = None, draft: int | None = None) -> Pick:
         """The next token from one row of logits (not modified). ``blocked``: a
-        boolean mask of the tokens a constraint forbids now (``None``: none)."""
+        boolean mask of the tokens a constraint forbids now (``None``: none);
+        ``draft``: the speculative token this row verifies (step 3)."""
         p = self.params
         want_logprobs = p.logprobs or p.top_logprobs > 0
         holds_eos = self.holds_eos
@@ -122,7 +126,7 @@ class Sampler:
             x[ids] -= p.frequency_penalty * counts + p.presence_penalty
         if not p.greedy and p.temperature != 1.0:
             x /= p.temperature
-        token = int(np.argmax(x)) if p.greedy else self._draw(x)
+        token = int(np.argmax(x)) if p.greedy else self._draw(x, draft)
         if not want_logprobs:
             return token, None, None
         lp = _log_softmax(x)
@@ -134,8 +138,27 @@ class Sampler:
             top = [(int(i), float(lp[i])) for i in idx]
         return token, float(lp[token]), top
 
-    def _draw(self, x: np.ndarray) -> int:
+    def _draw(self, x: np.ndarray, draft: int | None = None) -> int:
         assert self.rng is not None
+        order, probs = self._distribution(x)
+        if draft is not None:
+            at = np.flatnonzero(order == draft) if order is not None else [draft]
+            chance = float(probs[at[0]]) if len(at) else 0.0
+            if self.rng.random() < chance:
+                return draft
+            if len(at):  # rejected: draw from the distribution without the draft token
+                probs = probs.copy()
+                probs[at[0]] = 0.0
+                rest = probs.sum()
+                if rest <= 0.0:  # p(draft) was 1 but for rounding: nothing else can be drawn
+                    return draft
+                probs /= rest
+        index = int(self.rng.choice(probs.size, p=probs))
+        return int(order[index]) if order is not None else index
+
+    def _distribution(self, x: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+        """The probabilities draws use: over the candidate ids ``order`` (best first)
+        after min-p, top-k and top-p, or over the whole vocabulary (``order`` ``None``)."""
         p = self.params
         vocab = x.size
         if p.min_p > 0.0:  # copy: ``x`` also gives the logprobs, which min-p does not cut
@@ -154,10 +177,10 @@ class Sampler:
                 keep[0] = True
                 order, probs = order[keep], probs[keep]
                 probs = probs / probs.sum()
-            return int(order[self.rng.choice(order.size, p=probs)])
+            return order, probs
         probs = np.exp(x - x.max())
         probs /= probs.sum()
-        return int(self.rng.choice(vocab, p=probs))
+        return None, probs
 
     def _best(self, x: np.ndarray, k: int) -> np.ndarray:
         """Indices of the ``k`` largest logits, best first; with top-p and no top-k,

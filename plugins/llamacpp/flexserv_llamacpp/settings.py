@@ -48,6 +48,31 @@ class LlamaCppSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
             "equals llama-cpp-python's Llama only with the same choice: its default is off."
         ),
     ] = "auto"
+    llamacpp_kv_cache_type: Annotated[
+        Literal["auto", "q8_0", "f16"],
+        msgspec.Meta(
+            description="Element type of the KV cache. q8_0 takes 34/64 of f16's memory and, on llama.cpp's CPU "
+            "kernels, computes a row alike whatever else is in its batch, which speculation needs to keep greedy "
+            "output unchanged (with f16 and several threads, a single decode row over 512 or more cells takes "
+            "another attention path). auto: q8_0, or f16 where flash attention is off (llama.cpp quantizes the V "
+            "cache only with it)."
+        ),
+    ] = "auto"
+    llamacpp_speculative_draft_tokens: Annotated[
+        int,
+        msgspec.Meta(
+            description="Prompt-lookup speculative decoding: the most tokens drafted per step (by all sequences "
+            "together) from an earlier occurrence of a decoding sequence's last few tokens in its prompt or output, "
+            "verified as extra rows of the same llama_decode (same output at temperature 0, same distribution "
+            "above it). Drafts start at 4 tokens, double while accepted whole and pause where nothing is accepted. "
+            "0 (the default): off, because on CPUs a decode of several rows costs nearly as many times one row on "
+            "llama.cpp's kernels, so drafts save steps but not time; worth trying where extra rows cost little "
+            "(memory-bound decoding, larger models). Used only if the loaded model passes the load-time check that "
+            "a row's logits do not depend on its batch.",
+            ge=0,
+            le=64,
+        ),
+    ] = 0
     llamacpp_prefix_caching: Annotated[
         bool, msgspec.Meta(description="Reuse the KV cache of prompt prefixes shared with other requests.")
     ] = True

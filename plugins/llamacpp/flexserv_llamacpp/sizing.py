@@ -1,8 +1,8 @@
 """How many tokens a model's context and KV cache hold, decided before loading.
 
 The KV cache is allocated in full when the context is created, so its size is
-known up front: ``cells x bytes per token`` (f16 keys and values of every
-layer). A cache that would not fit in the memory available next to the weights
+known up front: ``cells x bytes per token`` (keys and values of every layer, f16
+or q8_0). A cache that would not fit in the memory available next to the weights
 is refused at load, with the numbers.
 """
 
@@ -17,6 +17,8 @@ from flexserv_llamacpp.gguf_info import GgufInfo
 #: The context of a GGUF that does not state its own.
 FALLBACK_CONTEXT = 4096
 MIB = 2**20
+#: Bytes per 32 cached values: f16, and q8_0's 32 one-byte values with an f16 scale.
+KV_BLOCK_BYTES = {"f16": 64, "q8_0": 34}
 
 
 @dataclass(frozen=True)
@@ -25,10 +27,12 @@ class Sizing:
     kv_cells: int
     kv_bytes: int
     weights_bytes: int
+    kv_cache_type: str = "f16"
 
     def describe(self) -> str:
         return (
-            f"context {self.context_length} tokens, KV cache {self.kv_cells} tokens = {self.kv_bytes / MIB:.0f} MiB "
+            f"context {self.context_length} tokens, KV cache {self.kv_cells} tokens of {self.kv_cache_type} = "
+            f"{self.kv_bytes / MIB:.0f} MiB "
             f"(shared by all sequences), weights {self.weights_bytes / MIB:.0f} MiB"
         )
 
@@ -51,6 +55,7 @@ def plan_context(
     context_length: int,
     kv_cache_tokens: int,
     available: int | None,
+    kv_cache_type: str = "f16",
 ) -> Sizing:
     """The served context and the KV cache's cells for ``info``.
 
@@ -68,12 +73,18 @@ def plan_context(
                 f"raise --llamacpp-kv-cache-tokens or lower --llamacpp-context-length."
             )
         context = cells
-    per_token = info.kv_bytes_per_token
-    sizing = Sizing(context_length=context, kv_cells=cells, kv_bytes=cells * per_token, weights_bytes=info.file_size)
+    per_token = -(-info.kv_values_per_token * KV_BLOCK_BYTES[kv_cache_type] // 32)
+    sizing = Sizing(
+        context_length=context,
+        kv_cells=cells,
+        kv_bytes=cells * per_token,
+        weights_bytes=info.file_size,
+        kv_cache_type=kv_cache_type,
+    )
     if available is not None and sizing.kv_bytes + sizing.weights_bytes > available:
         fits = max(0, (available - sizing.weights_bytes) // per_token) if per_token else 0
         raise ModelLoadError(
-            f"Model '{name}': a KV cache of {cells} tokens needs {sizing.kv_bytes / MIB:.0f} MiB "
+            f"Model '{name}': a KV cache of {cells} tokens ({kv_cache_type}) needs {sizing.kv_bytes / MIB:.0f} MiB "
             f"({per_token / 1024:.1f} KiB per token) next to {sizing.weights_bytes / MIB:.0f} MiB of weights, "
             f"but only {available / MIB:.0f} MiB of memory is available (room for about {fits} tokens); "
             "lower --llamacpp-context-length or --llamacpp-kv-cache-tokens."

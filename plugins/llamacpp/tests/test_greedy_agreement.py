@@ -1,16 +1,19 @@
 """Greedy tokens at c=1 equal llama-cpp-python's own ``Llama`` on the same GGUF.
 
 Both run the same llama.cpp, so the prompt tokens (chat template rendering, BOS)
-must be identical, and with the same attention kernels so must every greedy token.
-llama-cpp-python's ``Llama`` defaults to ``flash_attn=False`` while llama.cpp's own
-default (and this backend's ``--llamacpp-flash-attention auto``) enables flash
-attention on CPUs: the two kernels sum in different orders, the logits differ in
-the second decimal, and a near tie flips the greedy token ("a haiku about autumn
-leaves" does at its fifth token). That, not batching or prefix reuse, was why the
-c=1 texts of ``docs/benchmarks.md`` section 15 differed. With the same choice on
-both sides the tokens are equal, prefix reuse and a 32-sequence unified KV cache
-included. (Several sequences in one decode are not bit-identical to one sequence:
-see the plugin README, "Greedy agreement".)
+must be identical, and with the same attention kernels and KV cache type so must
+every greedy token. llama-cpp-python's ``Llama`` defaults to ``flash_attn=False``
+and an f16 KV cache, while llama.cpp's own default (and this backend's
+``--llamacpp-flash-attention auto``) enables flash attention on CPUs and this
+backend's ``--llamacpp-kv-cache-type auto`` then takes a q8_0 cache: different
+kernels sum in different orders, the logits differ in the second decimal, and a
+near tie flips the greedy token ("a haiku about autumn leaves" does at its fifth
+token). That, not batching or prefix reuse, was why the c=1 texts of
+``docs/benchmarks.md`` section 15 differed. With the same choices on both sides the
+tokens are equal, prefix reuse and a 32-sequence unified KV cache included. With a
+q8_0 cache a row's logits are also the same whatever else its ``llama_decode``
+holds, past 512 cells too (the last test; with f16 and several threads they are
+not: see the plugin README, "Greedy agreement").
 """
 
 from __future__ import annotations
@@ -68,11 +71,18 @@ def reference_llama(smollm_gguf: Path) -> Iterator[Any]:
 
     made: list[Any] = []
 
-    def make(flash_attn: bool) -> Any:
+    def make(flash_attn: bool, kv_cache_type: int | None = None) -> Any:
         lib.llama_model_default_params = without_extra_bufts
         try:
             llm = llama_cpp.Llama(
-                str(smollm_gguf), n_ctx=2048, n_threads=1, n_threads_batch=1, flash_attn=flash_attn, verbose=False
+                str(smollm_gguf),
+                n_ctx=2048,
+                n_threads=1,
+                n_threads_batch=1,
+                flash_attn=flash_attn,
+                type_k=kv_cache_type,  # None: its default, f16
+                type_v=kv_cache_type,
+                verbose=False,
             )
         finally:
             lib.llama_model_default_params = defaults
@@ -117,13 +127,26 @@ def test_the_chat_prompt_tokens_equal_llama_cpp_pythons(smol: Any, reference_lla
         assert smol.render_chat(messages(question), {}) == theirs
 
 
-@pytest.mark.parametrize(("ours", "theirs"), [("off", False), ("on", True)])
-def test_greedy_tokens_equal_llama_cpp_python_with_the_same_attention_kernels(
-    smollm_gguf: Path, load_model: Any, reference_llama: Any, ours: str, theirs: bool
+@pytest.mark.parametrize(
+    ("flash", "cache", "theirs"),
+    [
+        ("off", "f16", (False, None)),
+        ("on", "f16", (True, None)),
+        # this backend's defaults: flash attention (auto) and a q8_0 cache (auto)
+        ("auto", "auto", (True, "q8_0")),
+    ],
+)
+def test_greedy_tokens_equal_llama_cpp_python_with_the_same_attention_kernels_and_cache(
+    smollm_gguf: Path, load_model: Any, reference_llama: Any, flash: str, cache: str, theirs: tuple[bool, str | None]
 ) -> None:
+    import llama_cpp
+
     # the serving configuration: 32 sequence slots in a unified cache, prefix reuse on
-    model = load_model(smollm_gguf, llamacpp_flash_attention=ours, llamacpp_kv_cache_tokens=8192)
-    llm = reference_llama(theirs)
+    model = load_model(
+        smollm_gguf, llamacpp_flash_attention=flash, llamacpp_kv_cache_type=cache, llamacpp_kv_cache_tokens=8192
+    )
+    assert model.runtime.kv_cache_type == (theirs[1] or "f16")
+    llm = reference_llama(theirs[0], llama_cpp.GGML_TYPE_Q8_0 if theirs[1] == "q8_0" else None)
     try:
         for question in QUESTIONS:
             prompt = model.render_chat(messages(question), {})
@@ -138,13 +161,16 @@ def test_greedy_tokens_equal_llama_cpp_python_with_the_same_attention_kernels(
 def test_with_flash_attention_a_decode_row_is_bit_identical_next_to_other_sequences_decode_rows(
     smollm_gguf: Path, load_model: Any
 ) -> None:
-    """What batching keeps exact (the README's table): with flash attention, a
-    sequence's next-token logits do not change when other sequences' single tokens
-    share its ``llama_decode``, however many cells they hold; so a sequence that
-    joins no prompt-chunk step decodes exactly as it would alone."""
+    """What batching keeps exact with an f16 cache (the README's table, one thread):
+    with flash attention, a sequence's next-token logits do not change when other
+    sequences' single tokens share its ``llama_decode``, however many cells they
+    hold; so a sequence that joins no prompt-chunk step decodes exactly as it would
+    alone."""
     import numpy as np
 
-    model = load_model(smollm_gguf, llamacpp_flash_attention="on", llamacpp_kv_cache_tokens=4096)
+    model = load_model(
+        smollm_gguf, llamacpp_flash_attention="on", llamacpp_kv_cache_type="f16", llamacpp_kv_cache_tokens=4096
+    )
     runtime = model.runtime
     a = model.render_chat(messages(QUESTIONS[1]), {})
     b = model.render_chat(messages(QUESTIONS[0]), {})
@@ -172,5 +198,67 @@ def test_with_flash_attention_a_decode_row_is_bit_identical_next_to_other_sequen
             positions = [len(a)] + [len(b)] * others
             assert runtime.decode(rows, positions, list(range(others + 1)), [True] * (others + 1)) == 0
             assert np.array_equal(np.array(runtime.logits(others + 1)[0]), alone), others
+    finally:
+        model.unload()
+
+
+@pytest.mark.parametrize(
+    ("cache", "cells"),
+    [("q8_0", 200), ("q8_0", 700), ("f16", 700)],
+)
+def test_with_a_q8_0_cache_a_row_is_bit_identical_in_any_batch(
+    smollm_gguf: Path, load_model: Any, cache: str, cells: int
+) -> None:
+    """What speculation needs (the plugin README, "Speculative decoding"), on two
+    threads: with a q8_0 cache, rows of one sequence after ``cells`` cached tokens
+    have the same logits decoded one at a time, together (a draft's verification),
+    after another sequence's prompt chunk in the same batch, and next to seven
+    other sequences' rows, below and past 512 cells. With an f16 cache a lone row
+    over 512 or more cells takes llama.cpp's split-KV attention path, which several
+    rows do not: there the rows decoded together differ from the same rows alone."""
+    import numpy as np
+
+    model = load_model(smollm_gguf, llamacpp_threads=2, llamacpp_kv_cache_type=cache, llamacpp_kv_cache_tokens=4096)
+    runtime = model.runtime
+    ids = runtime.tokenize(" ".join([system_prompt()] * 4), add_special=False)
+    assert len(ids) > cells + 8
+    prefix, rows = ids[:cells], ids[cells : cells + 8]
+    other = ids[::-1][:300]  # another sequence's prompt
+
+    def back_to_the_prefix() -> None:  # the prefix's cells stay, and the rows come after them
+        runtime.seq_rm(0, cells, -1)
+        for seq in range(1, 8):
+            runtime.seq_rm(seq, -1, -1)
+
+    def decode(tokens: list[int], positions: list[int], seqs: list[int], outputs: list[bool]) -> np.ndarray:
+        assert runtime.decode(tokens, positions, seqs, outputs) == 0
+        return np.array(runtime.logits(sum(outputs)))
+
+    k, end, m = len(rows), cells + len(rows), len(other)
+    try:
+        for start in range(0, cells, runtime.n_batch):
+            chunk = prefix[start : start + runtime.n_batch]
+            decode(chunk, list(range(start, start + len(chunk))), [0] * len(chunk), [False] * len(chunk))
+        alone = np.concatenate([decode([t], [cells + i], [0], [True]) for i, t in enumerate(rows)])
+
+        back_to_the_prefix()
+        together = decode(rows, list(range(cells, end)), [0] * k, [True] * k)
+        if cache == "f16":
+            assert not np.array_equal(together, alone)
+            return
+        assert np.array_equal(together, alone)
+
+        back_to_the_prefix()
+        beside_a_prompt = decode(
+            other + rows, [*range(m), *range(cells, end)], [1] * m + [0] * k, [False] * m + [True] * k
+        )
+        assert np.array_equal(beside_a_prompt, alone)
+
+        back_to_the_prefix()
+        decode(other, list(range(m)), [1] * m, [False] * m)
+        for seq in range(2, 8):
+            runtime.seq_cp(1, seq, 0, m)
+        next_to_others = decode([rows[0]] + [260] * 7, [cells] + [m] * 7, list(range(8)), [True] * 8)
+        assert np.array_equal(next_to_others[0], alone[0])
     finally:
         model.unload()

@@ -147,3 +147,59 @@ def test_min_tokens_and_ignore_eos_hold_the_end_of_generation_back() -> None:
     only_end = np.full(V, -np.inf, dtype=np.float32)
     only_end[2] = 0.0  # a constraint that allows nothing but the end keeps it
     assert Sampler(params(temperature=0, ignore_eos=True), V, eos=[2]).pick(only_end)[0] == 2
+
+
+# --- verifying a speculative draft token -------------------------------------------------
+
+
+def frequencies(sampler: Sampler, row: np.ndarray, draws: int, draft: int | None = None) -> np.ndarray:
+    counts = np.zeros(row.size)
+    for _ in range(draws):
+        counts[sampler.pick(row, None, draft)[0]] += 1
+    return counts
+
+
+def chi_square(counts: np.ndarray, p: np.ndarray) -> float:
+    expected = counts.sum() * p
+    support = p > 0
+    assert counts[~support].sum() == 0, "a token of probability 0 was drawn"
+    return float(((counts[support] - expected[support]) ** 2 / expected[support]).sum())
+
+
+@pytest.mark.parametrize(
+    ("kw", "kept"),
+    [({}, 6), ({"top_k": 4}, 4), ({"top_p": 0.8}, 3)],  # how many tokens (best first) each distribution keeps
+)
+def test_verifying_a_draft_token_keeps_the_distribution(kw: dict[str, object], kept: int) -> None:
+    """Keeping draft ``x`` with probability p(x), else drawing from p without it,
+    draws every token with its probability p, whatever ``x`` is. Over 10,000 draws
+    the frequencies fit p as plain draws do: a chi-square bound above its 99.9%
+    quantile for 5 degrees of freedom (20.5); a rule that kept the draft more often
+    (redrawing from p with ``x`` after a rejection) scores in the hundreds or more."""
+    row = np.array([2.0, 1.6, 1.1, 0.3, -0.5, -1.2, -np.inf], dtype=np.float32)
+    p = np.exp(row[:kept] - row[0])
+    p = np.concatenate([p / p.sum(), np.zeros(row.size - kept)])
+    draws = 10_000
+    plain = frequencies(Sampler(params(temperature=1.0, seed=7, **kw), row.size), row, draws)
+    assert chi_square(plain, p) < 25
+    # the likeliest token, a middling one, the least likely kept one, one cut or impossible
+    for draft in sorted({0, 2, kept - 1, row.size - 1}):
+        verified = frequencies(Sampler(params(temperature=1.0, seed=draft, **kw), row.size), row, draws, draft)
+        assert chi_square(verified, p) < 25, (draft, verified / draws, p)
+
+
+def test_a_draft_token_of_probability_zero_is_never_kept() -> None:
+    row = np.array([1.0, 0.5, -np.inf, 0.0], dtype=np.float32)
+    s = Sampler(params(temperature=1.0, seed=3), row.size)
+    assert 2 not in {s.pick(row, None, 2)[0] for _ in range(2000)}  # a -inf logit
+    top2 = Sampler(params(temperature=1.0, top_k=2, seed=3), row.size)
+    assert {top2.pick(row, None, 3)[0] for _ in range(2000)} == {0, 1}  # cut by top-k
+    one = np.array([0.0, -np.inf, -np.inf, -np.inf], dtype=np.float32)
+    assert {s.pick(one, None, 0)[0] for _ in range(100)} == {0}  # p = 1: always kept
+
+
+def test_a_greedy_row_ignores_the_draft() -> None:
+    row = logits(5)
+    s = Sampler(params(temperature=0, logprobs=True), V)
+    assert s.pick(row, None, 7) == s.pick(row)
+    assert s.pick(row, None, 7)[0] == int(np.argmax(row))

@@ -88,3 +88,49 @@ def test_available_memory_reads_meminfo(tmp_path: Path) -> None:
     meminfo.write_text("MemTotal: 100 kB\nMemAvailable:   2048 kB\n")
     assert available_memory(meminfo) == 2048 * 1024
     assert available_memory(tmp_path / "absent") is None
+
+
+def test_a_q8_0_cache_takes_34_bytes_per_32_values() -> None:
+    f16 = plan_context(INFO, name="m", context_length=0, kv_cache_tokens=4096, available=None)
+    q8 = plan_context(INFO, name="m", context_length=0, kv_cache_tokens=4096, available=None, kv_cache_type="q8_0")
+    assert f16.kv_bytes == 4096 * 23040 and q8.kv_bytes == 4096 * 12240 == f16.kv_bytes * 34 // 64
+    assert "KV cache 4096 tokens of q8_0 = 48 MiB" in q8.describe()
+    # the memory check counts q8_0 bytes: what fits as q8_0 is refused as f16
+    fits = q8.kv_bytes + INFO.file_size
+    plan_context(INFO, name="m", context_length=0, kv_cache_tokens=4096, available=fits, kv_cache_type="q8_0")
+    with pytest.raises(ModelLoadError, match=r"4096 tokens \(f16\) needs 90 MiB"):
+        plan_context(INFO, name="m", context_length=0, kv_cache_tokens=4096, available=fits)
+
+
+@pytest.mark.parametrize(
+    ("cache", "flash", "expected"),
+    [
+        ("auto", "auto", "q8_0"),
+        ("auto", "on", "q8_0"),
+        ("auto", "off", "f16"),  # llama.cpp quantizes the V cache only with flash attention
+        ("f16", "auto", "f16"),
+        ("q8_0", "on", "q8_0"),
+    ],
+)
+def test_the_kv_cache_type_setting(cache: str, flash: str, expected: str) -> None:
+    from flexserv_llamacpp.backend import kv_cache_type_of
+    from flexserv_llamacpp.settings import LlamaCppSettings
+
+    s = LlamaCppSettings(llamacpp_kv_cache_type=cache, llamacpp_flash_attention=flash)  # type: ignore[arg-type]
+    assert kv_cache_type_of(s) == expected
+
+
+def test_a_q8_0_cache_without_flash_attention_is_refused_naming_both_settings() -> None:
+    from flexserv_llamacpp.backend import kv_cache_type_of
+    from flexserv_llamacpp.settings import LlamaCppSettings
+
+    s = LlamaCppSettings(llamacpp_kv_cache_type="q8_0", llamacpp_flash_attention="off")
+    with pytest.raises(ModelLoadError) as info:
+        kv_cache_type_of(s)
+    assert "--llamacpp-kv-cache-type" in info.value.message and "--llamacpp-flash-attention" in info.value.message
+
+
+def test_speculation_is_off_by_default() -> None:
+    from flexserv_llamacpp.settings import LlamaCppSettings
+
+    assert LlamaCppSettings().llamacpp_speculative_draft_tokens == 0
