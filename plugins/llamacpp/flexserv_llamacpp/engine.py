@@ -53,8 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from flexserv_batching import EngineToken, TokenChannel
-from flexserv_batching.speculative import DraftState, may_speculate, propose
+from flexserv_batching import DraftState, EngineToken, TokenChannel, may_speculate, propose
 from flexserv_constraints import CompiledConstraint, TokenMatcher, fill_blocked_masks
 
 from flexserv_core import FinishReason, SamplingParams, ServiceUnavailable, TooManyRequests
