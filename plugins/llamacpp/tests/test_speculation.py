@@ -1,7 +1,7 @@
 """Prompt-lookup speculation in the llama.cpp engine, on the embedded SmolLM2 GGUF:
 with drafts on (8 tokens, two threads, the default q8_0 KV cache) greedy output is
 the output without them, token for token and logprob for logprob, alone and beside
-other requests, with penalties, stop strings, a ``max_tokens`` that ends inside a
+other requests, with penalties, a stream closed at a stop string, a ``max_tokens`` that ends inside a
 draft and an end of turn accepted inside one; and what is left in the KV cache is
 what the engine believes is there."""
 
@@ -242,24 +242,27 @@ def test_an_end_of_turn_accepted_inside_a_draft_ends_the_sequence_there(
     assert slot.cached == (ids + [d.token_id for d in got])[: len(slot.cached)]
 
 
-def test_a_stop_string_cuts_the_text_where_it_does_without_speculation(models: tuple[Any, Any]) -> None:
-    from flexserv_core.api.text_generation import ChoiceJob, run_choice
-
+def test_a_stream_closed_at_a_stop_string_leaves_the_cache_as_without_speculation(models: tuple[Any, Any]) -> None:
+    """As the core does at a stop string: the consumer closes the token stream as soon as
+    the text holds it, with drafted tokens in flight."""
     plain, spec = models
     ids = copy_prompt(plain, PASSAGES[0])
     (expected,) = alone(plain, [ids], greedy())
     text = "".join(d.text for d in expected)
     assert "Fresnel" in text
 
-    async def choice(model: Any) -> tuple[str, Any]:
-        job = ChoiceJob(index=0, model=model, prompt_ids=ids, params=greedy(), stops=["Fresnel"])
-        events = [e async for e in run_choice(job)]
-        return "".join(e.text for e in events), events[-1].finish_reason
+    async def until_stop(model: Any) -> str:
+        seen_text = ""
+        async with aclosing(model.generate(ids, greedy())) as deltas:
+            async for delta in deltas:
+                seen_text += delta.text
+                if "Fresnel" in seen_text:
+                    break
+        return seen_text[: seen_text.index("Fresnel")]
 
     fresh(spec)
-    assert asyncio.run(choice(spec)) == (text[: text.index("Fresnel")], "stop")
-    # the stream was closed with drafted tokens in flight: the next request reuses the
-    # prompt's cells, and nothing else, and decodes as before
+    assert asyncio.run(until_stop(spec)) == text[: text.index("Fresnel")]
+    # the next request reuses the prompt's cells, and nothing else, and decodes as before
     assert_cache_consistent(spec)
     assert seen(asyncio.run(run(spec, ids, greedy()))) == seen(expected)
 
