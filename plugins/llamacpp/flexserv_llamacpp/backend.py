@@ -101,7 +101,10 @@ class LlamaCppBackend(Backend):
 
 
 def kv_cache_type_of(s: LlamaCppSettings) -> str:
-    """The KV cache's type: ``auto`` is q8_0 unless flash attention is off."""
+    """The KV cache's type: ``auto`` is q8_0 where speculation is on (its rows must not
+    depend on their batch) and flash attention is not off, else f16 (llama.cpp's
+    default, faster at long contexts on CPUs: a lone decode row splits its cells
+    across threads only in f16)."""
     if s.llamacpp_kv_cache_type != "auto":
         if s.llamacpp_kv_cache_type == "q8_0" and s.llamacpp_flash_attention == "off":
             raise ModelLoadError(
@@ -109,7 +112,8 @@ def kv_cache_type_of(s: LlamaCppSettings) -> str:
                 "set --llamacpp-flash-attention auto or on, or --llamacpp-kv-cache-type f16."
             )
         return s.llamacpp_kv_cache_type
-    return "f16" if s.llamacpp_flash_attention == "off" else "q8_0"
+    speculates = s.llamacpp_speculative_draft_tokens > 0
+    return "q8_0" if speculates and s.llamacpp_flash_attention != "off" else "f16"
 
 
 def speculation_of(spec: ModelSpec, runtime: LlamaRuntime, max_draft: int) -> int:

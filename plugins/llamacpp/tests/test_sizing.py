@@ -103,20 +103,25 @@ def test_a_q8_0_cache_takes_34_bytes_per_32_values() -> None:
 
 
 @pytest.mark.parametrize(
-    ("cache", "flash", "expected"),
+    ("cache", "flash", "draft", "expected"),
     [
-        ("auto", "auto", "q8_0"),
-        ("auto", "on", "q8_0"),
-        ("auto", "off", "f16"),  # llama.cpp quantizes the V cache only with flash attention
-        ("f16", "auto", "f16"),
-        ("q8_0", "on", "q8_0"),
+        ("auto", "auto", 0, "f16"),  # llama.cpp's default: faster at long contexts
+        ("auto", "auto", 8, "q8_0"),  # speculation needs rows computed alike in any batch
+        ("auto", "on", 8, "q8_0"),
+        ("auto", "off", 8, "f16"),  # llama.cpp quantizes the V cache only with flash attention
+        ("f16", "auto", 8, "f16"),
+        ("q8_0", "on", 0, "q8_0"),
     ],
 )
-def test_the_kv_cache_type_setting(cache: str, flash: str, expected: str) -> None:
+def test_the_kv_cache_type_setting(cache: str, flash: str, draft: int, expected: str) -> None:
     from flexserv_llamacpp.backend import kv_cache_type_of
     from flexserv_llamacpp.settings import LlamaCppSettings
 
-    s = LlamaCppSettings(llamacpp_kv_cache_type=cache, llamacpp_flash_attention=flash)  # type: ignore[arg-type]
+    s = LlamaCppSettings(
+        llamacpp_kv_cache_type=cache,  # type: ignore[arg-type]
+        llamacpp_flash_attention=flash,  # type: ignore[arg-type]
+        llamacpp_speculative_draft_tokens=draft,
+    )
     assert kv_cache_type_of(s) == expected
 
 

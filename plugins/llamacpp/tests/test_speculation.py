@@ -1,5 +1,5 @@
 """Prompt-lookup speculation in the llama.cpp engine, on the embedded SmolLM2 GGUF:
-with drafts on (8 tokens, two threads, the default q8_0 KV cache) greedy output is
+with drafts on (8 tokens, two threads, the q8_0 KV cache speculation takes) greedy output is
 the output without them, token for token and logprob for logprob, alone and beside
 other requests, with penalties, a stream closed at a stop string, a ``max_tokens`` that ends inside a
 draft and an end of turn accepted inside one; and what is left in the KV cache is
@@ -37,6 +37,8 @@ SETTINGS = {
     "llamacpp_threads": 2,  # two threads: where an f16 cache would compute a lone row differently
     "llamacpp_kv_cache_tokens": 4096,
     "llamacpp_context_length": 2048,
+    # the cache speculation takes (auto), set for the plain model too: the same kernels
+    "llamacpp_kv_cache_type": "q8_0",
     "llamacpp_parallel": 8,
 }
 MAX_TOKENS = 64
