@@ -100,8 +100,8 @@ class TransformersBackend(Backend):
         """The embedded GGUF: this backend's claim outranks llama.cpp's where it is the
         faster engine: on an accelerator, in bf16 on a CPU (the default where the CPU has
         bf16 matrix instructions, AMX or AVX512-BF16), and in float32 with int8 layers
-        (``--transformers-quantization int8``: 2.4x llama.cpp's Q4_1 at c=1 and 1.6x at
-        c=20 on an emulated AVX2 CPU, ``docs/benchmarks.md``). In plain float32 (the
+        (``--transformers-quantization int8``: 1.4x llama.cpp's Q4_1 at c=1 and 1.7-1.9x
+        at c=20 on an emulated AVX2 CPU, ``docs/benchmarks.md``). In plain float32 (the
         default on AVX2-only CPUs) llama.cpp's kernels are faster at the quality of the
         float model, so the claim falls to 0 and the llamacpp plugin, when installed,
         serves it. Any other source: the base preference (0)."""
