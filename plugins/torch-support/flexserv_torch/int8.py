@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -52,6 +53,8 @@ def fbgemm_available() -> bool:
 
 def pack_weight(weight: torch.Tensor, bias: torch.Tensor | None = None) -> Any:
     """``weight`` (``[out, in]``) as fbgemm's prepacked int8 matrix, one scale per output row."""
+    if not fbgemm_available():
+        raise RuntimeError("this torch has no fbgemm int8 kernels (x86 only)")
     weight = weight.detach().float()
     scale = (weight.abs().amax(dim=1).clamp(min=1e-8) / WEIGHT_MAX).double()
     zero = torch.zeros(weight.shape[0], dtype=torch.long)
@@ -96,12 +99,10 @@ class RowInt8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 rows"
 
 
-def quantize_linears(model: nn.Module, make: type[nn.Module] = RowInt8Linear) -> int:
+def quantize_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module] = RowInt8Linear) -> int:
     """Replace every ``nn.Linear`` of ``model`` (an output head included; a tied one
     gets its own int8 copy, the input embedding keeps its weights) by ``make(linear)``;
     the number replaced."""
-    if not fbgemm_available():
-        raise RuntimeError("this torch has no fbgemm int8 kernels (x86 only)")
     targets = [(name, module) for name, module in model.named_modules() if isinstance(module, nn.Linear)]
     for name, linear in targets:
         parent_name, _, child = name.rpartition(".")

@@ -13,14 +13,14 @@ channel). Greedy output is close to, but not identical to, the bf16 model's;
 
 In float32 (AVX2-only CPUs), int8 weights *and* activations on fbgemm's kernels
 (:class:`flexserv_torch.RowInt8Linear`): each activation row is quantized with its
-own scale, so a row's logits do not depend on the rows batched with it, and
-speculative verification keeps greedy output unchanged.
+own scale, so a row's result in these layers does not depend on the rows batched
+with it (the paged engine still does not speculate on them: ``engine/engine.py``).
 """
 
 from __future__ import annotations
 
 import torch
-from flexserv_torch import quantize_linears as quantize_rows
+from flexserv_torch import quantize_linears as replace_linears
 from torch import nn
 
 __all__ = ["Int8Linear", "quantize_linears"]
@@ -73,10 +73,5 @@ def quantize_linears(model: nn.Module, compute_dtype: torch.dtype = torch.bfloat
     weights. Returns the number of layers replaced.
     """
     if compute_dtype is torch.float32:
-        return quantize_rows(model)
-    targets = [(name, module) for name, module in model.named_modules() if isinstance(module, nn.Linear)]
-    for name, linear in targets:
-        parent_name, _, child = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, Int8Linear(linear, compute_dtype))
-    return len(targets)
+        return replace_linears(model)
+    return replace_linears(model, lambda linear: Int8Linear(linear, compute_dtype))
