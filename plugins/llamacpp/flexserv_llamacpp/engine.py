@@ -441,6 +441,8 @@ class LlamaEngine:
             if n > 0:
                 plan.append((seq, n))
                 budget -= n
+        if not self.max_draft:  # speculation off (the default): no sequence ever has a draft
+            return plan
         drafts = min(budget, self.max_draft)  # the batch's rows left, at most max_draft
         for seq, n in plan:
             seq.draft = []

@@ -11,9 +11,6 @@ from pathlib import Path
 
 from flexserv_core import ModelLoadError
 
-#: Bytes of one KV-cache element: llama.cpp's default cache type is f16.
-KV_ELEMENT_BYTES = 2
-
 
 @dataclass(frozen=True)
 class GgufInfo:
@@ -26,11 +23,6 @@ class GgufInfo:
     value_length: int
     chat_template: str | None
     file_size: int
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        """Bytes one token takes in an f16 KV cache (keys and values of every layer)."""
-        return self.kv_values_per_token * KV_ELEMENT_BYTES
 
     @property
     def kv_values_per_token(self) -> int:

@@ -21,6 +21,11 @@ MIB = 2**20
 KV_BLOCK_BYTES = {"f16": 64, "q8_0": 34}
 
 
+def kv_bytes_per_token(info: GgufInfo, kv_cache_type: str = "f16") -> int:
+    """Bytes one token takes in a KV cache of ``kv_cache_type`` (keys and values of every layer)."""
+    return -(-info.kv_values_per_token * KV_BLOCK_BYTES[kv_cache_type] // 32)
+
+
 @dataclass(frozen=True)
 class Sizing:
     context_length: int
@@ -73,7 +78,7 @@ def plan_context(
                 f"raise --llamacpp-kv-cache-tokens or lower --llamacpp-context-length."
             )
         context = cells
-    per_token = -(-info.kv_values_per_token * KV_BLOCK_BYTES[kv_cache_type] // 32)
+    per_token = kv_bytes_per_token(info, kv_cache_type)
     sizing = Sizing(
         context_length=context,
         kv_cells=cells,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from flexserv_llamacpp.gguf_info import GgufInfo, _int, read_gguf_info
-from flexserv_llamacpp.sizing import available_memory, plan_context
+from flexserv_llamacpp.sizing import available_memory, kv_bytes_per_token, plan_context
 
 from flexserv_core import ModelLoadError
 
@@ -16,7 +16,7 @@ def test_the_embedded_gguf_metadata(smollm_gguf: Path) -> None:
     assert info.architecture == "llama" and info.context_length == 8192
     # SmolLM2-135M: 30 layers, 3 KV heads of 64: 30 * 3 * (64 + 64) * 2 bytes per token
     assert (info.n_layers, info.n_kv_heads, info.key_length) == (30, 3, 64)
-    assert info.kv_bytes_per_token == 23040
+    assert kv_bytes_per_token(info) == 23040
     assert info.chat_template and "<|im_start|>" in info.chat_template
 
 
@@ -44,7 +44,7 @@ def test_geometry_llama_cpp_leaves_out_is_read_with_ggufs_reader(
 
     monkeypatch.setattr(gguf_info, "_metadata", without_head_counts)
     info = read_gguf_info(smollm_gguf)
-    assert (info.n_kv_heads, info.key_length, info.kv_bytes_per_token) == (3, 64, 23040)
+    assert (info.n_kv_heads, info.key_length, kv_bytes_per_token(info)) == (3, 64, 23040)
 
 
 def test_a_per_layer_array_counts_its_largest_entry() -> None:
