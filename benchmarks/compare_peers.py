@@ -480,11 +480,11 @@ def inprocess_embeddings(
     ``--sentence-transformers-quantization`` would pick (``auto``) or the ones given."""
     import torch
     from embed_load import SENTENCES
-    from flexserv_sentence_transformers.backend import pick_dtype, pick_quantization
+    from flexserv_sentence_transformers.backend import pick_precision
     from sentence_transformers import SentenceTransformer
 
-    quantized = pick_quantization(quantization, dtype, "cpu") == "int8"
-    chosen = "float32" if quantized and dtype == "auto" else pick_dtype(dtype, "cpu")
+    chosen, quantized_as = pick_precision(dtype, quantization, "cpu")
+    quantized = quantized_as == "int8"
     print(f"[inprocess] {chosen}{' weights as dynamic int8' if quantized else ''}", file=sys.stderr)
     model = SentenceTransformer(str(path), device="cpu", model_kwargs={"dtype": getattr(torch, chosen)})
     if quantized:

@@ -43,6 +43,15 @@ def pick_quantization(choice: str, dtype_choice: str, device: str) -> str:
     return "int8" if int8_supported() else "none"
 
 
+def pick_precision(dtype_choice: str, quantization_choice: str, device: str) -> tuple[str, str]:
+    """``(dtype, quantization)`` the settings mean on ``device``: int8 multiplies
+    float32 activations, so its dtype is float32 unless one is asked for."""
+    quantization = pick_quantization(quantization_choice, dtype_choice, device)
+    if quantization == "int8" and dtype_choice == "auto":
+        return "float32", quantization
+    return pick_dtype(dtype_choice, device), quantization
+
+
 class SentenceTransformersBackend(Backend):
     name = "sentence-transformers"
     kind = ModelKind.EMBEDDING
@@ -63,12 +72,9 @@ class SentenceTransformersBackend(Backend):
 
         settings = self.settings
         device = pick_device(settings.sentence_transformers_device)
-        quantization = pick_quantization(
-            settings.sentence_transformers_quantization, settings.sentence_transformers_dtype, device
+        dtype, quantization = pick_precision(
+            settings.sentence_transformers_dtype, settings.sentence_transformers_quantization, device
         )
-        # int8 multiplies float32 activations: its dtype is float32 unless one is asked for.
-        dtype_choice = settings.sentence_transformers_dtype
-        dtype = "float32" if quantization == "int8" and dtype_choice == "auto" else pick_dtype(dtype_choice, device)
         if quantization == "int8":
             self._check_int8(spec, device, dtype)
         if dtype == "float16" and device == "cpu":
