@@ -14,7 +14,9 @@ channel). Greedy output is close to, but not identical to, the bf16 model's;
 In float32 (AVX2-only CPUs), int8 weights *and* activations on fbgemm's kernels
 (:class:`flexserv_torch.RowInt8Linear`): each activation row is quantized with its
 own scale, so a row's result in these layers does not depend on the rows batched
-with it (the paged engine still does not speculate on them: ``engine/engine.py``).
+with it; the paged engine then lays its attention out batch-invariant, so that a
+speculative draft's rows are computed exactly as plain decoding computes them
+(``engine/runner.py``).
 """
 
 from __future__ import annotations

@@ -96,13 +96,14 @@ class PagedEngine:
         self.vocab_size = model.get_output_embeddings().out_features
         self.eos_token_ids = frozenset(eos_token_ids)
         self.max_draft = s.transformers_speculative_draft_tokens
-        if self.max_draft and any(isinstance(m, RowInt8Linear) for m in model.modules()):
-            # A verified draft's rows take another attention path than plain decoding; float
-            # noise there stays within ties in float32, but int8 activations round it into
-            # differences past them (a top-2 gap of 0.47 measured): drafts would change tokens.
-            log.warning("model '%s': speculative decoding off: its int8 activations would change tokens", name)
-            self.max_draft = 0
-        self.runner = ModelRunner(model, cache)
+        # int8 activations round float noise into token changes past ties (a top-2 gap of
+        # 0.47 measured), so a draft's rows must be computed exactly as plain decoding
+        # computes them: int8 rows are row-wise, and a batch-invariant layout makes the
+        # attention so too.
+        batch_invariant = any(isinstance(m, RowInt8Linear) for m in model.modules())
+        if batch_invariant:
+            log.info("model '%s': int8 rows: decode attention laid out batch-invariant", name)
+        self.runner = ModelRunner(model, cache, batch_invariant=batch_invariant)
         why = self.runner.unservable()
         if why is not None:
             raise ModelLoadError(unservable_message(name, model, why))

@@ -8,9 +8,14 @@ the layer's new query/key/value for all those tokens, and it
 
 1. writes the new keys and values into their slots (``block * block_size + offset``),
 2. attends, for each sequence, over that sequence's blocks:
-   single-token sequences (decodes) in one batched SDPA over their padded block
-   tables, multi-token chunks (prefills) one SDPA call each with a causal mask
-   offset by the already-cached length.
+   single-token rows (decodes) in one batched SDPA per :class:`DecodeBatch` over
+   their padded block tables, multi-token chunks (prefills) one SDPA call each with
+   a causal mask offset by the already-cached length.
+
+A *batch-invariant* layout (:mod:`.runner`) pads each decode row's table to a width
+that depends on that row's own length only, one batch per width, so a row's
+attention is computed the same way whatever else the step holds; a verified draft's
+rows are then decode rows too (see :mod:`.runner`).
 
 A windowed model's sequences give back the blocks that fell out of every layer's
 window (:mod:`.blocks`), so their tables do not start at block 0: a chunk's
@@ -104,18 +109,20 @@ class PrefillChunk:
 
 @dataclass(slots=True)
 class DecodeBatch:
-    """The single-token sequences of a step, attended to in one batched SDPA call.
+    """Single-token rows of a step attended to in one batched SDPA call, over tables
+    padded to one width.
 
     A windowed model's tables start at each sequence's first block still held, and
     ``lens`` counts from there: only a windowed layer may read them (``trimmed``)."""
 
     rows: torch.Tensor  # [B] offsets of single-token sequences in the row
-    blocks: torch.Tensor  # [B, max_blocks] padded block tables
+    blocks: torch.Tensor  # [B, max_blocks] padded block tables ([1, max_blocks] when shared)
     mask: torch.Tensor  # [B, 1, 1, max_blocks * block_size], True = attend
     is_whole_row: bool  # every token of the row is a decode: skip the index ops
     lens: torch.Tensor | None = None  # [B] context length of each sequence from its table's start
     trimmed: bool = False  # some table leaves out released leading blocks
     windowed: dict[int, torch.Tensor] = field(default_factory=dict)  # window -> mask, built once per step
+    shared: bool = False  # every row reads the one table (a draft's rows): its K/V gathered once
 
     def window_mask(self, window: int) -> torch.Tensor:
         """:attr:`mask` narrowed to each sequence's last ``window`` positions (the new token included)."""
@@ -134,8 +141,11 @@ class StepLayout:
 
     cache: PagedKVCache
     slots: torch.Tensor  # [T] cache slot of each new token
-    decode: DecodeBatch | None  # None when no sequence decodes a single token
+    decodes: list[DecodeBatch]  # empty when no row decodes a single token
     prefills: list[PrefillChunk]
+    #: Decode attention on one intra-op thread: torch's CPU SDPA computes a row
+    #: differently depending on which thread takes it, so a batch-invariant layout needs it.
+    single_thread_decode: bool = False
     #: When a dict, each layer whose attention ran and the sliding window it asked for
     #: (the load-time probe's record).
     layers_seen: dict[int, int | None] | None = None
@@ -210,27 +220,14 @@ def paged_attention_forward(
     out = query.new_empty(1, total, heads, head_dim)
     logits = _Logits(scaling, softcap, s_aux)
 
-    decode = step.decode
-    if decode is not None:
-        batch = decode.rows.shape[0]
-        q = query[0] if decode.is_whole_row else query[0].index_select(1, decode.rows)  # [H, B, D]
-        # One query token per sequence: fold the query heads sharing a KV head into
-        # the "query length" axis, so SDPA needs no repeated keys (GQA without copies).
-        q = q.transpose(0, 1).reshape(batch, kv_heads, n_rep, head_dim)
-        length = decode.blocks.shape[1] * bs
-        # index_select, not k_blocks[table]: advanced indexing costs ~1000x more here (torch 2.13 CPU).
-        flat_table = decode.blocks.view(-1)
-        k = k_blocks.index_select(0, flat_table).view(batch, length, kv_heads, head_dim).transpose(1, 2)
-        v = v_blocks.index_select(0, flat_table).view(batch, length, kv_heads, head_dim).transpose(1, 2)
-        if sliding_window is None and decode.trimmed:
-            raise _released_blocks_read(module)
-        mask = decode.mask if sliding_window is None else decode.window_mask(sliding_window)
-        o = logits.attend(q, k, v, mask, sink_heads=(kv_heads, n_rep))  # [B, kvH, n_rep, D]
-        o = o.reshape(batch, heads, head_dim)
-        if decode.is_whole_row:
-            out[0] = o
-        else:
-            out[0].index_copy_(0, decode.rows, o)
+    threads = torch.get_num_threads() if step.single_thread_decode and step.decodes else 1
+    if threads > 1:
+        torch.set_num_threads(1)
+    try:
+        _attend_decodes(module, query, k_blocks, v_blocks, out, logits, sliding_window, step.decodes)
+    finally:
+        if threads > 1:
+            torch.set_num_threads(threads)
 
     for chunk in step.prefills:
         s, n, ctx = chunk.q_start, chunk.q_len, chunk.ctx_len
@@ -259,6 +256,45 @@ def paged_attention_forward(
         o = logits.attend(q, k, v, prefill_mask, sink_heads=(heads, 1))
         out[0, s : s + n] = o[0].transpose(0, 1)
     return out, None
+
+
+def _attend_decodes(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    k_blocks: torch.Tensor,
+    v_blocks: torch.Tensor,
+    out: torch.Tensor,
+    logits: _Logits,
+    sliding_window: int | None,
+    decodes: list[DecodeBatch],
+) -> None:
+    """Each decode batch in one SDPA call: the rows' queries over their padded tables."""
+    _, bs, kv_heads, head_dim = k_blocks.shape
+    heads = query.shape[1]
+    n_rep = heads // kv_heads
+    for decode in decodes:
+        batch = decode.rows.shape[0]
+        q = query[0] if decode.is_whole_row else query[0].index_select(1, decode.rows)  # [H, B, D]
+        # One query token per sequence: fold the query heads sharing a KV head into
+        # the "query length" axis, so SDPA needs no repeated keys (GQA without copies).
+        q = q.transpose(0, 1).reshape(batch, kv_heads, n_rep, head_dim)
+        length = decode.blocks.shape[1] * bs
+        # index_select, not k_blocks[table]: advanced indexing costs ~1000x more here (torch 2.13 CPU).
+        flat_table = decode.blocks.view(-1)
+        tables = decode.blocks.shape[0]
+        k = k_blocks.index_select(0, flat_table).view(tables, length, kv_heads, head_dim).transpose(1, 2)
+        v = v_blocks.index_select(0, flat_table).view(tables, length, kv_heads, head_dim).transpose(1, 2)
+        if decode.shared:
+            k, v = k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1)
+        if sliding_window is None and decode.trimmed:
+            raise _released_blocks_read(module)
+        mask = decode.mask if sliding_window is None else decode.window_mask(sliding_window)
+        o = logits.attend(q, k, v, mask, sink_heads=(kv_heads, n_rep))  # [B, kvH, n_rep, D]
+        o = o.reshape(batch, heads, head_dim)
+        if decode.is_whole_row:
+            out[0] = o
+        else:
+            out[0].index_copy_(0, decode.rows, o)
 
 
 def _released_blocks_read(module: torch.nn.Module) -> RuntimeError:

@@ -32,7 +32,9 @@ def kv_geometry(model: Any) -> tuple[int, int, int]:
 class ModelRunner:
     """Owns the model (switched to the paged attention) and its KV cache."""
 
-    def __init__(self, model: Any, cache: PagedKVCache) -> None:
+    def __init__(self, model: Any, cache: PagedKVCache, *, batch_invariant: bool = False) -> None:
+        """``batch_invariant``: lay steps out so that a row's attention does not depend
+        on the step's other rows (see :meth:`layout`)."""
         # FlexServ's own forward (flexserv_transformers.native) calls the paged
         # attention itself; a transformers model is switched to it.
         if not getattr(model, "computes_paged_attention", False):
@@ -40,6 +42,7 @@ class ModelRunner:
             model.set_attn_implementation(ATTN_IMPL)
         self.model = model
         self.cache = cache
+        self.batch_invariant = batch_invariant
         self.device = next(model.parameters()).device
         self._no_mask = torch.empty(1, 1, 0, 0, dtype=torch.bool, device=self.device)
         self._offsets = torch.arange(cache.block_size, device=self.device)
@@ -74,7 +77,7 @@ class ModelRunner:
         layout = StepLayout(
             cache=self.cache,
             slots=self._tensor(list(range(n))),
-            decode=None,
+            decodes=[],
             prefills=[PrefillChunk(q_start=0, q_len=n, ctx_len=n, blocks=self._tensor([0]))],
             layers_seen={},
         )
@@ -111,14 +114,22 @@ class ModelRunner:
         follow ``tokens`` in the step, see :mod:`.speculative`).
 
         A sequence's attention reads its table from its first block still held
-        (``num_released``: a windowed model releases the blocks behind its window)."""
+        (``num_released``: a windowed model releases the blocks behind its window).
+
+        Decode rows normally share one batch padded to the longest table. A
+        :attr:`batch_invariant` runner instead pads each row's table to
+        :func:`decode_width` of its own length, one batch per width, and lays a
+        verified draft's rows out as decode rows, each over the positions up to its
+        own: a row is then computed as it would be alone, whatever else the step
+        holds. With row-wise linear layers (int8 rows) the whole forward is then
+        batch-invariant, and a draft's verification gives bit for bit the logits of
+        plain decoding, so speculation cannot change tokens."""
         bs = self.cache.block_size
         ids: list[int] = []
         positions: list[int] = []
         slots: list[int] = []
-        decode_rows: list[int] = []
-        decode_tables: list[list[int]] = []
-        decode_lens: list[int] = []
+        decode_rows: list[tuple[int, list[int], int]] = []  # (row, table, length from the table's start)
+        draft_rows: list[list[tuple[int, list[int], int]]] = []  # the same, one list per verified draft
         prefills: list[PrefillChunk] = []
         keep: list[int] = []
         trimmed = False
@@ -134,9 +145,10 @@ class ModelRunner:
             base = seq.num_released
             used = blocks[base : -(-ctx // bs)]
             if n == 1:
-                decode_rows.append(row)
-                decode_tables.append(used)
-                decode_lens.append(ctx - base * bs)
+                decode_rows.append((row, used, ctx - base * bs))
+                trimmed = trimmed or base > 0
+            elif seq.draft and self.batch_invariant:
+                draft_rows.append([(row + i, used, start + i + 1 - base * bs) for i in range(n)])
                 trimmed = trimmed or base > 0
             else:
                 prefills.append(
@@ -146,23 +158,56 @@ class ModelRunner:
                 keep.extend(range(row + n - 1 - len(seq.draft), row + n))
             elif ctx == len(seq.tokens):
                 keep.append(row + n - 1)
-        slot_tensor = self._tensor(slots)
-        decode: DecodeBatch | None = None
-        if decode_rows:
-            width = max(len(t) for t in decode_tables)
-            table = self._tensor([t + [0] * (width - len(t)) for t in decode_tables])
-            lens = self._tensor(decode_lens)
-            span = torch.arange(width * bs, device=self.device)
-            decode = DecodeBatch(
-                rows=self._tensor(decode_rows),
-                blocks=table,
-                mask=(span[None, :] < lens[:, None]).view(len(decode_rows), 1, 1, width * bs),
-                is_whole_row=len(decode_rows) == len(ids),
-                lens=lens,
-                trimmed=trimmed,
-            )
-        layout = StepLayout(cache=self.cache, slots=slot_tensor, decode=decode, prefills=prefills)
+        decodes: list[DecodeBatch] = []
+        if not self.batch_invariant:
+            if decode_rows:
+                width = max(len(table) for _, table, _ in decode_rows)
+                decodes.append(self._decode_batch(decode_rows, width, trimmed, len(ids)))
+        else:
+            # A draft's rows read one table, gathered once per width (shared).
+            for entries, shared in [(decode_rows, False), *((rows, True) for rows in draft_rows)]:
+                by_width: dict[int, list[tuple[int, list[int], int]]] = {}
+                for entry in entries:
+                    by_width.setdefault(decode_width(-(-entry[2] // bs), bs), []).append(entry)
+                decodes.extend(
+                    self._decode_batch(group, width, trimmed, len(ids), shared=shared)
+                    for width, group in by_width.items()
+                )
+        layout = StepLayout(
+            cache=self.cache,
+            slots=self._tensor(slots),
+            decodes=decodes,
+            prefills=prefills,
+            single_thread_decode=self.batch_invariant,
+        )
         return self._tensor(ids), self._tensor(positions), layout, keep
+
+    def _decode_batch(
+        self,
+        entries: list[tuple[int, list[int], int]],
+        width: int,
+        trimmed: bool,
+        row_length: int,
+        *,
+        shared: bool = False,
+    ) -> DecodeBatch:
+        """One batch of decode rows over tables padded (or cut) to ``width`` blocks;
+        positions past a row's length are masked out. ``shared``: the rows' tables are
+        one table, kept once."""
+        bs = self.cache.block_size
+        tables = entries[:1] if shared else entries
+        table = self._tensor([(t + [0] * (width - len(t)))[:width] for _, t, _ in tables])
+        lens = self._tensor([length for _, _, length in entries])
+        span = torch.arange(width * bs, device=self.device)
+        return DecodeBatch(
+            rows=self._tensor([row for row, _, _ in entries]),
+            blocks=table,
+            mask=(span[None, :] < lens[:, None]).view(len(entries), 1, 1, width * bs),
+            is_whole_row=len(entries) == row_length,
+            lens=lens,
+            trimmed=trimmed,
+            shared=shared,
+        )
 
     def encode_images(self, plan: list[tuple[Sequence, int]]) -> list[tuple[Sequence, InvalidRequest]]:
         """Compute the image features this step's prefill chunks need and have not
@@ -245,3 +290,16 @@ def _row_starts(plan: list[tuple[Sequence, int]]) -> list[int]:
         starts.append(row)
         row += n
     return starts
+
+
+#: The shortest table a batch-invariant decode row is padded to, in positions.
+DECODE_WIDTH_QUANTUM = 256
+
+
+def decode_width(blocks: int, block_size: int) -> int:
+    """The table width, in blocks, of a batch-invariant decode row that needs
+    ``blocks``: rounded up to a multiple of :data:`DECODE_WIDTH_QUANTUM` positions, so
+    that it depends on the row's own length only (at most 255 masked positions more
+    than it needs; the rows of a step fall into few widths)."""
+    quantum = max(1, DECODE_WIDTH_QUANTUM // block_size)
+    return -(-blocks // quantum) * quantum

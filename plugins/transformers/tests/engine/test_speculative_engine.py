@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import copy
 import random
 import re
 import types
@@ -336,3 +337,44 @@ async def test_constrained_sequences_never_speculate(tmp_path: Path, load_model:
         assert asked and model.engine.stats()["speculative"]["drafted_tokens"] > 0
     finally:
         model.unload()
+
+
+@pytest.mark.parametrize("single_thread_tokens", [16, 0])
+async def test_on_int8_rows_logprobs_are_bit_identical_alone_batched_and_drafted(
+    tiny, oracle, single_thread_tokens
+) -> None:
+    """int8 rows (``--transformers-quantization int8`` in float32) round float noise into
+    token changes, so their engine lays attention out batch-invariant: a request's
+    logprobs are the same floats alone, beside a longer prompt, and verified in drafts,
+    also with every step on all intra-op threads (0). (Each case on a fresh engine: a
+    prefix-cache hit computes the prompt's last block in another chunk, which is not
+    part of this promise.)"""
+    from flexserv_torch import fbgemm_available
+    from flexserv_transformers.int8 import quantize_linears
+
+    if not fbgemm_available():
+        pytest.skip("int8 rows need fbgemm")
+    model, prompts, vocab = tiny
+    model = copy.deepcopy(model)
+    quantize_linears(model, torch.float32)
+    pair = (prompts[0], prompts[1] * 12)  # the second table many decode widths longer
+    params = greedy(24, logprobs=True, top_logprobs=2)
+
+    async def generate(draft: int, together: bool) -> list[list[tuple[int, float, list[tuple[int, float]]]]]:
+        engine = make(model, draft=draft, single_thread_step_tokens=single_thread_tokens)
+        try:
+            if together:
+                outs = list(await asyncio.gather(*(run(engine, p, params) for p in pair)))
+            else:
+                outs = [await run(engine, pair[0], params)]
+            assert engine.stats()["speculative"]["accepted_tokens"] > 0 or not draft
+        finally:
+            engine.close()
+        return [[(t.token_id, t.logprob, list(t.top_logprobs)) for t in out] for out in outs]
+
+    alone = (await generate(0, False))[0]
+    beside = await generate(0, True)
+    assert beside[0] == alone
+    oracle([(p, [t[0] for t in out]) for p, out in zip(pair, beside, strict=True)], vocab, 1)
+    assert await generate(8, False) == [alone]
+    assert await generate(8, True) == beside

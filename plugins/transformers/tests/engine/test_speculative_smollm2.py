@@ -67,18 +67,45 @@ def smollm2_int8(smollm2):
     return quantized, tok
 
 
-async def test_with_int8_layers_the_engine_does_not_speculate(smollm2_int8, caplog) -> None:
-    """int8 activations round the float noise of a draft's other attention path into token
-    changes past ties, so an engine on int8 rows never drafts, and says so."""
+RETURNS = (
+    "Our return policy is simple. You may return any unused item within thirty days of delivery for a full "
+    "refund. Items must be in their original packaging and include the receipt. Opened software, gift cards and "
+    "personalised goods cannot be returned. To start a return, sign in to your account, choose the order, and "
+    "print the prepaid label. Refunds reach your card within five business days after the warehouse receives "
+    "the parcel."
+)
+MEETING = (
+    "Meeting notes, 14 March. Present: Ana, Bilal, Chen and Dora. Ana reported that the new checkout page raised "
+    "conversions by four percent in the first week. Bilal warned that the payment provider will change its API in "
+    "May and asked for two engineers to migrate. Chen agreed to lead the migration with Dora. The team decided to "
+    "freeze new features on the checkout page until the migration is finished. Next meeting: 28 March."
+)
+# Copy requests on which a layout that was not batch-invariant in every respect (torch's
+# SDPA on two threads) changed tokens: at the 79th and the 94th.
+GROUNDED = [
+    f"Here is a text:\n\n{RETURNS}\n\nCopy the text above verbatim, then stop.",
+    f"Here is a text:\n\n{MEETING}\n\nRepeat the passage above exactly, word for word.",
+]
+
+
+async def test_with_int8_layers_speculation_keeps_every_token(smollm2_int8) -> None:
+    """int8 activations round float noise into token changes past ties, so on int8 rows
+    the engine lays decode attention out batch-invariant and verifies a draft's rows as
+    decode rows: greedy tokens with drafts are those without, alone and batched, and
+    a request's tokens do not depend on what runs beside it."""
     model, tok = smollm2_int8
-    prompt = chat_prompt(tok, COPY)
-    with caplog.at_level("WARNING"):
-        engine = make_engine(model, tok, speculative_draft_tokens=16)
-    try:
-        out = await generate(engine, prompt, 24)
-        stats = engine.stats()
-    finally:
-        engine.close()
-    assert stats["speculative"]["drafted_tokens"] == 0 and stats["steps"] >= 24
-    assert "speculative decoding off" in caplog.text
-    assert tok.decode(out[:12]) in PASSAGE  # it still copies, one token a step
+    prompts = [chat_prompt(tok, text) for text in (COPY, *GROUNDED, CHAT)]
+    runs = {}
+    for draft in (0, 32):
+        engine = make_engine(model, tok, speculative_draft_tokens=draft)
+        try:
+            solo = [await generate(engine, p, 96) for p in prompts]
+            together = await asyncio.gather(*(generate(engine, p, 96) for p in prompts))
+            runs[draft] = (solo, list(together), engine.stats())
+        finally:
+            engine.close()
+    (plain_solo, plain_together, _), (spec_solo, spec_together, stats) = runs[0], runs[32]
+    assert plain_together == plain_solo  # batch-invariant without drafts
+    assert spec_solo == plain_solo and spec_together == plain_solo  # exact with them
+    assert stats["speculative"]["accepted_tokens"] > 100
+    assert tok.decode(spec_solo[0][:12]) in PASSAGE
