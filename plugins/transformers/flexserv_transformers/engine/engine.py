@@ -405,10 +405,15 @@ class PagedEngine:
         return f"the generation engine stopped after repeated failures: {type(self._error).__name__}: {self._error}"
 
     def _draft(self) -> None:
-        """Propose the speculative drafts of the decoding sequences (see :mod:`.speculative`)."""
-        for seq in self.scheduler.running:
+        """Propose the speculative drafts of the decoding sequences (see :mod:`.speculative`),
+        none while ``--transformers-speculative-max-sequences`` or more decode."""
+        decoding = [seq for seq in self.scheduler.running if seq.pending == 1 and not seq.cancelled]
+        widest = self.settings.transformers_speculative_max_sequences
+        if widest and len(decoding) >= widest:
+            return
+        for seq in decoding:
             drafting = seq.drafting
-            if drafting is None or seq.pending != 1 or seq.cancelled:
+            if drafting is None:
                 continue
             k = min(drafting.want(), seq.remaining - 1)
             seq.draft = propose(seq.tokens, k) if k > 0 else []

@@ -293,13 +293,13 @@ def _row_starts(plan: list[tuple[Sequence, int]]) -> list[int]:
 
 
 #: The shortest table a batch-invariant decode row is padded to, in positions.
-DECODE_WIDTH_QUANTUM = 256
+DECODE_WIDTH_QUANTUM = 128
 
 
 def decode_width(blocks: int, block_size: int) -> int:
     """The table width, in blocks, of a batch-invariant decode row that needs
     ``blocks``: rounded up to a multiple of :data:`DECODE_WIDTH_QUANTUM` positions, so
-    that it depends on the row's own length only (at most 255 masked positions more
+    that it depends on the row's own length only (at most 127 masked positions more
     than it needs; the rows of a step fall into few widths)."""
     quantum = max(1, DECODE_WIDTH_QUANTUM // block_size)
     return -(-blocks // quantum) * quantum

@@ -90,3 +90,12 @@ class EngineSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             ge=1,
         ),
     ] = 32
+    transformers_speculative_max_sequences: Annotated[
+        int,
+        msgspec.Meta(
+            description="Drafting pauses while this many sequences or more decode: a batch that wide keeps a CPU's "
+            "cores busy, so a draft's extra rows cost about their full price and speculation no longer pays "
+            "(measured on copy requests: faster at 1-4 sequences, slower from 8); 0: no limit.",
+            ge=0,
+        ),
+    ] = 8

@@ -52,7 +52,7 @@ def test_a_row_is_computed_the_same_alone_in_a_batch_and_in_a_draft(threads: int
     cache._v.normal_()
     generator = torch.Generator().manual_seed(1)
     rows = 12
-    lens = torch.randint(200, 500, (rows,), generator=generator).tolist()  # one decode width (512)
+    lens = torch.randint(390, 512, (rows,), generator=generator).tolist()  # one decode width (512)
     tables = [torch.randperm(150, generator=generator)[: -(-n // BS)].tolist() for n in lens]
     query = torch.randn(1, HEADS, rows, DIM, generator=generator)
     before = torch.get_num_threads()

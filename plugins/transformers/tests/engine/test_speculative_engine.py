@@ -207,6 +207,26 @@ async def test_logprobs_and_penalties_match_plain_decoding(tiny, oracle) -> None
         assert [i for i, _ in a.top_logprobs] == [i for i, _ in b.top_logprobs]
 
 
+async def test_no_drafts_while_the_batch_is_wide(tiny, oracle) -> None:
+    """``--transformers-speculative-max-sequences``: with three sequences decoding and a
+    limit of 3 nothing drafts until one finishes; alone, a sequence drafts; output is
+    unchanged either way."""
+    model, prompts, vocab = tiny
+    refs = await references(model, prompts, 24)
+    oracle(list(zip(prompts, refs, strict=True)), vocab, 5)
+    engine = make(model, speculative_max_sequences=3)
+    try:
+        together = await asyncio.gather(*(run(engine, p, greedy(24)) for p in prompts))
+        wide = engine.stats()["speculative"]["drafted_tokens"]
+        alone = await run(engine, prompts[0], greedy(24))
+        drafted = engine.stats()["speculative"]["drafted_tokens"] - wide
+    finally:
+        engine.close()
+    assert [[t.token_id for t in out] for out in together] == refs
+    assert [t.token_id for t in alone] == refs[0]
+    assert wide == 0 and drafted > 0
+
+
 async def test_a_sequence_that_cannot_draft_or_has_no_room_decodes_normally(tiny, oracle) -> None:
     """Drafts never preempt: with blocks for little more than the sequences
     themselves, drafts are shortened or dropped, and the output stays the same."""
@@ -252,7 +272,7 @@ async def test_sampled_output_keeps_its_distribution(tiny, oracle, monkeypatch) 
     finally:
         plain.close()
     drafter = oracle([(prompts[0], refs[0])], vocab, 0)  # the greedy tokens, unspoilt
-    spec = make(model, max_batch_size=64)
+    spec = make(model, max_batch_size=64, speculative_max_sequences=0)  # 20 at once, all drafting
     try:
         got = await histogram(spec)
         stats = spec.stats()["speculative"]
