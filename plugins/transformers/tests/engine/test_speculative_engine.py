@@ -310,10 +310,19 @@ async def test_a_seeded_sampled_request_does_not_speculate_and_keeps_its_tokens(
     assert [t.token_id for t in outs[1]] == refs[0] and stats["drafted_tokens"] > 0, "the greedy neighbour drafts"
 
 
-async def test_a_windowed_model_speculates_exactly_and_gives_its_blocks_back(oracle) -> None:
+@pytest.mark.parametrize("int8_rows", [False, True])
+async def test_a_windowed_model_speculates_exactly_and_gives_its_blocks_back(oracle, int8_rows) -> None:
     """Mistral windowed on every layer (8 tokens): drafts cross the window, the
-    sequence still gives back the blocks behind it, and the output is the plain one."""
+    sequence still gives back the blocks behind it, and the output is the plain one;
+    also on int8 rows, whose draft rows are decode rows over trimmed tables."""
     model, tok = build_tiny_family("Mistral (windowed)", seed=1)
+    if int8_rows:
+        from flexserv_torch import fbgemm_available
+        from flexserv_transformers.int8 import quantize_linears
+
+        if not fbgemm_available():
+            pytest.skip("int8 rows need fbgemm")
+        quantize_linears(model, torch.float32)
     prompts = [list(tok(t)["input_ids"]) for t in TEXTS[:2]]
     n = 60
     refs = await references(model, prompts, n)
