@@ -36,14 +36,23 @@ def metric(text: str, name: str) -> float:
     return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name)
 
 
-async def test_speculation_changes_nothing_but_speed(tmp_path_factory: pytest.TempPathFactory) -> None:
+@pytest.mark.parametrize("quantization", ["none", "int8"])
+async def test_speculation_changes_nothing_but_speed(tmp_path_factory: pytest.TempPathFactory, quantization) -> None:
+    """In float32, and on int8 rows (drafts through the batch-invariant layout, where the
+    logprobs must be equal to the bit; the engine tests hold the cases that tell that
+    layout from the old one)."""
     import openai
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     cache = os.environ.get("FLEXSERV_CACHE_DIR") or str(Path(tmp_path_factory.getbasetemp()) / "flexserv-cache")
     # float32: a bf16 verify step (several positions in one matmul) rounds differently
     # from one-token decodes, enough to move logprobs by ~0.05 and flip near-ties
-    settings = {"cache_dir": cache, "transformers_engine": "paged", "dtype": "float32"}
+    settings = {
+        "cache_dir": cache,
+        "transformers_engine": "paged",
+        "dtype": "float32",
+        "transformers_quantization": quantization,
+    }
     app = make_app(["transformers"], settings=settings)
     spec = app.state.flexserv.catalog.default(ModelKind.TEXT)
     if spec is None:
@@ -86,6 +95,10 @@ async def test_speculation_changes_nothing_but_speed(tmp_path_factory: pytest.Te
         a, b = plain_lp.choices[0].logprobs.content, fast_lp.choices[0].logprobs.content
         assert [t.token for t in a] == [t.token for t in b]
         assert max(abs(x.logprob - y.logprob) for x, y in zip(a, b, strict=True)) < 1e-3
+        if quantization == "int8":
+            assert [(t.logprob, [(x.token, x.logprob) for x in t.top_logprobs]) for t in a] == [
+                (t.logprob, [(x.token, x.logprob) for x in t.top_logprobs]) for t in b
+            ]
 
         async with httpx.AsyncClient(base_url=base_url) as http:
             metrics = (await http.get("/metrics")).text
