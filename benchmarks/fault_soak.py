@@ -105,6 +105,12 @@ def main() -> int:
     parser.add_argument(
         "--max-queued", type=int, default=4, help="--transformers-max-queued-requests of the server (batch 8)"
     )
+    parser.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        help="one more argument for the server, repeatable (--server-arg=--transformers-quantization=int8)",
+    )
     args = parser.parse_args()
 
     from flexserv_transformers.testing import build_tiny_llama
@@ -114,16 +120,17 @@ def main() -> int:
         port = free_port()
         command = [sys.executable, "-m", "flexserv_core", "run", "--port", str(port), "--model", f"tiny={model}"]
         command += [
-            "--engine",
+            "--transformers-engine",
             "paged",
-            "--dtype",
+            "--transformers-dtype",
             "float32",
-            "--max-batch-size",
+            "--transformers-max-batch-size",
             "8",
-            "--max-queued-requests",
+            "--transformers-max-queued-requests",
             str(args.max_queued),
         ]
         command += ["--model-timeout", str(args.model_timeout), "--cache-dir", str(Path(tmp) / "cache")]
+        command += args.server_arg
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         url = f"http://127.0.0.1:{port}"
         try:
