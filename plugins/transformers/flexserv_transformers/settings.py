@@ -71,8 +71,8 @@ class TransformersSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=T
         _meta(
             "Quantize weights: none; int8 (CPU: in bfloat16 weight-only, about twice the single-stream decode "
             "speed; in float32 weights and activations on fbgemm's x86 kernels, each activation row with its own "
-            "scale, 2-3x float32's speed, log-likelihood ~1.3% worse, no speculative decoding; text close to but "
-            "not identical to unquantized); bnb-8bit, bnb-4bit (bitsandbytes, CUDA only).",
+            "scale, 2-3x float32's speed, log-likelihood ~1.3% worse, speculative drafts verified bit-exactly; text "
+            "close to but not identical to unquantized); bnb-8bit, bnb-4bit (bitsandbytes, CUDA only).",
             aliases=("quantization",),
         ),
     ] = "none"

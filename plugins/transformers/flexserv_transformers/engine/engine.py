@@ -95,7 +95,6 @@ class PagedEngine:
         self._threads = IntraOpThreads(s.transformers_single_thread_step_tokens if device.type == "cpu" else 0)
         self.vocab_size = model.get_output_embeddings().out_features
         self.eos_token_ids = frozenset(eos_token_ids)
-        self.max_draft = s.transformers_speculative_draft_tokens
         # int8 activations round float noise into token changes past ties (a top-2 gap of
         # 0.47 measured), so a draft's rows must be computed exactly as plain decoding
         # computes them: int8 rows are row-wise, and a batch-invariant layout makes the
@@ -197,7 +196,9 @@ class PagedEngine:
             grammar=grammar,
             media=media,
             eos_token_ids=self.eos_token_ids,
-            max_draft=self.max_draft if may_speculate(params, grammar is not None) else 0,
+            max_draft=self.settings.transformers_speculative_draft_tokens
+            if may_speculate(params, grammar is not None)
+            else 0,
         )
         limit = self.settings.transformers_max_batch_size + self.settings.transformers_max_queued_requests
         with self._wake:
