@@ -30,7 +30,7 @@ time.sleep(600)
 
 class StandIn(LocalNode):
     def __init__(self, mode: str) -> None:
-        super().__init__(num_cpus=1, env=os.environ, stop_timeout=1)
+        super().__init__(num_cpus=1, env=os.environ, stop_timeout=0.3)
         self.mode = mode
 
     def command(self) -> list[str]:
@@ -58,7 +58,7 @@ def test_stop_ends_every_process_of_the_session_even_one_that_ignores_sigterm() 
 def test_an_interrupted_start_stops_what_it_started() -> None:
     node = StandIn("hang")
     interrupted = threading.Event()
-    threading.Timer(1.0, interrupted.set).start()
+    threading.Timer(0.5, interrupted.set).start()
     assert node.start(interrupted, timeout=60) is False
     assert node.pgid is not None and session_members(node.pgid) == []
 
@@ -72,8 +72,8 @@ def test_a_node_that_exits_raises_with_its_output_and_leaves_nothing() -> None:
 
 def test_a_node_that_never_starts_times_out_and_leaves_nothing() -> None:
     node = StandIn("hang")
-    with pytest.raises(RuntimeError, match="did not start within 2 s"):
-        node.start(threading.Event(), timeout=2)
+    with pytest.raises(RuntimeError, match="did not start within 1 s"):
+        node.start(threading.Event(), timeout=1)
     assert node.pgid is not None and session_members(node.pgid) == []
 
 
