@@ -42,7 +42,12 @@ def test_a_stream_open_when_leaving_is_finished_before_the_models_are_unloaded()
     unloaded_mid_stream: list[bool] = []
 
     def stream() -> None:
-        body = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 12, "stream": True}
+        body = {
+            "model": "fake-model",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 12,
+            "stream": True,
+        }
         with httpx.stream("POST", f"{base}/v1/chat/completions", json=body, timeout=30) as r:
             for line in r.iter_lines():
                 if line:
