@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from flexserv_embeddings import EmbeddingResult
 from flexserv_sentence_transformers.backend import SentenceTransformersBackend
-from flexserv_sentence_transformers.model import EmbedJob
 from flexserv_sentence_transformers.plugin import embedded_model_path
 from flexserv_sentence_transformers.settings import SentenceTransformersSettings
 
@@ -30,6 +29,9 @@ def model() -> Any:
 
 @pytest.mark.slow
 def test_a_mixed_batch_answers_each_request_as_if_it_ran_alone(model: Any) -> None:
+    # here, not at the top: importing sentence-transformers takes seconds, and the fast suite skips this module
+    from flexserv_sentence_transformers.model import EmbedJob
+
     long_text = "word " * (model.max_input_tokens + 10)
     jobs = [
         EmbedJob(inputs=["The quick brown fox.", "Paris is in France."], truncate=True),

@@ -10,7 +10,6 @@ from typing import Any
 
 import httpx
 import pytest
-from flexserv_sentence_transformers.model import SentenceTransformerEmbeddingModel
 from flexserv_sentence_transformers.plugin import DEFAULT_MODEL_NAME
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -37,6 +36,9 @@ def model_counter(metrics: str, name: str) -> float:
 
 
 async def test_requests_of_clients_gone_are_dropped_from_the_batcher() -> None:
+    # here, not at the top: importing sentence-transformers takes seconds, and the fast suite skips this module
+    from flexserv_sentence_transformers.model import SentenceTransformerEmbeddingModel
+
     app = make_app(["embeddings", "sentence-transformers"])
     server = app.state.flexserv
     with ServedApp(app) as url:
