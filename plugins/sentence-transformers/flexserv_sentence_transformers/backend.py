@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from flexserv_torch import cpu_default_dtype, pick_device
+from flexserv_torch import cpu_default_dtype, import_reporting, pick_device
 
 from flexserv_core import Backend, LoadedModel, ModelKind, ModelLoadError, ModelSpec, ProgressCallback
 from flexserv_sentence_transformers.settings import SentenceTransformersSettings
@@ -65,6 +65,7 @@ class SentenceTransformersBackend(Backend):
         return "://" not in spec.source
 
     def load(self, spec: ModelSpec, progress: ProgressCallback) -> LoadedModel:
+        import_reporting(progress, "torch", "sentence_transformers")
         import torch
         from sentence_transformers import SentenceTransformer
 

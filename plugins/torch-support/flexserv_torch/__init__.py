@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import lazy_loader
 
 from flexserv_torch.devices import cpu_default_dtype, cpu_has_fast_bf16, no_accelerator_for_certain, pick_device
+from flexserv_torch.imports import import_reporting
 from flexserv_torch.openmp import IntraOpThreads, full_intra_op_threads, prefer_passive_openmp, use_all_intra_op_threads
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ __all__ = [
     "cpu_has_fast_bf16",
     "fbgemm_available",
     "full_intra_op_threads",
+    "import_reporting",
     "no_accelerator_for_certain",
     "pack_weight",
     "pick_device",

@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from flexserv_torch import import_reporting
+
 from flexserv_core import (
     Backend,
     ModelKind,
@@ -124,6 +126,7 @@ class TransformersBackend(Backend):
         from flexserv_transformers import prewarm
 
         prewarm.wait()  # never import torch from two threads at once
+        import_reporting(progress, "torch")
         from flexserv_transformers.loading import LoadOptions, load_model_and_tokenizer
         from flexserv_transformers.model import TransformersTextModel
 
