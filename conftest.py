@@ -22,6 +22,6 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     # alive then (modules imported since, like transformers, session fixtures, caches) stays alive. Without
     # it the registry's collections walked all of that once per freed model: 417 full collections took 30 s
     # of a 145 s fast suite. Only what was alive is frozen, so no garbage is kept.
-    if nextitem is None or nextitem.module is not getattr(item, "module", None):
+    if nextitem is None or getattr(nextitem, "module", None) is not getattr(item, "module", None):
         gc.collect()
         gc.freeze()
