@@ -3,6 +3,7 @@ only where this process has seen it do so."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -86,3 +87,30 @@ def test_a_direct_fit_that_differs_is_never_used(monkeypatch: pytest.MonkeyPatch
     assert "differs from scikit-learn's" in caplog.text
     reference = IsolationForest(contamination="auto", random_state=42).fit(ROWS)
     assert np.array_equal(detector.raw_scores(ROWS), -reference.score_samples(ROWS))
+
+
+def test_random_parameter_sets_give_the_librarys_forest() -> None:
+    """Twenty seeded draws of shapes and parameters, beyond the hand-picked ones above."""
+    draw = np.random.default_rng(2026)
+    for _ in range(20):
+        n_rows, n_features = int(draw.integers(2, 700)), int(draw.integers(1, 9))
+        rows = draw.normal(size=(n_rows, n_features)) * draw.uniform(0.1, 100, size=n_features)
+        params: dict[str, Any] = {
+            "n_estimators": int(draw.integers(1, 25)),
+            "bootstrap": bool(draw.integers(2)),
+            "random_state": int(draw.integers(0, 2**31 - 1)),
+            "max_samples": ["auto", int(draw.integers(1, 2 * n_rows)), float(draw.uniform(0.05, 1.0))][
+                int(draw.integers(3))
+            ],
+            "max_features": [float(draw.uniform(0.05, 1.0)), int(draw.integers(1, n_features + 1))][
+                int(draw.integers(2))
+            ],
+        }
+        library = IsolationForest(contamination="auto", **params)
+        direct = clone(library)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # max_samples above the row count
+            library.fit(rows)
+        forest_fit.fit_isolation_forest(direct, rows)
+        assert forest_fit.same_fitted(vars(library), vars(direct)), params
+        assert np.array_equal(library.score_samples(rows), direct.score_samples(rows)), params
