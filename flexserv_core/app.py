@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 from collections.abc import AsyncIterator
@@ -26,12 +25,11 @@ from flexserv_core.edge.auth import KeyRing
 from flexserv_core.edge.cors import cors_config
 from flexserv_core.edge.request_id import with_request_id
 from flexserv_core.errors import FlexServError, PluginStartupError
-from flexserv_core.events import ModelEvent, ModelEventType
+from flexserv_core.events import ModelEvent
 from flexserv_core.metrics.collector import RegistryCollector
 from flexserv_core.metrics.core import ServerMetrics
 from flexserv_core.metrics.http import http_metrics_middleware
 from flexserv_core.models.catalog import ModelCatalog
-from flexserv_core.models.load_history import load_history
 from flexserv_core.models.registry import ModelRegistry
 from flexserv_core.plugin_manager import FlexServPluginManager
 from flexserv_core.readiness import Preloader, preload_specs
@@ -99,13 +97,9 @@ def build_server(settings: Settings, pm: FlexServPluginManager) -> FlexServer:
         kinds=[b.backend.kind for b in backends],
     )
     metrics = ServerMetrics()
-    history = load_history(settings)
 
     def on_event(event: ModelEvent) -> None:
         metrics.observe_event(event)
-        spec = catalog.get(event.model_id)
-        if event.type is ModelEventType.LOADED and event.seconds is not None and spec is not None:
-            off_the_loop(history.record, spec, event.seconds)
         hooks.model_event(server, event)
 
     registry = ModelRegistry(
@@ -133,17 +127,6 @@ def build_server(settings: Settings, pm: FlexServPluginManager) -> FlexServer:
     return server
 
 
-def off_the_loop(call: Any, *args: Any) -> None:
-    """``call(*args)`` on a worker thread when an event loop runs here (a file write must not
-    hold it), else at once."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        call(*args)
-    else:
-        loop.run_in_executor(None, call, *args)
-
-
 def create_app(settings: Settings, plugin_manager: FlexServPluginManager) -> Litestar:
     """Build the app around :func:`build_server`. Its lifespan runs the startup
     hooks (failures stop start-up) and, on shutdown, the shutdown hooks, then
@@ -164,7 +147,7 @@ def create_app(settings: Settings, plugin_manager: FlexServPluginManager) -> Lit
             await server.registry.shutdown(0)
             raise
         log.info("FlexServ %s ready: plugins %s", __version__, ", ".join(plugin_manager.loaded_names()))
-        log_served_models(server, load_history(settings))
+        log_served_models(server)
         server.preloader.start()
         try:
             yield

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 
 from flexserv_core.errors import ModelLoadError
-from flexserv_core.models.load_history import LoadHistory, first_request_note
 from flexserv_core.server import FlexServer
 from flexserv_core.settings import Settings
 
@@ -20,11 +19,9 @@ def base_url(settings: Settings) -> str:
     return f"{'https' if tls else 'http'}://{host}:{core.port}"
 
 
-def log_served_models(server: FlexServer, history: LoadHistory) -> None:
-    """One line per model: name, kind, source, backend and what its first request will wait
-    for (its load, as long as the last one here took); then the base URL."""
+def log_served_models(server: FlexServer) -> None:
+    """One line per model: name, kind, source, backend; then the base URL."""
     defaults = set(server.catalog.defaults.values())
-    preloaded = {status.model_id for status in server.preloader.statuses}
     specs = server.catalog.specs()
     if not specs:
         log.warning("no model is configured: requests will get 404 (see --model, [[models]] in the config file)")
@@ -34,12 +31,11 @@ def log_served_models(server: FlexServer, history: LoadHistory) -> None:
         except ModelLoadError:
             backend = "none installed"
         log.info(
-            "serving %s model '%s'%s from %s (backend %s); %s",
+            "serving %s model '%s'%s from %s (backend %s)",
             spec.kind,
             spec.name,
             " (default)" if spec.name in defaults else "",
             spec.source,
             backend,
-            first_request_note(history, spec, spec.name in preloaded),
         )
     log.info("listening on %s (OpenAI API at %s/v1)", base_url(server.settings), base_url(server.settings))

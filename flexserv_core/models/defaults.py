@@ -62,6 +62,7 @@ FIRST_PARTY_DISTRIBUTIONS: frozenset[str] = frozenset(
         "flexserv-docs",
         "flexserv-embeddings",
         "flexserv-state",
+        "flexserv-load-times",
     }
 )
 
