@@ -178,15 +178,8 @@ class _IsolationForest(_Negated):
 
     def fit(self, x: np.ndarray) -> None:
         self._node_depths = None
-        forest = self.estimator
-        if (
-            forest.contamination == "auto"
-            and not forest.warm_start
-            and isinstance(forest.random_state, int)
-            and isinstance(x, np.ndarray)
-            and forest_fit.verified(forest_fit.forest_kind(forest, x.shape[1]))
-        ):
-            forest_fit.fit_isolation_forest(forest, x)
+        if forest_fit.applies(self.estimator, x):
+            forest_fit.fit_isolation_forest(self.estimator, x)
         else:
             super().fit(x)
 

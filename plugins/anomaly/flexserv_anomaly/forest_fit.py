@@ -35,16 +35,30 @@ log = logging.getLogger(__name__)
 _VERIFIED: dict[tuple[bool, bool], bool] = {}
 
 
-def forest_kind(forest: Any, n_features: int) -> tuple[bool, bool]:
+def applies(forest: Any, x: Any) -> bool:
+    """Whether :func:`fit_isolation_forest` may fit ``forest`` on ``x``: the forests it
+    mirrors (dense rows, an integer seed, ``contamination="auto"``, no warm start), of a
+    kind this process has :func:`verified`."""
+    return (
+        isinstance(x, np.ndarray)
+        and forest.contamination == "auto"
+        and not forest.warm_start
+        and isinstance(forest.random_state, int)
+        and verified((bool(forest.bootstrap), _features_per_tree(forest, x.shape[1]) != x.shape[1]))
+    )
+
+
+def _features_per_tree(forest: Any, n_features: int) -> int:
+    """What bagging makes of ``max_features``: a count, or a fraction of ``n_features``; at least 1."""
     max_features = forest.max_features
-    count = max_features if isinstance(max_features, numbers.Integral) else int(max_features * n_features)
-    return bool(forest.bootstrap), max(1, int(count)) != n_features
+    if not isinstance(max_features, numbers.Integral):
+        max_features = int(max_features * n_features)
+    return max(1, int(max_features))
 
 
 def fit_isolation_forest(forest: Any, x: np.ndarray) -> None:
-    """Fit ``forest`` (an unfitted ``IsolationForest`` with an integer ``random_state``,
-    ``contamination="auto"``, no warm start) on the dense rows ``x`` as ``forest.fit(x)``
-    does."""
+    """Fit ``forest`` on the dense rows ``x`` as ``forest.fit(x)`` does, for a forest
+    and rows :func:`applies` accepts."""
     from sklearn.ensemble._bagging import MAX_INT, _generate_bagging_indices
     from sklearn.ensemble._iforest import _average_path_length
     from sklearn.tree import ExtraTreeRegressor
@@ -70,10 +84,7 @@ def fit_isolation_forest(forest: Any, x: np.ndarray) -> None:
     template.max_depth = max_depth
     forest.estimator_ = template
     forest._max_samples = max_samples
-    max_features = forest.max_features
-    if not isinstance(max_features, numbers.Integral):
-        max_features = int(max_features * n_features)
-    max_features = max(1, int(max_features))
+    max_features = _features_per_tree(forest, n_features)
     forest._max_features = max_features
     forest._sample_weight = None
     forest.estimators_ = []

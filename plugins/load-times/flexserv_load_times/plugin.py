@@ -63,8 +63,10 @@ def _say(notes: list[str]) -> None:
 @hookimpl
 def flexserv_model_event(event: ModelEvent, server: FlexServer) -> None:
     writes = server.state.get(_WRITES)
+    if writes is None or event.type is not ModelEventType.LOADED or event.seconds is None:
+        return
     spec = server.catalog.get(event.model_id)
-    if writes is None or event.type is not ModelEventType.LOADED or event.seconds is None or spec is None:
+    if spec is None:
         return
     task = asyncio.get_running_loop().create_task(_keep(server, spec, event.seconds))
     writes.add(task)
