@@ -68,16 +68,13 @@ def in_process(backend: str, x: np.ndarray) -> tuple[float, float]:
     info = detectors.lookup(backend)
     detector = detectors.build(info.name, detectors.check_params(info, {}), 0.02)
     estimator = getattr(detector, "estimator", None)
+    fit, score = (
+        (estimator.fit, estimator.score_samples) if estimator is not None else (detector.fit, detector.raw_scores)
+    )
     started = time.perf_counter()
-    if estimator is not None:
-        estimator.fit(x)
-    else:
-        detector.fit(x)
+    fit(x)
     fitted = time.perf_counter()
-    if estimator is not None:
-        estimator.score_samples(x)
-    else:
-        detector.raw_scores(x)
+    score(x)
     return fitted - started, time.perf_counter() - fitted
 
 
