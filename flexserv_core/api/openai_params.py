@@ -47,6 +47,7 @@ UNSUPPORTED: dict[str, dict[str, tuple[Callable[[Any], bool], str]]] = {
             "'reasoning_effort' is not supported; use chat_template_kwargs where a model has it",
         ),
         "verbosity": (_never, "'verbosity' is not supported"),
+        "moderation": (_never, "moderation is not supported; the output is not checked"),
     },
     COMPLETIONS: {},
 }
@@ -61,6 +62,7 @@ IGNORED: dict[str, frozenset[str]] = {
             "service_tier",
             "prompt_cache_key",
             "prompt_cache_retention",
+            "prompt_cache_options",
             "safety_identifier",
         }
     ),

@@ -117,14 +117,17 @@ def chat_messages(
                 if image is not None:
                     parts.append({"type": "image", "image": image})
                     continue
-                if part.type != "text" or part.text is None:
+                text = part.refusal if part.type == "refusal" and message.role == "assistant" else part.text
+                if part.type not in ("text", "refusal") or text is None:
                     raise InvalidRequest(
                         f"Content part type '{part.type}' is not supported here; send text parts ({{'type': 'text', 'text': ...}}).",
                         param=f"messages[{i}].content[{j}]",
                     )
-                parts.append({"type": "text", "text": part.text})
+                parts.append({"type": "text", "text": text})
             has_image = any(p["type"] == "image" for p in parts)
             content = parts if has_image else "".join(p["text"] for p in parts)
+        if message.refusal:  # the assistant's words, as it said them (only assistants carry one)
+            content = f"{content}\n{message.refusal}" if isinstance(content, str) and content else message.refusal
         entry: dict[str, Any] = {
             "role": "system" if message.role == "developer" else message.role,
             "content": content or "",

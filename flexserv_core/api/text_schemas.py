@@ -138,8 +138,12 @@ class ContentPart(Struct, kw_only=True):
 
     type: str
     text: str | None = None
+    #: ``{"type": "refusal", "refusal": ...}`` in assistant messages: read as their text
+    refusal: str | None = None
     image_url: ImageURL | None = None
     file: FileReference | None = None
+    #: OpenAI's caching hint; prefixes are cached without it, so it is accepted and unread
+    prompt_cache_breakpoint: dict[str, Any] | None = None
 
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
@@ -153,8 +157,13 @@ class ChatMessage(Struct, kw_only=True):
     tool_calls: list[ToolCall] | None = None
     #: tool messages: which call this result answers
     tool_call_id: str | None = None
-    #: assistant messages: a refusal instead of content (kept as text)
+    #: assistant messages: a refusal instead of content (read as its text)
     refusal: str | None = None
+    #: assistant messages: OpenAI's deprecated call and audio reply; refused unless null
+    function_call: dict[str, Any] | None = None
+    audio: dict[str, Any] | None = None
+    #: assistant messages as the API returned them: citations of their text, unread
+    annotations: list[Any] | None = None
 
 
 class _SamplingFields(Struct, kw_only=True):

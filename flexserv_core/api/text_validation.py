@@ -135,9 +135,10 @@ def check_chat_bounds(body: ChatCompletionRequest, core: CoreSettings) -> None:
                     f"messages[{i}].content",
                     "--max-content-parts",
                 )
-            chars += sum(len(part.text or "") for part in content)
+            chars += sum(len(part.text or part.refusal or "") for part in content)
         elif content is not None:
             chars += len(content)
+        chars += len(message.refusal or "")
         check_prompt_chars(chars, core, "messages")
     requested, param = requested_max_tokens(body)
     _check_generation_bounds(body, core, requested=requested, sequences=body.n or 1, param=param)
@@ -169,8 +170,9 @@ def check_completion_bounds(body: CompletionRequest, core: CoreSettings) -> None
 # * ``user``: ``content`` is required: a string or parts (text parts; ``image_url``
 #   parts for models that take images and ``file`` parts, read when the session
 #   opens; other types are refused when the prompt is built).
-# * ``assistant``: ``content`` (a string, or text / refusal parts) or ``tool_calls``
-#   is required; ``content`` may be null when it made tool calls.
+# * ``assistant``: ``content`` (a string, or text / refusal parts), ``refusal`` or
+#   ``tool_calls`` is required; a refusal is read as the assistant's text. The
+#   deprecated ``function_call`` and an ``audio`` reply are refused unless null.
 # * ``tool``: ``content`` (a string or text parts) and ``tool_call_id`` are required.
 #
 # Every violation is a 400 on the field to fix (``messages[i].content``,
@@ -211,6 +213,10 @@ def _check_parts(i: int, role: str, parts: Sequence[Any]) -> None:
             raise InvalidRequest(
                 "A text content part needs 'text'.", param=f"{param}.text", code="missing_required_parameter"
             )
+        if part.type == "refusal" and part.refusal is None:
+            raise InvalidRequest(
+                "A refusal content part needs 'refusal'.", param=f"{param}.refusal", code="missing_required_parameter"
+            )
 
 
 def check_messages(messages: Sequence[Any]) -> None:
@@ -220,10 +226,21 @@ def check_messages(messages: Sequence[Any]) -> None:
         content = message.content
         tool_calls = getattr(message, "tool_calls", None)
         if role == "assistant":
-            if content is None and not tool_calls:
-                raise _missing(i, "content", "an assistant message needs 'content' or 'tool_calls'")
-        elif content is None:
-            raise _missing(i, "content", f"a '{role}' message needs 'content'")
+            if content is None and not tool_calls and getattr(message, "refusal", None) is None:
+                raise _missing(i, "content", "an assistant message needs 'content', 'refusal' or 'tool_calls'")
+            for field in ("function_call", "audio"):
+                if getattr(message, field, None) is not None:
+                    raise UnsupportedParameter(
+                        f"An assistant message's '{field}' is not supported: "
+                        + ("send its call in 'tool_calls'." if field == "function_call" else "audio replies are not."),
+                        param=f"messages[{i}].{field}",
+                    )
+        else:
+            for field in ("refusal", "function_call", "audio"):
+                if getattr(message, field, None) is not None:
+                    raise InvalidRequest(f"Only assistant messages carry '{field}'.", param=f"messages[{i}].{field}")
+            if content is None:
+                raise _missing(i, "content", f"a '{role}' message needs 'content'")
         if role == "tool" and not getattr(message, "tool_call_id", None):
             raise _missing(i, "tool_call_id", "a 'tool' message answers the call this id names")
         if isinstance(content, list):

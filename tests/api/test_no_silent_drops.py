@@ -31,6 +31,7 @@ CHAT_VALUES: dict[str, Any] = {
     "function_call": "auto",
     "reasoning_effort": "low",
     "verbosity": "low",
+    "moderation": {"model": "omni-moderation-latest"},
 }
 
 
@@ -59,6 +60,7 @@ async def test_neutral_values_and_bookkeeping_are_accepted(flexserv_client: Any)
         "service_tier": "auto",
         "prompt_cache_key": "abc",
         "prompt_cache_retention": "24h",
+        "prompt_cache_options": {"mode": "explicit"},
         "safety_identifier": "s1",
     }
     assert set(bookkeeping) == IGNORED[CHAT]
@@ -67,6 +69,35 @@ async def test_neutral_values_and_bookkeeping_are_accepted(flexserv_client: Any)
     assert r.status_code == 200, r.text
     r = await flexserv_client.post(COMPLETIONS, json={"prompt": "x", "max_tokens": 2, "user": "u1"})
     assert r.status_code == 200, r.text
+
+
+async def test_assistant_history_as_the_api_returns_it(flexserv_client: Any, fake: FakeBackendPlugin) -> None:
+    """A refusal (null content and ``refusal``, or a refusal part) is the assistant's text;
+    the response message's null ``audio``/``function_call``/``annotations`` and a
+    content part's caching hint are accepted; non-null ``function_call``/``audio`` are refused."""
+    said = {"role": "assistant", "content": None, "refusal": "I can't.", "audio": None, "function_call": None}
+    cases = [
+        {**said, "annotations": []},
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": "I can't."}]},
+        {"role": "assistant", "content": "Well.", "refusal": "I can't."},
+    ]
+    texts = ["I can't.", "I can't.", "Well.\nI can't."]
+    for message, text in zip(cases, texts, strict=True):
+        hint = {"type": "text", "text": "ok", "prompt_cache_breakpoint": {"mode": "explicit"}}
+        body = {"messages": [*USER, message, {"role": "user", "content": [hint]}], "max_tokens": 2}
+        r = await flexserv_client.post(CHAT, json=body)
+        assert r.status_code == 200, r.text
+        assert "x-flexserv-ignored-fields" not in r.headers
+        assert fake.last_prompt is not None and f"assistant: {text}\nuser: ok" in fake.last_prompt
+    for field, value in [("function_call", {"name": "f", "arguments": "{}"}), ("audio", {"id": "audio_1"})]:
+        body = {"messages": [*USER, {"role": "assistant", "content": "x", field: value}, *USER], "max_tokens": 2}
+        _error(await flexserv_client.post(CHAT, json=body), f"messages[1].{field}", "unsupported_parameter")
+    for field, value in [("refusal", "no"), ("function_call", {"name": "f"})]:
+        body = {"messages": [{"role": "user", "content": "hi", field: value}], "max_tokens": 2}
+        r = await flexserv_client.post(CHAT, json=body)
+        assert r.status_code == 400 and r.json()["error"]["param"] == f"messages[0].{field}", r.text
+    empty = {"messages": [*USER, {"role": "assistant", "content": [{"type": "refusal"}]}, *USER], "max_tokens": 2}
+    _error(await flexserv_client.post(CHAT, json=empty), "messages[1].content[0].refusal", "missing_required_parameter")
 
 
 async def test_suffix_is_unsupported(flexserv_client: Any) -> None:

@@ -73,6 +73,8 @@ UNSUPPORTED: Final[dict[str, tuple[Callable[[Any], bool], str]]] = {
     "chunking_strategy": (_never, "'chunking_strategy' is not supported"),
     "known_speaker_names": (_never, "speaker diarization is not supported"),
     "known_speaker_references": (_never, "speaker diarization is not supported"),
+    "keywords": (_never, "keyword hints are not supported; send them in 'prompt'"),
+    "languages": (_never, "a list of candidate languages is not supported; send one 'language'"),
 }
 
 
@@ -120,10 +122,12 @@ async def _read_file(upload: UploadFile, limit: int) -> tuple[bytes, str | None]
     return data, upload.filename
 
 
-#: Multipart fields whose value is a list: OpenAI's SDK sends ``name[]`` once per item.
-#: ``include`` and the speaker fields are not served: they are gathered so validation
-#: answers them with a 400 naming them (:data:`UNSUPPORTED`), not dropped.
-LIST_FIELDS = frozenset({"timestamp_granularities", "include", "known_speaker_names", "known_speaker_references"})
+#: Multipart fields whose value is a list: OpenAI's SDK sends ``name[]`` once per item,
+#: other clients repeat ``name``. Any other ``name[]`` is gathered as a list too, so that
+#: validation refuses it (:data:`UNSUPPORTED`) or treats it as any unknown field.
+LIST_FIELDS = frozenset(
+    {"timestamp_granularities", "include", "known_speaker_names", "known_speaker_references", "keywords", "languages"}
+)
 BOOL_FIELDS = frozenset({"stream"})
 
 
@@ -149,10 +153,8 @@ def _form_fields(items: list[tuple[str, Any]]) -> tuple[UploadFile, dict[str, An
             continue
         if not isinstance(value, str):
             raise InvalidRequest(f"'{name}' must be a plain form field, not a file.", param=name)
-        if name in LIST_FIELDS:
+        if name in LIST_FIELDS or key.endswith("[]"):
             fields.setdefault(name, []).append(value)
-        elif key.endswith("[]"):
-            continue  # another list field this server does not know
         else:
             fields[name] = value
     for name in BOOL_FIELDS & fields.keys():

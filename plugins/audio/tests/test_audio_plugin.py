@@ -113,6 +113,8 @@ UNSUPPORTED_VALUES: dict[str, str] = {
     "chunking_strategy": "auto",
     "known_speaker_names[]": "ada",
     "known_speaker_references[]": "data:audio/wav;base64,AAAA",
+    "keywords[]": "FlexServ",
+    "languages[]": "fr",
 }
 
 
@@ -129,3 +131,17 @@ async def test_an_unsupported_openai_parameter_is_refused_by_name(field: str) ->
         assert r.status_code == 400, r.text
         error = r.json()["error"]
         assert (error["param"], error["code"]) == (field.removesuffix("[]"), "unsupported_parameter"), error
+
+
+@pytest.mark.parametrize("block", [False, True])
+async def test_an_unknown_list_field_is_treated_as_any_unknown_field(block: bool) -> None:
+    """The SDK sends every list as ``name[]``: one the server does not know is reported
+    in ``X-FlexServ-Ignored-Fields``, or refused under ``--block-on-unexpected-fields``."""
+    settings = {"block_on_unexpected_fields": block}
+    async with app_client(make_app([FakeBackends(), "audio"], settings=settings)) as client:
+        data = {"model": "echo", "response_format": "text", "hues[]": "red"}
+        r = await client.post(ROUTES[0], files=upload(), data=data)
+        if block:
+            assert r.status_code == 400 and r.json()["error"]["param"] == "hues", r.text
+        else:
+            assert r.status_code == 200 and r.headers["x-flexserv-ignored-fields"] == "hues", r.text

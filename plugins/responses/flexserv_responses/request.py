@@ -50,10 +50,21 @@ UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "max_tool_calls": (_absent, "'max_tool_calls' is not supported"),
     "top_logprobs": (_zero, "logprobs are not supported on /v1/responses; use /v1/chat/completions"),
     "context_management": (_absent, "'context_management' is not supported"),
+    "moderation": (_absent, "moderation is not supported; the output is not checked"),
+    "background_options": (_absent, "background responses are not supported"),
+    "image": (_absent, "image generation options are not supported"),
+    "access_programs": (_absent, "access programs are not supported"),
 }
 #: Bookkeeping parameters accepted and dropped.
 IGNORED = frozenset(
-    {"service_tier", "prompt_cache_key", "prompt_cache_retention", "safety_identifier", "stream_options"}
+    {
+        "service_tier",
+        "prompt_cache_key",
+        "prompt_cache_retention",
+        "prompt_cache_options",
+        "safety_identifier",
+        "stream_options",
+    }
 )
 
 
@@ -69,11 +80,19 @@ def check_parameters(body: dict[str, Any]) -> None:
 
 def check_request(body: ResponsesRequest) -> None:
     reasoning = body.reasoning
-    if reasoning is not None and any(v is not None for v in (reasoning.effort, reasoning.summary)):
+    if reasoning is not None and any(
+        v is not None for v in (reasoning.effort, reasoning.summary, reasoning.generate_summary)
+    ):
         raise unsupported(
             "'reasoning' options are not supported; a thinking model's reasoning is returned as a reasoning "
             "item, and templates that can switch it take 'enable_thinking' (template-kwargs plugin).",
             "reasoning",
+        )
+    if reasoning is not None and reasoning.context == "all_turns":
+        # reasoning items sent back are dropped, as chat templates drop past reasoning: "current_turn"
+        raise unsupported(
+            "'reasoning.context: all_turns' is not supported: past turns' reasoning is not shown to the model.",
+            "reasoning.context",
         )
     if body.truncation == "auto":
         raise unsupported("'truncation: auto' is not supported; a prompt beyond the context is a 400.", "truncation")

@@ -33,6 +33,7 @@ class ReasoningConfig(Struct, kw_only=True):
     effort: str | None = None
     summary: str | None = None
     generate_summary: str | None = None
+    context: Literal["auto", "current_turn", "all_turns"] | None = None
 
 
 class ResponsesRequest(Struct, kw_only=True):

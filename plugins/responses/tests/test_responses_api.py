@@ -163,6 +163,12 @@ async def test_stream_incomplete_at_max_output_tokens(flexserv_openai: Any) -> N
         ({"reasoning": {"effort": "high"}}, "reasoning"),
         ({"truncation": "auto"}, "truncation"),
         ({"top_logprobs": 3}, "top_logprobs"),
+        ({"reasoning": {"generate_summary": "auto"}}, "reasoning"),
+        ({"reasoning": {"context": "all_turns"}}, "reasoning.context"),
+        ({"moderation": {"model": "omni-moderation-latest"}}, "moderation"),
+        ({"background_options": {"completion_window": "2h"}}, "background_options"),
+        ({"image": {"size": "1024x1024"}}, "image"),
+        ({"access_programs": {"x": 1}}, "access_programs"),
     ],
 )
 async def test_unsupported_parameters_are_named(flexserv_openai: Any, extra: dict[str, Any], param: str) -> None:
@@ -172,7 +178,7 @@ async def test_unsupported_parameters_are_named(flexserv_openai: Any, extra: dic
 
 
 async def test_bookkeeping_parameters_are_accepted(flexserv_openai: Any) -> None:
-    r = await flexserv_openai.responses.create(
+    raw = await flexserv_openai.responses.with_raw_response.create(
         model="fake-model",
         input="x",
         user="u1",
@@ -181,7 +187,10 @@ async def test_bookkeeping_parameters_are_accepted(flexserv_openai: Any) -> None
         safety_identifier="s",
         background=False,
         include=[],
+        extra_body={"prompt_cache_options": {"mode": "explicit"}, "reasoning": {"context": "current_turn"}},
     )
+    assert "x-flexserv-ignored-fields" not in raw.headers  # accepted as OpenAI's, not dropped as unknown
+    r = raw.parse()
     assert r.status == "completed" and r.user == "u1"
 
 
