@@ -68,11 +68,12 @@ def _string(item: dict[str, Any], key: str, param: str) -> str:
     return value
 
 
-def _content(
-    value: Any, param: str, media: bool = False
-) -> tuple[str, list[InputText | OutputText | InputImage | InputFile]]:
+def _content(value: Any, param: str, role: str) -> tuple[str, list[InputText | OutputText | InputImage | InputFile]]:
+    """The text of a message's content and its parts as ``input_items`` lists them: an
+    assistant's text as ``output_text``, as OpenAI lists it; media only in user messages."""
+    media, said = role == "user", role == "assistant"
     if isinstance(value, str):
-        return value, [InputText(text=value)]
+        return value, [OutputText(text=value) if said else InputText(text=value)]
     if not isinstance(value, list):
         raise InvalidRequest(
             f"'{param}' must be a string or a list of content parts.", param=param, code="invalid_value"
@@ -94,7 +95,7 @@ def _content(
             )
         text = _string(part, "refusal" if kind == "refusal" else "text", where)
         texts.append(text)
-        parts.append(OutputText(text=text) if kind != "input_text" else InputText(text=text))
+        parts.append(OutputText(text=text) if said or kind != "input_text" else InputText(text=text))
     return "".join(texts), parts
 
 
@@ -118,7 +119,7 @@ def _add_item(conversation: Conversation, item: dict[str, Any], param: str) -> N
             raise InvalidRequest(
                 f"'{param}.role' must be one of {', '.join(ROLES)}.", param=f"{param}.role", code="invalid_value"
             )
-        text, parts = _content(item.get("content"), f"{param}.content", media=role == "user")
+        text, parts = _content(item.get("content"), f"{param}.content", role)
         content = chat_content(text, parts)
         conversation.messages.append({"role": "system" if role == "developer" else role, "content": content})
         conversation.items.append(InputMessage(id=item.get("id") or item_id("msg"), role=role, content=parts))
@@ -138,7 +139,7 @@ def _add_item(conversation: Conversation, item: dict[str, Any], param: str) -> N
                 param=f"{param}.call_id",
                 code="invalid_value",
             )
-        output, _parts = _content(item.get("output"), f"{param}.output")
+        output, _parts = _content(item.get("output"), f"{param}.output", "tool")
         conversation.messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
         conversation.items.append(
             FunctionCallOutput(id=item.get("id") or item_id("fco"), call_id=call_id, output=output)

@@ -25,7 +25,7 @@ from flexserv_core import (
     sse_response,
 )
 from flexserv_responses.events import EventWriter, OutputStreamer
-from flexserv_responses.items import Conversation, add_output, item_id
+from flexserv_responses.items import Conversation, add_output, item_id, unsupported
 from flexserv_responses.output import build_response, output_items, status_of, usage
 from flexserv_responses.reasoning import prompt_opens_reasoning
 from flexserv_responses.request import (
@@ -160,6 +160,24 @@ def _response_id(request: Request[Any, Any, Any]) -> str:
     return str(request.path_params["response_id"])
 
 
+#: OpenAI's query parameters of the GET routes that would change the answer -> why not served
+_UNSERVED_QUERY = {
+    "stream": "replaying a response's events is not supported; retrieve it without 'stream'",
+    "starting_after": "replaying a response's events is not supported",
+    "include": "'include' (extra output data) is not supported",
+}
+
+
+def _refuse_unserved_query(request: Request[Any, Any, Any], names: tuple[str, ...]) -> None:
+    """A 400 naming the first of ``names`` sent with a value that is not neutral
+    (``stream=false`` and an empty ``include`` are)."""
+    query = request.query_params
+    for name in names:
+        values = [v for key in (name, f"{name}[]") for v in query.getall(key, [])]
+        if any(v not in ("", "false") for v in values):
+            raise unsupported(f"'{name}' is not supported: {_UNSERVED_QUERY[name]}.", name)
+
+
 async def _stored(request: Request[Any, Any, Any]) -> StoredResponse:
     response_id = _response_id(request)
     entry = await server_store(request.app.state.flexserv, request_owner(request)).get(response_id)
@@ -174,6 +192,7 @@ async def _stored(request: Request[Any, Any, Any]) -> StoredResponse:
     opt={"response": ResponseObject, "scope": "inference"},
 )
 async def retrieve_response(request: Request[Any, Any, Any]) -> Response[Any]:
+    _refuse_unserved_query(request, ("stream", "starting_after", "include"))
     return Response(content=msgspec.json.encode((await _stored(request)).response), media_type=MediaType.JSON)
 
 
@@ -197,6 +216,7 @@ async def delete_response(request: Request[Any, Any, Any]) -> Response[Any]:
 )
 async def list_input_items(request: Request[Any, Any, Any]) -> Response[Any]:
     """OpenAI's paging: ``order`` (``desc`` by default), ``limit`` (1-100, 20), ``after`` (an item id)."""
+    _refuse_unserved_query(request, ("include",))
     query = request.query_params
     order = query.get("order", "desc")
     if order not in ("asc", "desc"):

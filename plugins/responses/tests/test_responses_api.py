@@ -60,10 +60,33 @@ async def test_input_items_and_max_output_tokens(flexserv_openai: Any, fake: Fak
         top_p=0.9,
     )
     assert fake.last_prompt == "system: dev\nuser: ab\nassistant: earlier\nuser: again\nassistant: "
+    listed = (await flexserv_openai.responses.input_items.list(r.id, order="asc")).data
+    # as OpenAI lists them: an assistant's text is output_text, whatever part type it was sent as
+    assert [[part.type for part in item.content] for item in listed] == [
+        ["input_text"],
+        ["input_text", "input_text"],
+        ["output_text"],
+        ["input_text"],
+    ]
     params = fake.backend.models[0].params_log[-1]
     assert (params.max_tokens, params.temperature, params.top_p) == (4, 0.5, 0.9)
     assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
     assert r.output_text == FAKE_SCRIPT[:4] and r.output[0].status == "incomplete"
+
+
+async def test_an_assistant_string_is_listed_as_output_text(flexserv_openai: Any) -> None:
+    said = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello"},
+        {"role": "user", "content": "?"},
+    ]
+    r = await flexserv_openai.responses.create(model="fake-model", input=said, max_output_tokens=2)
+    listed = (await flexserv_openai.responses.input_items.list(r.id, order="asc")).data
+    assert [(item.role, item.content[0].type, item.content[0].text) for item in listed] == [
+        ("user", "input_text", "Hi"),
+        ("assistant", "output_text", "Hello"),
+        ("user", "input_text", "?"),
+    ]
 
 
 async def test_previous_response_id_continues_the_conversation(flexserv_openai: Any, fake: FakeBackendPlugin) -> None:
@@ -90,6 +113,16 @@ async def test_retrieve_delete_and_input_items(flexserv_openai: Any) -> None:
     items = await flexserv_openai.responses.input_items.list(r.id, order="asc")
     assert [item.content[0].text for item in items.data] == ["x", "y"]
     assert [item.role for item in items.data] == ["user", "user"]
+    for call, param in [
+        (flexserv_openai.responses.retrieve(r.id, stream=True), "stream"),
+        (flexserv_openai.responses.retrieve(r.id, starting_after=3), "starting_after"),
+        (flexserv_openai.responses.retrieve(r.id, include=["message.output_text.logprobs"]), "include"),
+        (flexserv_openai.responses.input_items.list(r.id, include=["message.output_text.logprobs"]), "include"),
+    ]:
+        with pytest.raises(openai.BadRequestError) as refused:
+            await call
+        assert (refused.value.body["param"], refused.value.body["code"]) == (param, "unsupported_parameter")
+    assert (await flexserv_openai.responses.retrieve(r.id, include=[], stream=False)).id == r.id
     await flexserv_openai.responses.delete(r.id)
     with pytest.raises(openai.NotFoundError):
         await flexserv_openai.responses.retrieve(r.id)
