@@ -289,6 +289,16 @@ def without_call_syntax(parser: ToolParser, text: str, *, at_end: bool = True) -
     return text[: len(text) - tail].rstrip() if tail else text
 
 
+def _inside_call(parser: ToolParser, text: str) -> bool:
+    """Whether ``text`` ends inside a call of a format that closes its calls: its last
+    opening marker has no closing one after it (``max_tokens`` cut the markup)."""
+    if not parser.close_markers:
+        return False
+    opened = max((text.rfind(marker) for marker in parser.markers), default=-1)
+    closed = max(text.rfind(marker) for marker in parser.close_markers)
+    return opened > closed
+
+
 def _unfinished(arguments: str) -> bool:
     """A call's arguments that are not whole JSON: the output ended inside them."""
     if not arguments.strip():
@@ -318,7 +328,7 @@ def split_output(plan: FunctionPlan, text: str) -> tuple[str | None, list[ToolCa
         ToolCall(id=new_call_id(), function=ToolCallFunction(name=c.name, arguments=c.arguments))
         for c in _limit(plan, parsed.calls)
     ]
-    cut = kept != content or _unfinished(parsed.calls[-1].arguments)
+    cut = kept != content or _unfinished(parsed.calls[-1].arguments) or _inside_call(parser, text)
     return kept or None, calls, cut
 
 
@@ -335,9 +345,11 @@ class ToolStreamer:
         self.cut = False
         self._stream = plan.call_parser.stream()
         self._last_call: list[str] = []  # the last call's arguments so far, in fragments
+        self._output: list[str] = []  # what came in, to see at the end whether a call was left open
 
     def feed(self, chunk: str) -> list[str | ToolCallDelta]:
         """New output in; what can be sent now out, in order."""
+        self._output.append(chunk)
         return self._deltas(self._stream.feed(chunk))
 
     def finish(self) -> list[str | ToolCallDelta]:
@@ -352,7 +364,9 @@ class ToolStreamer:
                 if not piece:
                     continue
             out.append(piece)
-        if self.calls and _unfinished("".join(self._last_call)):
+        if self.calls and (
+            _unfinished("".join(self._last_call)) or _inside_call(self.plan.call_parser, "".join(self._output))
+        ):
             self.cut = True
         return out
 

@@ -185,6 +185,9 @@ CUT_OUTPUTS = {
     "in the first closing tag": (_cut_at(RECORDED_QWEN, "</tool_call>", 8, 0), None, 1),
     "in the second opening tag": (_cut_at(RECORDED_QWEN, "<tool_call>", 6, 1), None, 1),
     "in the second call's arguments": (_cut_at(RECORDED_QWEN, '"date"', 3), None, 2),
+    # SmolLM2 at max_tokens 23-25: the arguments whole, the markup not (chat said tool_calls)
+    "before the last closing tag": (_cut_at(RECORDED_QWEN, "</tool_call>", 0), None, 2),
+    "before the last call's object closes": (_cut_at(RECORDED_QWEN, "</tool_call>", 0).rstrip()[:-1], None, 2),
     "in the first opening tag, after content": (
         _cut_at(HERMES, "<tool_call>", 1, 0),
         "Let me look that up for you.",
