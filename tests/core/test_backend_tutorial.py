@@ -1,5 +1,6 @@
-"""The backend tutorial in docs/plugins.md works as written: its files are extracted,
-installed as a real distribution and its tests run in a project of their own."""
+"""The backend tutorials in docs/plugins.md work as written: their files are extracted
+into a folder as the page lays them out, built and installed by pip as a real
+distribution, and their tests run in a project of their own."""
 
 from __future__ import annotations
 
@@ -7,20 +8,17 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
-
-from flexserv_core.testing import write_distribution
 
 pytestmark = pytest.mark.slow  # runs pytest as a process
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "plugins.md"
 #: The embedding tutorial's files and the text-backend tutorial's, by their marker.
 TUTORIALS = {
-    "file": ("flexserv_hashvec.py", "test_hashvec.py", "6 passed"),
-    "text-backend file": ("flexserv_echo.py", "test_echo.py", "4 passed"),
+    "file": ("flexserv_hashvec.py", "tests/test_hashvec.py", "6 passed"),
+    "text-backend file": ("flexserv_echo.py", "tests/test_echo.py", "4 passed"),
 }
 
 
@@ -36,6 +34,7 @@ def tutorial_files(marker: str = "file") -> dict[str, str]:
 def test_tutorial_files_are_lint_free_python(tmp_path: Path, marker: str) -> None:
     files = tutorial_files(marker)
     for name in TUTORIALS[marker][:2]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(files[name])
     ruff = [sys.executable, "-m", "ruff"]
     for args in (["check", "--select", "E,F,W,I,B,UP", "--line-length", "120"], ["format", "--check"]):
@@ -45,15 +44,28 @@ def test_tutorial_files_are_lint_free_python(tmp_path: Path, marker: str) -> Non
 
 @pytest.mark.parametrize("marker", TUTORIALS)
 def test_tutorial_plugin_and_its_tests_run(tmp_path: Path, marker: str) -> None:
+    """The files laid out as the page names them, built into a wheel and installed by
+    pip (offline, no build isolation: this environment's setuptools), then the
+    tutorial's tests run in that folder against the installed distribution."""
     files = tutorial_files(marker)
-    module_file, test_file, passed = TUTORIALS[marker]
-    project = tomllib.loads(files["pyproject.toml"])["project"]
-    ((ep_name, module),) = project["entry-points"]["flexserv"].items()
-    site = write_distribution(tmp_path / "site", project["name"], ep_name, module, files[module_file])
+    _, _, passed = TUTORIALS[marker]
     work = tmp_path / "project"
-    work.mkdir()
+    for name, body in files.items():
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_text(body)
     (work / "pytest.ini").write_text("[pytest]\n")  # none of this repository's configuration
-    (work / test_file).write_text(files[test_file])
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
+    offline = ["--no-deps", "--no-index", "--no-build-isolation"]
+    wheels, site = tmp_path / "wheels", tmp_path / "site"
+    built = subprocess.run(
+        [*pip, "wheel", *offline, "--wheel-dir", str(wheels), str(work)], capture_output=True, text=True
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = wheels.glob("*.whl")
+    installed = subprocess.run(
+        [*pip, "install", *offline, "--target", str(site), str(wheel)], capture_output=True, text=True
+    )
+    assert installed.returncode == 0, installed.stdout + installed.stderr
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run(
         [
@@ -67,6 +79,7 @@ def test_tutorial_plugin_and_its_tests_run(tmp_path: Path, marker: str) -> None:
             "error::DeprecationWarning",
             "-W",
             'ignore:The configuration option "asyncio_default_fixture_loop_scope" is unset',
+            "tests",
         ],
         cwd=work,
         env=env,
