@@ -175,8 +175,8 @@ class PluginError(Exception):
         self.distribution = distribution
 
 
-def _dist(distribution: str | None) -> str:
-    return distribution or "not from a distribution"
+def _origin(distribution: str | None) -> str:
+    return f"distribution {distribution}" if distribution else "not from an installed distribution"
 
 
 class PluginLoadError(PluginError):
@@ -184,8 +184,7 @@ class PluginLoadError(PluginError):
 
     def __init__(self, name: str, distribution: str | None, cause: BaseException | str) -> None:
         super().__init__(
-            f'Error loading plugin "{name}" (distribution {_dist(distribution)}): {cause}\n'
-            f"Start without it with: -p no:{name}",
+            f'Error loading plugin "{name}" ({_origin(distribution)}): {cause}\nStart without it with: -p no:{name}',
             name,
             distribution,
         )
@@ -215,7 +214,7 @@ class PluginHookError(PluginError):
     def __init__(self, name: str, distribution: str | None, hook: str, cause: BaseException | str) -> None:
         reason = f"{type(cause).__name__}: {cause}" if isinstance(cause, BaseException) else cause
         super().__init__(
-            f'Plugin "{name}" (distribution {_dist(distribution)}) failed in {hook}: {reason}\n'
+            f'Plugin "{name}" ({_origin(distribution)}) failed in {hook}: {reason}\n'
             f"Start without it with: -p no:{name}",
             name,
             distribution,
@@ -230,8 +229,7 @@ class PluginCommandError(PluginError):
 
     def __init__(self, name: str, distribution: str | None, command: str, cause: BaseException) -> None:
         super().__init__(
-            f'Command "{command}" of plugin "{name}" (distribution {_dist(distribution)}) failed: '
-            f"{type(cause).__name__}: {cause}",
+            f'Command "{command}" of plugin "{name}" ({_origin(distribution)}) failed: {type(cause).__name__}: {cause}',
             name,
             distribution,
         )

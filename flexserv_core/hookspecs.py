@@ -28,7 +28,7 @@ Hook policy (one rule for every hook; :mod:`flexserv_core.hooks` enforces it):
   ``None`` results.
 * **Async.** Only ``flexserv_startup``, ``flexserv_shutdown``,
   ``flexserv_preprocess_request``, ``flexserv_load_image`` and ``flexserv_expand_file_parts``
-  (:data:`ASYNC_HOOKS`) may return an awaitable; the core awaits each before calling the next. An ``async def``
+  may return an awaitable; the core awaits each before calling the next. An ``async def``
   implementation of any other hook is refused when the plugin registers (start-up
   stops naming the plugin and its distribution); one that returns an awaitable
   anyway is a plugin error when called.
@@ -41,8 +41,8 @@ Hook policy (one rule for every hook; :mod:`flexserv_core.hooks` enforces it):
   implementation calls in turn (a plugin-owned hook): it names the plugin that
   failed there. At start-up (settings, configure, backends, tool calling, constraint
   compiler, default models, metrics collectors, routes, startup) the error stops the server: ``flexserv run`` prints it
-  (with ``-p no:NAME`` to start without the plugin) and exits non-zero (3 before
-  serving, 1 when ``flexserv_startup`` fails). At request time (preprocess, template kwargs, resolve model,
+  (with ``-p no:NAME`` to start without the plugin, and with ``--log-level debug`` the
+  traceback) and exits with status 3, before serving as when ``flexserv_startup`` fails. At request time (preprocess, template kwargs, resolve model,
   load image, expand file parts, health) it is logged with the plugin and distribution and the client
   gets an OpenAI-shaped 500 (``type: "server_error"``, ``code: "internal_error"``)
   that names no plugin.
@@ -303,7 +303,8 @@ def flexserv_tool_calling(settings: Settings, plugin_manager: FlexServPluginMana
     through its own hook ``flexserv_register_tool_parsers``. With none, a request
     with ``tools``, a required or named ``tool_choice``, or tool calls in its history
     gets a 400 (``unsupported_parameter``) naming the parameter, and everything else
-    is served. See :mod:`flexserv_core.tool_calling`.
+    is served. The result's interface is :class:`~flexserv_core.ToolCalling` (with
+    :class:`~flexserv_core.ToolPlan` and :class:`~flexserv_core.ToolCallStreamer`).
 
     :param settings: all resolved settings.
     :param plugin_manager: the plugin manager (to call hooks the plugin owns).

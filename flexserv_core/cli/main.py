@@ -8,6 +8,7 @@ every plugin's settings, which therefore appear in ``flexserv run --help``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import os
@@ -26,6 +27,7 @@ from flexserv_core.plugin_report import plugin_report
 from flexserv_core.settings import Settings, add_arguments
 
 EXIT_USAGE = 2
+#: a plugin failed to load or to start, or the server did not start
 EXIT_PLUGIN = 3
 
 
@@ -99,7 +101,7 @@ def cmd_run(argv: Sequence[str]) -> int:
     server.run()
     if not server.started:
         logging.getLogger("flexserv").error("the server did not start (see the errors above)")
-        return 1
+        return EXIT_PLUGIN  # uvicorn's own start-up failure status, which a failed startup hook exits with
     return 0
 
 
@@ -286,8 +288,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"flexserv: {exc}", file=sys.stderr)
         return 1
     except PluginError as exc:
+        _print_where(exc, argv)
         print(f"flexserv: {exc}", file=sys.stderr)
         return EXIT_PLUGIN
+
+
+def _print_where(exc: PluginError, argv: Sequence[str]) -> None:
+    """Where in the plugin's code it failed: the whole traceback with ``--log-level
+    debug`` (or ``FLEXSERV_LOG_LEVEL=debug``), else the line that raised."""
+    cause = exc.__cause__ or getattr(exc, "cause", None)
+    if not isinstance(cause, BaseException) or cause.__traceback__ is None:
+        return
+    debug = "--log-level=debug" in argv or os.environ.get("FLEXSERV_LOG_LEVEL", "").lower() == "debug"
+    debug = debug or any(a == "--log-level" and b == "debug" for a, b in itertools.pairwise(argv))
+    if debug:
+        traceback.print_exception(cause, file=sys.stderr)
+        return
+    if isinstance(cause, SyntaxError) and cause.filename:
+        where = f"{cause.filename}:{cause.lineno}"
+    else:
+        frames = [f for f in traceback.extract_tb(cause.__traceback__) if not f.filename.startswith("<frozen")]
+        if not frames:
+            return
+        where = f"{frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}"
+    print(f"flexserv: raised at {where} (--log-level debug prints the traceback)", file=sys.stderr)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -83,6 +84,10 @@ def test_broken_plugin_stops_run_naming_plugin_and_distribution(make_distributio
     assert "-p no:broken-example" in result.stderr
     listed = plugins_json(env=env, returncode=3)["broken-example"]
     assert listed["status"] == "failed" and listed["error"]
+    if kind == "import error":  # the plugin's own line, and the traceback on request
+        assert re.search(r"raised at \S*flexserv_broken_example\.py:1 in <module>", result.stderr), result.stderr
+        debug = run_flexserv("run", "--log-level", "debug", "--port", str(free_port()), env=env, timeout=60)
+        assert "Traceback (most recent call last)" in debug.stderr and "needs libfoo" in debug.stderr
 
 
 def test_plugins_exits_non_zero_when_a_plugin_failed_and_still_prints_the_table(make_distribution) -> None:
@@ -158,7 +163,7 @@ def test_start_up_hook_failure_stops_run_naming_plugin_and_distribution(make_dis
     env = make_distribution("flexserv-raising-example", "raising-example", "flexserv_raising_example", source)
     env["FLEXSERV_PLUGINS"] = "raising-example"
     result = run_flexserv("run", "--port", str(free_port()), env=env, timeout=60)
-    assert result.returncode != 0
+    assert result.returncode == 3, result.stderr  # docs/hooks.md: 3, before serving as in the startup hook
     expected = (
         f'Plugin "raising-example" (distribution flexserv-raising-example) failed in {hook}: RuntimeError: kaboom'
     )

@@ -206,7 +206,7 @@ def test_unknown_plugin_name_says_it_is_not_installed_and_lists_what_is(install:
     assert "plugin 'nosuchplugin' is not installed" in text
     assert "present" in text.split("Installed plugins:")[1]
     assert "built in: core, openai" in text
-    assert "not from a distribution" not in text and "no:nosuchplugin" not in text
+    assert "not from an installed distribution" not in text and "no:nosuchplugin" not in text
 
 
 def test_a_dotted_module_that_raises_on_import_is_a_load_error_not_missing(install: Install) -> None:

@@ -66,7 +66,7 @@ async def test_a_failing_probe_plugin_stops_start_up_naming_it(make: Callable[[]
             pass
     [error] = _leaves(info.value)
     assert isinstance(error, PluginHookError)
-    assert f'Plugin "boom" (distribution not from a distribution) failed in {HOOK}' in str(error)
+    assert f'Plugin "boom" (not from an installed distribution) failed in {HOOK}' in str(error)
     assert message in str(error) and "-p no:boom" in str(error)
 
 
