@@ -44,6 +44,16 @@ def completion_logprobs(tokens: Sequence[SampledToken], *, offset: int, top: int
     return CompletionLogprobs(
         tokens=[tok.text for tok in tokens],
         token_logprobs=[tok.logprob for tok in tokens],
-        top_logprobs=[{alt.token: alt.logprob for alt in tok.top} for tok in tokens] if top > 0 else None,
+        top_logprobs=[_top_with_sampled(tok) for tok in tokens] if top > 0 else None,
         text_offset=text_offset,
     )
+
+
+def _top_with_sampled(tok: SampledToken) -> dict[str, float]:
+    """The legacy API's alternatives always hold the sampled token too (up to
+    ``logprobs + 1`` entries, as OpenAI documents); sampling at a temperature can
+    pick a token outside the top ``logprobs``."""
+    entries = {alt.token: alt.logprob for alt in tok.top}
+    if tok.logprob is not None:
+        entries.setdefault(tok.text, tok.logprob)
+    return entries

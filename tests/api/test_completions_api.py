@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from flexserv_core.api.text_generation import SampledToken
+from flexserv_core.api.text_logprobs import completion_logprobs
+from flexserv_core.backends.base import TopLogprob
 from flexserv_core.testing.fakes import FAKE_SCRIPT, FakeBackendPlugin
 
 
@@ -56,6 +59,15 @@ async def test_streaming_matches_non_streaming_with_stop_and_usage(flexserv_open
     assert texts == {0: "The quick", 1: "The quick"} and finishes == {0: "stop", 1: "stop"}
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == full.usage.completion_tokens
     assert full.usage.completion_tokens == 2 * len("The quick b")
+
+
+def test_completion_top_logprobs_hold_the_sampled_token() -> None:
+    """Sampled at a temperature, a token may be outside the top ``logprobs``: OpenAI's
+    legacy API still lists it (up to ``logprobs + 1`` entries)."""
+    sampled = SampledToken(text=" not", logprob=-2.5, top=[TopLogprob(token_id=1, token=" Paris", logprob=-1.4)])
+    usual = SampledToken(text=" Paris", logprob=-1.4, top=[TopLogprob(token_id=1, token=" Paris", logprob=-1.4)])
+    lp = completion_logprobs([sampled, usual], offset=0, top=1)
+    assert lp.top_logprobs == [{" Paris": -1.4, " not": -2.5}, {" Paris": -1.4}]
 
 
 async def test_logprobs_shape(flexserv_openai: Any) -> None:
