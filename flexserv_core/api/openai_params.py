@@ -29,6 +29,10 @@ def _never(value: Any) -> bool:
     return value is None
 
 
+def _not_true(value: Any) -> bool:
+    return value is None or value is False
+
+
 def _text_only(value: Any) -> bool:
     return value is None or value == ["text"]
 
@@ -48,8 +52,21 @@ UNSUPPORTED: dict[str, dict[str, tuple[Callable[[Any], bool], str]]] = {
         ),
         "verbosity": (_never, "'verbosity' is not supported"),
         "moderation": (_never, "moderation is not supported; the output is not checked"),
+        "store": (_not_true, "stored chat completions are not supported (the Responses API stores responses)"),
     },
     COMPLETIONS: {},
+}
+
+#: endpoint -> parameter -> (OpenAI ``type`` values of it that are not served, why):
+#: a 400 ``unsupported_parameter`` on the item's ``type``, not a schema error.
+UNSUPPORTED_TYPES: dict[str, dict[str, tuple[frozenset[str], str]]] = {
+    CHAT: {
+        "tools": (frozenset({"custom"}), "custom (free-form) tools are not supported; send function tools"),
+        "tool_choice": (
+            frozenset({"allowed_tools", "custom"}),
+            "only 'none', 'auto', 'required' and a named function are supported",
+        ),
+    },
 }
 
 #: endpoint -> bookkeeping parameters accepted and ignored.
@@ -58,7 +75,6 @@ IGNORED: dict[str, frozenset[str]] = {
         {
             "user",
             "metadata",
-            "store",
             "service_tier",
             "prompt_cache_key",
             "prompt_cache_retention",
@@ -81,3 +97,11 @@ def check_openai_parameters(body: dict[str, Any], endpoint: str, declared: Colle
     for key in IGNORED.get(endpoint, ()):
         if key not in declared:
             body.pop(key, None)
+    for key, (types, why) in UNSUPPORTED_TYPES.get(endpoint, {}).items():
+        value = body.get(key)
+        for i, item in enumerate(value if isinstance(value, list) else [value]):
+            if isinstance(item, dict) and item.get("type") in types:
+                where = f"{key}[{i}]" if isinstance(value, list) else key
+                raise UnsupportedParameter(
+                    f"'{where}.type' '{item['type']}' is not supported: {why}.", param=f"{where}.type"
+                )

@@ -32,6 +32,7 @@ CHAT_VALUES: dict[str, Any] = {
     "reasoning_effort": "low",
     "verbosity": "low",
     "moderation": {"model": "omni-moderation-latest"},
+    "store": True,
 }
 
 
@@ -52,11 +53,26 @@ async def test_unsupported_chat_parameter_is_400(flexserv_client: Any, param: st
     _error(await flexserv_client.post(CHAT, json=body), param, "unsupported_parameter")
 
 
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"tools": [{"type": "custom", "custom": {"name": "sql"}}]}, "tools[0].type"),
+        (
+            {"tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": []}}},
+            "tool_choice.type",
+        ),
+        ({"tool_choice": {"type": "custom", "custom": {"name": "sql"}}}, "tool_choice.type"),
+    ],
+)
+async def test_openai_tool_kinds_not_served_are_named(flexserv_client: Any, extra: dict[str, Any], param: str) -> None:
+    r = await flexserv_client.post(CHAT, json={"messages": USER, "max_tokens": 2, **extra})
+    _error(r, param, "unsupported_parameter")
+
+
 async def test_neutral_values_and_bookkeeping_are_accepted(flexserv_client: Any) -> None:
     bookkeeping = {
         "user": "u1",
         "metadata": {"k": "v"},
-        "store": False,
         "service_tier": "auto",
         "prompt_cache_key": "abc",
         "prompt_cache_retention": "24h",
@@ -64,7 +80,7 @@ async def test_neutral_values_and_bookkeeping_are_accepted(flexserv_client: Any)
         "safety_identifier": "s1",
     }
     assert set(bookkeeping) == IGNORED[CHAT]
-    body = {"messages": USER, "max_tokens": 2, "modalities": ["text"], "audio": None, **bookkeeping}
+    body = {"messages": USER, "max_tokens": 2, "modalities": ["text"], "audio": None, "store": False, **bookkeeping}
     r = await flexserv_client.post(CHAT, json=body)
     assert r.status_code == 200, r.text
     r = await flexserv_client.post(COMPLETIONS, json={"prompt": "x", "max_tokens": 2, "user": "u1"})

@@ -28,6 +28,7 @@ SCOPES: dict[tuple[str, str], Scope | None] = {
     ("GET", "/v1/responses/{response_id:str}"): INFERENCE,
     ("DELETE", "/v1/responses/{response_id:str}"): INFERENCE,
     ("GET", "/v1/responses/{response_id:str}/input_items"): INFERENCE,
+    ("POST", "/v1/responses/{action:str}"): INFERENCE,
     ("POST", "/v1/embeddings"): INFERENCE,
     ("POST", "/v1/audio/transcriptions"): INFERENCE,
     ("POST", "/v1/audio/translations"): INFERENCE,

@@ -241,4 +241,19 @@ async def list_input_items(request: Request[Any, Any, Any]) -> Response[Any]:
     return Response(content=msgspec.json.encode(listing), media_type=MediaType.JSON)
 
 
-ROUTES = [create_response, retrieve_response, delete_response, list_input_items]
+#: OpenAI's Responses endpoints FlexServ does not serve: a 404 that says so, rather than
+#: a 405 from ``/v1/responses/{response_id}`` taking the name for an id.
+_UNSERVED = {
+    "input_tokens": "counting a request's input tokens is not served; POST /tokenize counts a chat's tokens",
+    "compact": "compacting a conversation is not served",
+}
+
+
+@post(f"{ENDPOINT}/{{action:str}}", summary="Not served", include_in_schema=False, opt={"scope": "inference"})
+async def unserved_response_action(request: Request[Any, Any, Any]) -> None:
+    action = str(request.path_params["action"])
+    why = _UNSERVED.get(action)
+    raise NotFound(f"POST {ENDPOINT}/{action}: " + (why or "no such route") + ".")
+
+
+ROUTES = [create_response, retrieve_response, delete_response, list_input_items, unserved_response_action]

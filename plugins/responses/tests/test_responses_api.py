@@ -210,6 +210,18 @@ async def test_unsupported_parameters_are_named(flexserv_openai: Any, extra: dic
     assert info.value.body["param"] == param and info.value.body["code"] == "unsupported_parameter"
 
 
+async def test_openai_endpoints_not_served_are_404_not_an_id(flexserv_openai: Any) -> None:
+    """``/v1/responses/{id}`` does not take ``input_tokens`` or ``compact`` for an id (a 405)."""
+    for call, says in [
+        (flexserv_openai.responses.input_tokens.count(model="fake-model", input="x"), "/tokenize"),
+        (flexserv_openai.responses.compact(model="fake-model", input="x"), "compacting"),
+    ]:
+        with pytest.raises(openai.NotFoundError) as info:
+            await call
+        assert says in info.value.body["message"] and info.value.body["code"] == "not_found"
+    assert (await flexserv_openai.responses.create(model="fake-model", input="x")).status == "completed"
+
+
 async def test_bookkeeping_parameters_are_accepted(flexserv_openai: Any) -> None:
     raw = await flexserv_openai.responses.with_raw_response.create(
         model="fake-model",
