@@ -177,7 +177,7 @@ def responses_param(exc: FlexServError) -> FlexServError:
     base = head.split("[")[0]
     if base in _PARAMS:
         exc.param = _PARAMS[base] + head[len(base) :] + sep + rest
-        exc.message = exc.message.replace(f"'{base}'", f"'{_PARAMS[base]}'").replace(
-            f"the {base}", f"the {_PARAMS[base]}"
-        )
+        # a quoted path in the message may go deeper than param ('messages[0].content[0].file')
+        quoted = re.sub(rf"'{re.escape(base)}(?=[\[.'])", f"'{_PARAMS[base]}", exc.message)
+        exc.message = quoted.replace(f"the {base}", f"the {_PARAMS[base]}")
     return exc

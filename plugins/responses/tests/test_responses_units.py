@@ -11,6 +11,7 @@ import pytest
 from flexserv_responses.events import EventWriter, OutputStreamer
 from flexserv_responses.output import output_items
 from flexserv_responses.reasoning import ReasoningSplitter, prompt_opens_reasoning, split_reasoning
+from flexserv_responses.request import responses_param
 from flexserv_responses.schemas import (
     FunctionCall,
     InputMessage,
@@ -24,7 +25,7 @@ from flexserv_responses.schemas import (
 from flexserv_responses.store import ResponseStore, StoredResponse
 from flexserv_state import CollectionLimits, ManualClock, MemoryBackend, StateStore
 
-from flexserv_core import ChatCompletionRequest, ModelSpec, NotFound, ToolPlan
+from flexserv_core import ChatCompletionRequest, InvalidRequest, ModelSpec, NotFound, ToolPlan
 from flexserv_core.testing import FakeTextModel, make_app
 
 
@@ -212,3 +213,18 @@ def test_streamed_items_equal_the_whole_output(text: str, types: list[str], size
             assert "".join(deltas) == item.arguments
             if size < len(item.arguments):  # arguments stream as they arrive, not whole at the end
                 assert len(deltas) > 1
+
+
+def test_errors_name_the_responses_paths_in_param_and_message() -> None:
+    """The chat path's error, message included, speaks of ``input``, also where the
+    message quotes a path deeper than ``param``."""
+    deeper = InvalidRequest(
+        "'messages[0].content[1].file' is neither a PDF nor an image.", param="messages[0].content[1]"
+    )
+    renamed = responses_param(deeper)
+    assert renamed.param == "input[0].content[1]"
+    assert renamed.message == "'input[0].content[1].file' is neither a PDF nor an image."
+    schema = responses_param(
+        InvalidRequest("'response_format.json_schema' is bad.", param="response_format.json_schema")
+    )
+    assert (schema.param, schema.message) == ("text.format", "'text.format' is bad.")
