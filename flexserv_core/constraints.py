@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import msgspec
 
-from flexserv_core.errors import UnsupportedParameter
+from flexserv_core.errors import InvalidRequest, UnsupportedParameter
 
 if TYPE_CHECKING:
     from flexserv_core.backends.base import Constraint, SamplingParams, TextGenerationModel
@@ -42,6 +42,41 @@ class ConstraintCompiler(Protocol):
         """Raise :class:`~flexserv_core.InvalidRequest` naming ``param`` for a JSON
         schema this compiler could not enforce (tool ``parameters`` are checked this
         way whatever ``tool_choice`` says). Quick: called on the event loop."""
+
+
+class WatchedConstraint:
+    """One choice's compiled constraint (its ``params.grammar``): the backend takes its
+    matcher from here as from the compiled one, and the text session asks, once the
+    choice has ended, whether that matcher gave up on the way (its ``error``: the
+    grammar turned too complex to follow), so that such an output is an error, never
+    a normal finish."""
+
+    __slots__ = ("_matchers", "compiled")
+
+    def __init__(self, compiled: Any) -> None:
+        self.compiled = compiled
+        self._matchers: list[Any] = []
+
+    @property
+    def constraint(self) -> Constraint:
+        constraint: Constraint = self.compiled.constraint
+        return constraint
+
+    def matcher(self) -> Any:
+        matcher = self.compiled.matcher()
+        self._matchers.append(matcher)
+        return matcher
+
+    def failure(self) -> InvalidRequest | None:
+        for matcher in self._matchers:
+            error = getattr(matcher, "error", None)
+            if error:
+                return InvalidRequest(
+                    f"The output constraint could not be followed to the end: {str(error).strip().splitlines()[0]}",
+                    param=self.constraint.param,
+                    code="invalid_grammar",
+                )
+        return None
 
 
 def constraints_unavailable(param: str) -> UnsupportedParameter:

@@ -20,6 +20,7 @@ from typing import Any
 from flexserv_core.api.stop import StopMatcher
 from flexserv_core.api.timeouts import Deadlines, loop_deadline
 from flexserv_core.backends.base import FinishReason, SamplingParams, TextGenerationModel, TokenDelta, TopLogprob
+from flexserv_core.constraints import WatchedConstraint
 
 
 @dataclass(slots=True)
@@ -131,6 +132,8 @@ async def run_choice(job: ChoiceJob) -> AsyncGenerator[ChoiceEvent, None]:
     finally:
         await _close(timed)
         await _close(tokens)
+    if isinstance(job.params.grammar, WatchedConstraint) and (failure := job.params.grammar.failure()):
+        raise failure
     if stop_event is not None:
         stop_event.finish_reason, stop_event.completion_tokens = finish, count
         if job.on_finish is not None:

@@ -30,7 +30,7 @@ from flexserv_core.api.text_validation import (
     stop_strings,
 )
 from flexserv_core.backends.base import Constraint, ImageInput, SamplingParams, TextGenerationModel
-from flexserv_core.constraints import ConstraintCompiler, constraints_unavailable, prepare_params
+from flexserv_core.constraints import ConstraintCompiler, WatchedConstraint, constraints_unavailable, prepare_params
 from flexserv_core.errors import InvalidRequest
 from flexserv_core.models.spec import ModelSpec
 from flexserv_core.request_context import RequestContext
@@ -93,7 +93,8 @@ async def prepare_jobs(jobs: list[ChoiceJob], constraints: ConstraintCompiler | 
         return
     params = await prepare_params(jobs[0].model, jobs[0].params, constraints=constraints)
     for job in jobs:
-        job.params = msgspec.structs.replace(job.params, grammar=params.grammar)
+        grammar = WatchedConstraint(params.grammar) if params.grammar is not None else None
+        job.params = msgspec.structs.replace(job.params, grammar=grammar)
 
 
 # --- chat --------------------------------------------------------------------------

@@ -187,7 +187,10 @@ class TextSession:
     async def collect(self, request: Request[Any, Any, Any]) -> list[ChoiceResult]:
         """Every choice to its end, in index order; cancelled (``ClientDisconnected``)
         when the client goes away first."""
-        return await until_disconnect(request, collect(self.plan.jobs))
+        try:
+            return await until_disconnect(request, collect(self.plan.jobs))
+        except FlexServError as exc:  # a constraint given up on the way names its parameter
+            raise self._mapped(exc) from None
 
     def admitted(self) -> AbstractAsyncContextManager[None]:
         """Start every choice and wait for its first token (a refusal raises here, before
@@ -197,10 +200,19 @@ class TextSession:
     def events(self) -> AbstractAsyncContextManager[AsyncIterator[ChoiceEvent]]:
         """The choices' events as they come (``async with session.events() as events``);
         leaving the block cancels every choice still running."""
-        return _events(self.plan.jobs)
+        return _events(self.plan.jobs, self._mapped)
 
 
 @asynccontextmanager
-async def _events(jobs: list[ChoiceJob]) -> AsyncGenerator[AsyncIterator[ChoiceEvent], None]:
-    async with aclosing(merge(jobs)) as events:
+async def _events(jobs: list[ChoiceJob], mapped: ErrorMapper) -> AsyncGenerator[AsyncIterator[ChoiceEvent], None]:
+    async with aclosing(_mapping(merge(jobs), mapped)) as events:
         yield events
+
+
+async def _mapping(events: AsyncGenerator[ChoiceEvent, None], mapped: ErrorMapper) -> AsyncGenerator[ChoiceEvent, None]:
+    async with aclosing(events):
+        try:
+            async for event in events:
+                yield event
+        except FlexServError as exc:
+            raise mapped(exc) from None

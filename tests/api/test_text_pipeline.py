@@ -78,14 +78,19 @@ class PipelineModel(FakeTextModel):
         self.active = 0
 
     async def prepare(self, params: SamplingParams) -> None:
-        pass  # the fake honours no grammar: this suite's constraints never reach generate
+        pass  # the fake does not mask its logits: it only feeds its matcher (below)
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[TokenDelta]:
         if self.active >= self.capacity:
             raise TooManyRequests("at capacity", retry_after=7)
         self.active += 1
+        # its script, not what the grammar allows: the matcher gives up at the first token,
+        # as llguidance does on the way when a grammar turns too complex to follow
+        matcher = params.grammar.matcher() if params.grammar is not None else None
         try:
             async for delta in super().generate(prompt_ids, params):
+                if matcher is not None and delta.finish_reason != "stop":
+                    matcher.advance(delta.token_id)
                 yield delta
         finally:
             self.active -= 1
@@ -149,6 +154,23 @@ async def test_a_constraint_that_cannot_be_compiled_is_a_400_and_not_served(rout
             assert error["param"] == route.schema_param
             assert served(fake, await client.get("/metrics")) == before  # not a served request
             assert fake.backend.models[0].generated_sequences == 1  # the warm-up only
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.path)
+async def test_a_grammar_given_up_on_the_way_is_an_error_not_a_finish(route: Route, stream: bool) -> None:
+    """The output no longer follows the constraint: never a 200 'stop' (or a completed response)."""
+    fake = plugin()
+    with ServedApp(make_app([fake, "responses", "constraints"])) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+            response = await post(client, route, route.body("hi", 5, stream, {"type": "integer"}))
+            if stream:  # begun: the error is the stream's last event
+                assert response.status_code == 200 and "invalid_grammar" in response.text, response.text
+                assert '"finish_reason":"stop"' not in response.text and "response.completed" not in response.text
+            else:
+                assert response.status_code == 400, response.text
+                error = error_of(response)
+                assert (error["code"], error["param"]) == ("invalid_grammar", route.schema_param)
+                assert "could not be followed" in error["message"]
 
 
 @pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.path)

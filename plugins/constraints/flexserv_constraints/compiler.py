@@ -9,6 +9,7 @@ from collections import OrderedDict
 from typing import Any
 
 import llguidance
+import numpy as np
 
 from flexserv_constraints.contract import ConstraintVocabulary
 from flexserv_constraints.grammar import constraint_grammar, describe
@@ -44,6 +45,38 @@ class LLCompiledConstraint:
                 code="invalid_grammar",
             )
         return LLTokenMatcher(matcher, self.eos_token_ids, self.vocab_size)
+
+
+def _probe(compiled: LLCompiledConstraint) -> None:
+    """Refuse, before anything is generated, a grammar the library gives up on at its
+    first steps: one that can produce nothing (a schema that only refers to itself)
+    or that is too complex to lex or parse (``(a{1000}){1000}``, thousands of
+    choices). Validation accepts both; they fail when the first masks are computed.
+    Two steps (a mask, the first allowed token, the next mask) catch both kinds."""
+    matcher = compiled.matcher()
+    for _ in range(2):
+        allowed = np.flatnonzero(~matcher.blocked())
+        error = matcher.error
+        if error is None and not len(allowed) and not matcher.accepting:
+            error = "no token can start the output"
+        if error is not None:
+            raise InvalidRequest(
+                f"The {describe(compiled.constraint)} cannot be enforced: {explain(error)}",
+                param=compiled.constraint.param,
+                code="invalid_grammar",
+            )
+        following = [int(t) for t in allowed if int(t) not in compiled.eos_token_ids]
+        if not following:
+            return
+        matcher.matcher.consume_token(following[0])  # not advance(): a refusal here is the client's, not logged
+
+
+def explain(error: str) -> str:
+    """The library's error, its first line, said plainly where it is terse."""
+    first = error.strip().splitlines()[0] if error.strip() else "unknown error"
+    if "NoExtensionBias" in first:
+        return "it admits no output (a schema or rule that only refers to itself has no finite value)"
+    return first
 
 
 class _Vocabulary:
@@ -115,6 +148,7 @@ class LLGuidanceCompiler:
                 code="invalid_grammar",
             )
         compiled = LLCompiledConstraint(constraint, grammar, tokenizer, vocabulary)
+        _probe(compiled)
         with state.lock:
             state.cache[constraint] = compiled
             while len(state.cache) > CACHE_SIZE:

@@ -113,7 +113,10 @@ class TokenMatcher(Protocol):
     diverge. An implementation may also define a class or static method
     ``fill_blocked_batch(matchers, vocab) -> np.ndarray`` (bool ``[len(matchers),
     vocab]``) that :func:`fill_blocked_masks` uses for rows whose matchers are all of
-    its class (a parallel fill); without it rows are filled one by one.
+    its class (a parallel fill); without it rows are filled one by one. And it may
+    define ``error`` (``str | None``): why it gave up on the grammar on the way (too
+    complex to follow); the text session reads it when a choice ends and fails the
+    choice (400 ``invalid_grammar``) instead of reporting a finish.
     """
 
     @property

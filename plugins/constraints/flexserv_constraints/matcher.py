@@ -46,6 +46,12 @@ class LLTokenMatcher:
         return bool(self.matcher.is_accepting())
 
     @property
+    def error(self) -> str | None:
+        """Why the library gave up on the grammar (too complex to lex or parse, or no
+        way on); ``None`` while it holds. The text session fails the choice then."""
+        return str(self.matcher.get_error()) if self.matcher.is_error() else None
+
+    @property
     def stopped(self) -> bool:
         """Nothing more may follow (the grammar is complete and allows no continuation)."""
         return bool(self.matcher.is_stopped())
@@ -55,7 +61,7 @@ class LLTokenMatcher:
         if token_id in self._eos and self.matcher.is_accepting():
             return  # the sequence ends here
         if not self.matcher.consume_token(token_id):
-            log.warning("grammar rejected token %d: %s", token_id, self.matcher.get_error())
+            log.warning("grammar rejected token %d: %s", token_id, self.matcher.get_error().splitlines()[0])
 
     def fill_blocked(self, row: np.ndarray) -> None:
         """Set ``row`` (bool, length ``vocab_size``) to True for every token not allowed next."""

@@ -113,6 +113,43 @@ def test_a_constraint_that_cannot_be_enforced_is_a_400_naming_its_parameter(
     assert info.value.code == "invalid_grammar"
 
 
+#: Grammars the library validates but gives up on at their first steps (found by a
+#: hostile-input audit: each was served as a 200 "stop" whose text broke the constraint).
+GIVE_UP = {
+    "too complex to lex": Constraint(kind="regex", spec="(a{1000}){1000}", param="structured_outputs.regex"),
+    "too complex to parse": Constraint(
+        kind="choice", spec=json.dumps([f"opt{i}" for i in range(5000)]), param="structured_outputs.choice"
+    ),
+    "a schema that is only itself": json_schema_constraint({"$ref": "#"}, "response_format.json_schema.schema"),
+    "a definition that is only itself": json_schema_constraint(
+        {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}}, "text.format.schema"
+    ),
+    "a rule with no finite derivation": Constraint(
+        kind="grammar", spec="start: x\nx: x", param="structured_outputs.grammar"
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(GIVE_UP))
+def test_a_grammar_the_library_gives_up_on_is_refused_at_compile_time(case: str) -> None:
+    constraint = GIVE_UP[case]
+    with pytest.raises(InvalidRequest) as info:
+        LLGuidanceCompiler().compile(constraint, byte_vocabulary())
+    assert (info.value.param, info.value.code) == (constraint.param, "invalid_grammar")
+    assert "NoExtensionBias" not in info.value.message and "<state>" not in info.value.message
+
+
+def test_a_matcher_reports_why_it_gave_up() -> None:
+    """What the text session reads when a choice ends: ``error`` is None while the
+    grammar holds, the library's reason once a token was refused."""
+    matcher = LLGuidanceCompiler().compile(Constraint(kind="regex", spec="ab", param="p"), byte_vocabulary()).matcher()
+    assert matcher.error is None
+    matcher.advance(ord("a"))
+    assert matcher.error is None
+    matcher.advance(ord("z"))  # outside the mask: what a backend that ignored it would do
+    assert matcher.error
+
+
 def test_a_vocabulary_needs_its_end_of_sequence_token() -> None:
     with pytest.raises(ValueError, match="end-of-sequence"):
         ConstraintVocabulary.from_tokens([b"a"], encode=list, eos_token_ids=[])
