@@ -29,6 +29,10 @@ def _never(value: Any) -> bool:
     return value is None
 
 
+def _none_or_empty(value: Any) -> bool:
+    return value is None or value == []
+
+
 def _not_true(value: Any) -> bool:
     return value is None or value is False
 
@@ -36,6 +40,8 @@ def _not_true(value: Any) -> bool:
 def _text_only(value: Any) -> bool:
     return value is None or value == ["text"]
 
+
+_STOP_TOKEN_IDS = (_none_or_empty, "vLLM's stop token ids are not supported; send 'stop' strings")
 
 #: endpoint -> parameter -> (is the value neutral?, why it is refused)
 UNSUPPORTED: dict[str, dict[str, tuple[Callable[[Any], bool], str]]] = {
@@ -53,8 +59,9 @@ UNSUPPORTED: dict[str, dict[str, tuple[Callable[[Any], bool], str]]] = {
         "verbosity": (_never, "'verbosity' is not supported"),
         "moderation": (_never, "moderation is not supported; the output is not checked"),
         "store": (_not_true, "stored chat completions are not supported (the Responses API stores responses)"),
+        "stop_token_ids": _STOP_TOKEN_IDS,
     },
-    COMPLETIONS: {},
+    COMPLETIONS: {"stop_token_ids": _STOP_TOKEN_IDS},
 }
 
 #: endpoint -> parameter -> (OpenAI ``type`` values of it that are not served, why):

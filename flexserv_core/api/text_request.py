@@ -316,7 +316,7 @@ def completion_jobs(
     prompts = completion_prompts(model, body.prompt)
     n = max(body.n or 1, body.best_of or 1)
     check_sequences(len(prompts), n)
-    constraint = request_constraint(None, body.structured_outputs, guided_constraint(body))
+    constraint = request_constraint(body.response_format, body.structured_outputs, guided_constraint(body))
     logit_bias = check_logit_bias(body.logit_bias, model.limits.vocab_size)
     # best_of ranks candidates by their cumulative logprob, so they need their logprobs
     logprobs = body.logprobs is not None or n > (body.n or 1)

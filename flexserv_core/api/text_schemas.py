@@ -219,6 +219,8 @@ class CompletionRequest(_SamplingFields, kw_only=True):
     echo: bool | None = None
     suffix: str | None = None
     best_of: NumChoices | None = None
+    #: as vLLM takes it on completions too (``structured_outputs`` is the other way)
+    response_format: ResponseFormat | None = None
 
 
 # --- responses ---------------------------------------------------------------------

@@ -33,6 +33,7 @@ CHAT_VALUES: dict[str, Any] = {
     "verbosity": "low",
     "moderation": {"model": "omni-moderation-latest"},
     "store": True,
+    "stop_token_ids": [2],
 }
 
 
@@ -114,6 +115,19 @@ async def test_assistant_history_as_the_api_returns_it(flexserv_client: Any, fak
         assert r.status_code == 400 and r.json()["error"]["param"] == f"messages[0].{field}", r.text
     empty = {"messages": [*USER, {"role": "assistant", "content": [{"type": "refusal"}]}, *USER], "max_tokens": 2}
     _error(await flexserv_client.post(CHAT, json=empty), "messages[1].content[0].refusal", "missing_required_parameter")
+
+
+async def test_completions_refuse_stop_token_ids_and_read_response_format(flexserv_client: Any) -> None:
+    r = await flexserv_client.post(COMPLETIONS, json={"prompt": "x", "max_tokens": 2, "stop_token_ids": [2]})
+    _error(r, "stop_token_ids", "unsupported_parameter")
+    # read as vLLM reads it, not dropped: the fake model takes no constraints, so a 400 naming it
+    r = await flexserv_client.post(
+        COMPLETIONS, json={"prompt": "x", "max_tokens": 2, "response_format": {"type": "json_object"}}
+    )
+    _error(r, "response_format", "unsupported_parameter")
+    ok = {"prompt": "x", "max_tokens": 2, "stop_token_ids": [], "response_format": {"type": "text"}}
+    r = await flexserv_client.post(COMPLETIONS, json=ok)
+    assert r.status_code == 200 and "x-flexserv-ignored-fields" not in r.headers, r.text
 
 
 async def test_suffix_is_unsupported(flexserv_client: Any) -> None:
