@@ -168,6 +168,7 @@ __all__ = [
     "convert_param",
     "create_app",
     "create_plugin_manager",
+    "decode_json_object",
     "default_cache_dir",
     "error_event",
     "hook_error",
@@ -192,7 +193,7 @@ __all__ = [
 ]
 
 if typing.TYPE_CHECKING:
-    from flexserv_core.api.body import convert_param, parse_body, parse_fields, read_body
+    from flexserv_core.api.body import convert_param, decode_json_object, parse_body, parse_fields, read_body
     from flexserv_core.api.body import request_context as open_request_context
     from flexserv_core.api.body import validate as validate_body
     from flexserv_core.api.disconnect import until_disconnect
@@ -234,6 +235,8 @@ _LAZY = {
     "validate_body": ("flexserv_core.api.body", "validate"),
     "read_body": ("flexserv_core.api.body", "read_body"),
     "parse_fields": ("flexserv_core.api.body", "parse_fields"),
+    # JSON that comes another way (the anomaly plugin's header), refused as a JSON body is
+    "decode_json_object": ("flexserv_core.api.body", "decode_json_object"),
     # A text route outside the core (the Responses API plugin): the chat request it
     # builds, the checks and the session that serve it, its tool calls and its stream
     # (and the tool-calling plugin's: the calls it writes).

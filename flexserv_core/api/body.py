@@ -68,20 +68,30 @@ async def read_json_object(request: Request[Any, Any, Any]) -> dict[str, Any]:
     content_type = request.headers.get("content-type", "")
     if content_type and "json" not in content_type.split(";")[0].lower():
         raise UnsupportedMediaType(f"Expected 'Content-Type: application/json', got '{quote(content_type)}'.")
-    core = request.app.state.flexserv.settings.core
     raw = await read_body(request)
+    return decode_json_object(raw, request.app.state.flexserv.settings.core.max_json_depth)
+
+
+def decode_json_object(
+    raw: bytes | str, max_depth: int, *, what: str = "The request body", param: str | None = None
+) -> dict[str, Any]:
+    """``raw`` as a JSON object, refused as a JSON body is: a 400 ``invalid_json`` when it
+    is empty, not JSON or not an object, ``json_too_deep`` when it nests deeper than
+    ``max_depth`` (the server's ``--max-json-depth``, ``settings.core.max_json_depth``).
+    For JSON that comes another way (a header): ``what`` names it in the messages,
+    ``param`` in the errors."""
     if not raw.strip():
-        raise InvalidRequest("The request body is empty; send a JSON object.", code="invalid_json")
+        raise InvalidRequest(f"{what} is empty; send a JSON object.", param=param, code="invalid_json")
     try:
         body = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
-        raise InvalidRequest(f"The request body is not valid JSON: {exc}", code="invalid_json") from None
+        raise InvalidRequest(f"{what} is not valid JSON: {exc}", param=param, code="invalid_json") from None
     except RecursionError:  # deeper than the interpreter allows: deeper than any limit too
-        raise _too_deep(core.max_json_depth) from None
+        raise _too_deep(max_depth, what, param) from None
     if not isinstance(body, dict):
-        raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
-    if json_nesting_exceeds(raw, core.max_json_depth):
-        raise _too_deep(core.max_json_depth)
+        raise InvalidRequest(f"{what} must be a JSON object.", param=param, code="invalid_json")
+    if json_nesting_exceeds(raw.encode() if isinstance(raw, str) else raw, max_depth):
+        raise _too_deep(max_depth, what, param)
     return body
 
 
@@ -120,9 +130,10 @@ def json_nesting_exceeds(text: bytes, limit: int) -> bool:
     return False
 
 
-def _too_deep(limit: int) -> InvalidRequest:
+def _too_deep(limit: int, what: str, param: str | None) -> InvalidRequest:
     return InvalidRequest(
-        f"The request body nests arrays and objects deeper than {limit} levels (--max-json-depth).",
+        f"{what} nests arrays and objects deeper than {limit} levels (--max-json-depth).",
+        param=param,
         code="json_too_deep",
     )
 

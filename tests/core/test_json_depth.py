@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from flexserv_core import InvalidRequest, decode_json_object
 from flexserv_core.api import body as body_module
 from flexserv_core.api.body import json_nesting_exceeds
 
@@ -53,3 +54,27 @@ def test_brackets_in_strings_do_not_count() -> None:
 def test_rows_of_numbers_are_two_levels_below_the_object() -> None:
     text = json.dumps({"data": [[float(i)] * 16 for i in range(1000)]}).encode()
     assert not json_nesting_exceeds(text, 3) and json_nesting_exceeds(text, 2)
+
+
+def test_json_from_elsewhere_is_refused_as_a_body_is_naming_where_it_came_from() -> None:
+    """``decode_json_object`` (public: a plugin's header of JSON) gives a body's 400s, with
+    its own name in the message and ``param``; too deep for the interpreter is a 400 too."""
+    header = {"what": "The X-Args header", "param": "X-Args"}
+    assert decode_json_object('{"a": [[1]]}', 3, **header) == {"a": [[1]]}
+    cases = {
+        "": "invalid_json",
+        "{a: 1}": "invalid_json",
+        "[1]": "invalid_json",
+        '{"a": [[[1]]]}': "json_too_deep",
+        "[" * 100_000 + "]" * 100_000: "json_too_deep",
+        '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}": "json_too_deep",
+    }
+    for text, code in cases.items():
+        for raw in (text, text.encode()):
+            with pytest.raises(InvalidRequest) as caught:
+                decode_json_object(raw, 3, **header)
+            assert (caught.value.code, caught.value.param) == (code, "X-Args"), text[:20]
+            assert caught.value.message.startswith("The X-Args header ")
+    with pytest.raises(InvalidRequest) as caught:
+        decode_json_object(b'{"a": [[[1]]]}', 3)
+    assert caught.value.param is None and caught.value.message.startswith("The request body nests")

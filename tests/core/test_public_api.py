@@ -245,7 +245,7 @@ FACADE = {
     "call_hook", "chat_prompt_ids", "check_chat_request", "check_prompt_chars", "check_token_ids", "ClientDisconnected", "Command",
     "CommandContext", "Constraint", "ConstraintCompiler", "ConstraintKind",
     "ContextLengthExceeded", "convert_param", "CoreSettings", "create_app",
-    "create_plugin_manager", "default_cache_dir", "EngineStats",
+    "create_plugin_manager", "decode_json_object", "default_cache_dir", "EngineStats",
     "ErrorResponse", "EvictionReason", "FinishReason", "FlexServer", "FlexServError",
     "FlexServPluginManager", "FunctionDefinition", "GatewayTimeout", "hook_error", "hookimpl", "hookspec",
     "ImageInput", "InvalidRequest", "JsonSchemaFormat", "Lease", "LoadedModel",

@@ -28,6 +28,7 @@ from flexserv_core import (
     ModelSpec,
     ServiceUnavailable,
     UnsupportedParameter,
+    decode_json_object,
     open_request_context,
     parse_body,
     parse_fields,
@@ -142,16 +143,12 @@ async def _read(
             f"The {ARGUMENTS_HEADER} header must be ASCII: escape other characters as \\uXXXX in its JSON.",
             param=ARGUMENTS_HEADER,
         )
-    try:
-        fields = msgspec.json.decode(text)
-    except msgspec.DecodeError as exc:
-        raise InvalidRequest(
-            f"The {ARGUMENTS_HEADER} header is not valid JSON: {exc}", param=ARGUMENTS_HEADER, code="invalid_json"
-        ) from None
-    if not isinstance(fields, dict):
-        raise InvalidRequest(
-            f"The {ARGUMENTS_HEADER} header must be a JSON object.", param=ARGUMENTS_HEADER, code="invalid_json"
-        )
+    fields = decode_json_object(
+        text,
+        server_of(request).settings.core.max_json_depth,
+        what=f"The {ARGUMENTS_HEADER} header",
+        param=ARGUMENTS_HEADER,
+    )
     if "data" in fields:
         raise InvalidRequest(
             f"'data' cannot be in the {ARGUMENTS_HEADER} header: the rows are the request body.", param="data"

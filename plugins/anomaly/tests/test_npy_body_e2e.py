@@ -163,3 +163,27 @@ def test_other_plugins_preprocess_hooks_see_the_header_fields_of_an_npy_request(
         assert body["param"] == "model" and "does not allow" in body["message"]
     assert gate.seen[0] == ("/v1/anomaly/fit", {**arguments, "data": []})
     assert gate.seen[1] == ("/v1/anomaly/score", {"model": "forbidden", "data": []})
+
+
+def test_the_arguments_header_is_held_to_the_json_depth_limit_of_bodies(serve: Serve) -> None:
+    """Nesting the interpreter cannot decode is a 400, not a 500, and the header gets the
+    server's --max-json-depth (32 by default) as a JSON body does."""
+    rows = npy_bytes(np.ones((5, 2)))
+
+    def nested(depth: int) -> str:  # an object with `parameters` nested to `depth` levels in all
+        return '{"model": "m", "parameters": {"p": ' + "[" * (depth - 2) + "]" * (depth - 2) + "}}"
+
+    with serve() as client:
+        for path in ("/v1/anomaly/fit", "/v1/anomaly/score", "/v1/anomaly/detect"):
+            for arguments in ("[" * 1000 + "]" * 1000, nested(1000), nested(40), nested(33)):
+                body = error(post_npy(client, path, rows, arguments), 400)
+                assert body["code"] == "json_too_deep" and body["param"] == "X-FlexServ-Arguments", (path, body)
+                assert "X-FlexServ-Arguments header" in body["message"] and "--max-json-depth" in body["message"]
+            # one level less passes the depth check (and is refused for the parameter itself)
+            assert error(post_npy(client, path, rows, nested(32)), 400)["code"] != "json_too_deep"
+            # the JSON body's answer, for comparison
+            too_deep = '{"data": [[1.0, 2.0]], ' + nested(33)[1:]
+            as_body = client.post(path, content=too_deep, headers={"content-type": "application/json"})
+            assert error(as_body, 400)["code"] == "json_too_deep"
+        empty = error(post_npy(client, "/v1/anomaly/fit", rows, ""), 400)
+        assert empty["code"] == "invalid_json" and empty["param"] == "X-FlexServ-Arguments"
