@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import binascii
 import io
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,13 +76,38 @@ def parse(data: Any, limits: AnomalySettings, *, features: list[str] | None = No
         _check_width(len(names), limits)
         matrix = _named(data, names)
         return Rows(_finite(matrix), None, names)
-    if isinstance(first, int | float) and not isinstance(first, bool):
+    if _is_number(first):
         if features is not None and len(features) != 1:
             raise _bad(f"'data' is a list of numbers (one feature); the model's features are {features}.")
-        return Rows(_finite(_numeric([[v] if isinstance(v, int | float) else v for v in data], limits)), None, None)
-    if features is not None and isinstance(first, list) and len(first) != len(features):
+        for i, value in enumerate(data):
+            if not _is_number(value):
+                raise _bad(f"'data[{i}]' is {_describe(value)}, not a number like 'data[0]' (one feature's values).")
+        return Rows(_finite(_numeric([[v] for v in data], limits)), None, None)
+    if not isinstance(first, list):
+        raise _bad(
+            f"'data[0]' is {_describe(first)}; send rows (lists of numbers, or objects of named features), "
+            "numbers (the values of one feature) or texts."
+        )
+    if features is not None and len(first) != len(features):
         raise _bad(f"'data[0]' has {len(first)} values; the model's features are {features}.")
     return Rows(_finite(_numeric(data, limits)), None, None)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _describe(value: Any) -> str:
+    """``value``'s JSON type, for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (a boolean)"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a text"
+    return "an object" if isinstance(value, dict) else "a list" if isinstance(value, list) else type(value).__name__
 
 
 def _texts(data: list[Any], limits: AnomalySettings) -> list[str]:
@@ -111,21 +137,33 @@ def _check_width(width: int, limits: AnomalySettings) -> None:
 
 
 def _numeric(data: list[Any], limits: AnomalySettings) -> np.ndarray:
-    width = len(data[0]) if isinstance(data[0], list) else -1
-    if width >= 0:
-        _check_width(width, limits)
+    """List rows (``data[0]`` is a list) as a matrix: rows as long as the first, numbers only."""
+    width = len(data[0])
+    _check_width(width, limits)
     for i, row in enumerate(data):
-        if not isinstance(row, list) or len(row) != width:
-            raise _bad(f"'data[{i}]' is not a list of {width} numbers like 'data[0]'.")
+        if not isinstance(row, list):
+            raise _bad(f"'data[{i}]' is {_describe(row)}; rows are lists of {width} numbers like 'data[0]'.")
+        if len(row) != width:
+            raise _bad(f"'data[{i}]' has {len(row)} values; rows are lists of {width} numbers like 'data[0]'.")
     try:
         matrix = np.asarray(data, dtype=np.float64)
     except (TypeError, ValueError):
-        for i, row in enumerate(data):
-            for j, value in enumerate(row):
-                if isinstance(value, bool) or not isinstance(value, int | float):
-                    raise _bad(f"'data[{i}][{j}]' is not a number.") from None
+        _refuse_non_numbers(data, range(len(data)))
         raise _bad("'data' is not a matrix of numbers.") from None
+    # numpy reads true and false as 1.0 and 0.0: only rows holding such values can hide a
+    # boolean, so only they are looked at (all rows, in C, cost as much as the conversion)
+    if matrix.ndim == 2:
+        suspects = np.flatnonzero(((matrix == 0) | (matrix == 1)).any(axis=1))
+        _refuse_non_numbers(data, (i for i in suspects.tolist() if bool in map(type, data[i])))
     return matrix
+
+
+def _refuse_non_numbers(data: list[Any], rows: Iterable[int]) -> None:
+    """Refuse the first value of ``rows`` of ``data`` that is not a number, naming it."""
+    for i in rows:
+        for j, value in enumerate(data[i]):
+            if not _is_number(value):
+                raise _bad(f"'data[{i}][{j}]' is {_describe(value)}, not a number.") from None
 
 
 def _named(data: list[Any], names: list[str]) -> np.ndarray:
@@ -140,8 +178,8 @@ def _named(data: list[Any], names: list[str]) -> np.ndarray:
             raise _bad(f"'data[{i}]' must have exactly the features {names}; missing {missing}, unexpected {extra}.")
         for j, name in enumerate(names):
             value = row[name]
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise _bad(f"'data[{i}].{name}' is not a number.")
+            if not _is_number(value):
+                raise _bad(f"'data[{i}].{name}' is {_describe(value)}, not a number.")
             out[i, j] = value
     return out
 
