@@ -61,9 +61,11 @@ def check_schema(schema: dict[str, str] | None) -> list[str] | None:
     return list(schema)
 
 
-def parse(data: Any, limits: AnomalySettings, *, features: list[str] | None = None) -> Rows:
+def parse(data: Any, limits: AnomalySettings, *, features: list[str] | None = None, unnamed: bool = False) -> Rows:
     """Check and convert ``data``. ``features`` fixes the column order of rows given as
-    objects (from the schema or the fitted model); without it the first row's keys do."""
+    objects (from the schema or the fitted model); without it the first row's keys do,
+    unless ``unnamed``: the rows are for a model fitted on columns without names, which
+    refuses object rows (their keys name nothing it knows, and their order is no order)."""
     if not isinstance(data, list) or not data:
         raise _bad("'data' must be a non-empty list of rows (lists of numbers or objects) or of texts.")
     if len(data) > limits.anomaly_max_rows:
@@ -72,6 +74,11 @@ def parse(data: Any, limits: AnomalySettings, *, features: list[str] | None = No
     if isinstance(first, str):
         return Rows(None, _texts(data, limits), None)
     if isinstance(first, dict):
+        if unnamed:
+            raise _bad(
+                "'data[0]' is an object of named features, but the model was fitted on unnamed columns "
+                "(rows as lists of numbers): send each row as a list of its values, in the order of the fit."
+            )
         names = features or [str(k) for k in first]
         _check_width(len(names), limits)
         matrix = _named(data, names)

@@ -169,6 +169,7 @@ async def _rows(
     features: list[str] | None,
     embedding_model: str | None,
     text_expected: bool | None,
+    unnamed: bool = False,
 ) -> tuple[np.ndarray, inputs.Rows]:
     service = service_for(server.settings)
     if isinstance(data, bytes):
@@ -176,7 +177,7 @@ async def _rows(
     elif isinstance(data, inputs.NpyData):
         rows = inputs.parse_npy(data.npy, service.limits, features=features)
     else:
-        rows = inputs.parse(data, service.limits, features=features)
+        rows = inputs.parse(data, service.limits, features=features, unnamed=unnamed)
     if text_expected is not None and (rows.texts is not None) != text_expected:
         wanted = "texts" if text_expected else "numeric rows"
         raise InvalidRequest(f"This model was fitted on {wanted}; send {wanted}.", param="data", code="invalid_data")
@@ -319,6 +320,7 @@ async def _score(
             features=model.spec.features,
             embedding_model=model.spec.embedding_model,
             text_expected=model.spec.input_type == "text",
+            unnamed=model.spec.input_type == "numeric" and model.spec.features is None,
         )
         if matrix.shape[1] != model.n_features:
             raise InvalidRequest(

@@ -102,7 +102,8 @@ async def stream(request: Request[Any, Any, Any]) -> dict[str, Any]:
         raise InvalidRequest("'threshold' must be a finite number.", param="threshold")
     data = [body.data] if isinstance(body.data, dict) else body.data
     detector = service.streams.get(model_id)
-    rows = inputs.parse(data, service.limits, features=detector.config.features if detector else None)
+    features = detector.config.features if detector else None
+    rows = inputs.parse(data, service.limits, features=features, unnamed=detector is not None and features is None)
     if rows.texts is not None:
         raise InvalidRequest("Streams take numeric points (objects or lists of numbers).", param="data")
     assert rows.matrix is not None

@@ -1,4 +1,5 @@
-"""What rows a model takes: numbers only (never booleans), and refusals that say what is expected."""
+"""What rows a model takes: object rows only for a model with named features, numbers
+only (never booleans), and refusals that say what is expected."""
 
 from __future__ import annotations
 
@@ -12,6 +13,25 @@ from flexserv_anomaly.settings import AnomalySettings
 from flexserv_core import InvalidRequest
 
 ROWS = [[20.1, 0.5], [20.3, 0.4], [19.9, 0.6], [20.0, 0.5], [20.2, 0.45], [35.0, 3.0]]
+
+
+def test_a_model_fitted_on_unnamed_columns_refuses_object_rows(serve: Serve) -> None:
+    with serve() as client:
+        fit(client, model="m", data=ROWS)
+        for path in ("/v1/anomaly/score", "/v1/anomaly/detect"):
+            for row in ({"zzz": 40, "yyy": 4}, {"yyy": 4, "zzz": 40}):
+                refused = error(client.post(path, json={"model": "m", "data": [row]}), 400)
+                assert refused["code"] == "invalid_data" and refused["param"] == "data", refused
+                assert "'data[0]'" in refused["message"] and "unnamed columns" in refused["message"]
+        # a model with named features still takes objects in any key order
+        fit(client, model="named", data=[{"a": a, "b": b} for a, b in ROWS])
+        orders = [[{"a": 40, "b": 4}], [{"b": 4, "a": 40}]]
+        assert len({score(client, model="named", data=rows)["data"][0]["raw_score"] for rows in orders}) == 1
+        # so does a stream: one created with list points refuses object points
+        stream = {"model": "s", "backend": "robust_zscore", "min_samples": 10, "window_size": 50}
+        assert client.post("/v1/anomaly/stream", json={**stream, "data": ROWS * 2}).status_code == 200
+        refused = error(client.post("/v1/anomaly/stream", json={"model": "s", "data": {"zzz": 40, "yyy": 4}}), 400)
+        assert "unnamed columns" in refused["message"] and refused["param"] == "data"
 
 
 def test_booleans_are_not_numbers(serve: Serve) -> None:
@@ -50,15 +70,22 @@ def test_refusals_say_what_is_expected(serve: Serve) -> None:
 
 
 @pytest.mark.parametrize(
-    ("data", "expected"),
+    ("data", "unnamed", "expected"),
     [
-        ([[True, 0]], "'data[0][0]' is true (a boolean)"),
-        ([[0.0, 1.0], [1.0, False]], "'data[1][1]' is false (a boolean)"),
-        ([None], "'data[0]' is null;"),
-        (["a", 1], "'data[1]' is not a text"),
+        ([{"b": 1, "a": 2}], True, "unnamed columns"),
+        ([[True, 0]], False, "'data[0][0]' is true (a boolean)"),
+        ([[0.0, 1.0], [1.0, False]], False, "'data[1][1]' is false (a boolean)"),
+        ([None], False, "'data[0]' is null;"),
+        (["a", 1], False, "'data[1]' is not a text"),
     ],
 )
-def test_parse_refuses(data: list[Any], expected: str) -> None:
+def test_parse_refuses(data: list[Any], unnamed: bool, expected: str) -> None:
     with pytest.raises(InvalidRequest) as caught:
-        parse(data, AnomalySettings())
+        parse(data, AnomalySettings(), unnamed=unnamed)
     assert expected in caught.value.message and caught.value.param == "data"
+
+
+def test_parse_takes_objects_when_their_names_are_known() -> None:
+    rows = parse([{"b": 1, "a": 2}], AnomalySettings(), features=["a", "b"])
+    assert rows.matrix is not None and rows.matrix.tolist() == [[2.0, 1.0]]
+    assert parse([{"b": 1, "a": 2}], AnomalySettings()).features == ["b", "a"]  # at fit: the first row's keys
