@@ -309,10 +309,16 @@ async def _score(
                     code="backend_mismatch",
                 )
         if body.schema is not None and inputs.check_schema(body.schema) != model.spec.features:
-            raise InvalidRequest(
-                f"'schema' does not match the features the model was fitted on ({model.spec.features}).",
-                param="schema",
-            )
+            if model.spec.features is None:
+                fitted_on = "texts" if model.spec.input_type == "text" else "unnamed columns: list rows or an NPY file"
+                message = (
+                    f"The model '{name}' has no named features (it was fitted on {fitted_on}): leave 'schema' out."
+                )
+            else:
+                message = (
+                    f"'schema' does not match the features the model '{name}' was fitted on ({model.spec.features})."
+                )
+            raise InvalidRequest(message, param="schema")
         matrix, _ = await _rows(
             request,
             server,

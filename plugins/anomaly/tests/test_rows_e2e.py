@@ -23,10 +23,19 @@ def test_a_model_fitted_on_unnamed_columns_refuses_object_rows(serve: Serve) -> 
                 refused = error(client.post(path, json={"model": "m", "data": [row]}), 400)
                 assert refused["code"] == "invalid_data" and refused["param"] == "data", refused
                 assert "'data[0]'" in refused["message"] and "unnamed columns" in refused["message"]
+        # a schema cannot name them either, and says why
+        body = {"model": "m", "data": ROWS, "schema": {"a": "numeric", "b": "numeric"}}
+        schema = error(client.post("/v1/anomaly/score", json=body), 400)
+        assert schema["param"] == "schema" and "has no named features" in schema["message"], schema
+        assert "None" not in schema["message"] and "unnamed columns" in schema["message"]
         # a model with named features still takes objects in any key order
         fit(client, model="named", data=[{"a": a, "b": b} for a, b in ROWS])
         orders = [[{"a": 40, "b": 4}], [{"b": 4, "a": 40}]]
         assert len({score(client, model="named", data=rows)["data"][0]["raw_score"] for rows in orders}) == 1
+        other = error(
+            client.post("/v1/anomaly/score", json={**body, "model": "named", "schema": {"b": "numeric"}}), 400
+        )
+        assert other["param"] == "schema" and "['a', 'b']" in other["message"], other
         # so does a stream: one created with list points refuses object points
         stream = {"model": "s", "backend": "robust_zscore", "min_samples": 10, "window_size": 50}
         assert client.post("/v1/anomaly/stream", json={**stream, "data": ROWS * 2}).status_code == 200
