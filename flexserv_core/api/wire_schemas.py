@@ -6,9 +6,9 @@ documents (and what the OpenAPI tests check responses against).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from msgspec import Struct
+from msgspec import Meta, Struct
 
 
 class ErrorDetail(Struct, kw_only=True):
@@ -40,12 +40,13 @@ class ModelList(Struct, kw_only=True):
     data: list[ModelObject]
 
 
-class UnloadRequest(Struct, kw_only=True):
-    """Omit ``model_id`` (or send no body) or send ``"*"`` to unload every model.
+class UnloadRequest(Struct, kw_only=True, forbid_unknown_fields=True):
+    """Omit ``model_id`` (or send no body) or send ``"*"`` to unload every model; any
+    other value names one model or alias (``null`` and unknown fields are refused).
     ``oom_triggered``: the caller unloads because memory ran out; the unload counts
     as an OOM eviction (``flexserv:model_evictions_total{reason="oom"}``)."""
 
-    model_id: str | None = None
+    model_id: Annotated[str, Meta(min_length=1)] = "*"
     oom_triggered: bool = False
 
 

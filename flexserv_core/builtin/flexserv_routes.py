@@ -10,7 +10,7 @@ import msgspec
 from litestar import Request, Response, get, post
 
 from flexserv_core import __version__, hooks
-from flexserv_core.api.body import read_json_object
+from flexserv_core.api.body import read_json_object, unknown_fields, validate
 from flexserv_core.api.wire_schemas import (
     HealthResponse,
     Liveness,
@@ -19,8 +19,9 @@ from flexserv_core.api.wire_schemas import (
     UnloadRequest,
     UnloadResponse,
 )
-from flexserv_core.errors import InvalidRequest
+from flexserv_core.errors import InvalidRequest, ModelNotFound, quote
 from flexserv_core.events import EvictionReason
+from flexserv_core.models.registry import ModelState
 from flexserv_core.models.spec import ModelKind, ModelSpec, loaded_wire_kind
 from flexserv_core.plugin_report import plugin_report
 from flexserv_core.server import FlexServer
@@ -158,14 +159,20 @@ async def unload_models(request: Request[Any, Any, Any]) -> dict[str, Any]:
     server = server_of(request)
     raw = await request.body()
     body = await read_json_object(request) if raw.strip() else {}
-    model_id = body.get("model_id")
-    if model_id is not None and not isinstance(model_id, str):
+    # Every unknown field is refused, whatever --block-on-unexpected-fields says: dropped,
+    # a misspelt name ({"model": "x"}) would leave the default, "*", and unload every model.
+    unknown = unknown_fields(body, UnloadRequest)
+    if unknown:
+        hint = " (the model is named by 'model_id')" if unknown[0] == "model" else ""
         raise InvalidRequest(
-            "'model_id' must be a string (a model id, or '*' for all).", param="model_id", code="invalid_value"
+            f"Unrecognized request argument supplied: {quote(unknown[0])}{hint}; this route takes "
+            "'model_id' (a model or alias, or '*' for all) and 'oom_triggered'.",
+            param=unknown[0],
+            code="unexpected_field",
         )
-    oom_triggered = body.get("oom_triggered", False)
-    if not isinstance(oom_triggered, bool):
-        raise InvalidRequest("'oom_triggered' must be a boolean.", param="oom_triggered", code="invalid_value")
+    unload = validate(body, UnloadRequest, endpoint="/v1/flexserv/models/unload")
+    model_id = None if unload.model_id == "*" else _unload_target(server, unload.model_id)
+    oom_triggered = unload.oom_triggered
     active_total = server.registry.active_requests
     if oom_triggered:  # the caller reacts to an out-of-memory condition: an OOM eviction, logged and counted so
         results = await server.registry.unload(
@@ -197,6 +204,19 @@ async def unload_models(request: Request[Any, Any, Any]) -> dict[str, Any]:
         "active_requests_at_eviction": active_total,
         "oom_triggered": oom_triggered,
     }
+
+
+def _unload_target(server: FlexServer, model_id: str) -> str:
+    """The registry name ``model_id`` selects: an alias resolves as in request routing;
+    a name neither configured nor loaded is a 404, as on every route."""
+    spec = server.catalog.get(model_id)
+    if spec is not None:
+        return spec.name
+    if server.registry.state_of(model_id) is not ModelState.UNLOADED:
+        return model_id  # loaded under a name only a plugin resolves (an anomaly model of an API key)
+    raise ModelNotFound(
+        f"The model '{quote(model_id)}' does not exist or is not served here. See GET /v1/models.", param="model_id"
+    )
 
 
 ROUTES = [liveness, health, info, loaded_models, unload_models]

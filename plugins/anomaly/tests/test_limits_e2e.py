@@ -142,7 +142,7 @@ def test_metrics_count_rows_fitted_and_scored(serve: Serve) -> None:
         assert 'flexserv:anomaly_rows_scored_total{model="counted"} 7.0' in text
         loaded = client.get("/v1/flexserv/models/loaded").json()
         assert any(m.get("model_id") == "counted" for m in (loaded.get("data") or loaded.get("models") or []))
-        assert client.post("/v1/flexserv/models/unload", json={"model": "counted"}).status_code == 200
+        assert client.post("/v1/flexserv/models/unload", json={"model_id": "counted"}).status_code == 200
         assert (
             client.post("/v1/anomaly/score", json={"model": "counted", "data": train[:2].tolist()}).status_code == 200
         )
