@@ -14,7 +14,9 @@ the API-key check and the app:
   ``--body-timeout`` seconds of its head; then the connection is closed (408 when
   nothing was answered yet), and a handler waiting for the body sees a disconnect;
 - beyond ``--max-connections`` open connections a new one is answered 503 and
-  closed at once.
+  closed at once;
+- a request llhttp cannot parse (bad framing, an unknown method) is answered 400
+  ``invalid_http_request``, where uvicorn answers in plain text.
 
 Refusals are OpenAI-shaped JSON like every other error. After a refusal the
 connection reads and drops what the client still sends for a moment before
@@ -34,6 +36,7 @@ import httptools
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from flexserv_core.errors import quote
 from flexserv_core.settings import CoreSettings
 
 log = logging.getLogger("flexserv.edge")
@@ -166,13 +169,11 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             else:
                 self._unsupported_upgrade_warning()
             return
-        except httptools.HttpParserError:
+        except httptools.HttpParserError as exc:
             if self._refused is not None:
                 self._refuse(*self._refused)
-            else:
-                msg = "Invalid HTTP request received."
-                self.logger.warning(msg)
-                self.send_400_response(msg)
+            else:  # llhttp's reason is a fixed text ("Duplicate Content-Length"), never the client's bytes
+                self.send_400_response(f"Invalid HTTP request received: {quote(str(exc))}.")
             return
         if self._in_head and self._head_bytes > self.limits.max_header_bytes:
             self._refuse(*self._head_too_large())
@@ -271,6 +272,22 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.loop.call_later(LINGER_SECONDS, self.transport.close)
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a request llhttp cannot parse (bad or repeated
+        Content-Length, Content-Length with chunked, a bad chunk size, an unknown
+        method), as JSON like every refusal instead of uvicorn's plain text."""
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            # The request being answered, or whose body broke: its handler sees a
+            # disconnect, so nothing it sends follows the refusal on the wire.
+            cycle.disconnected = True
+            cycle.message_event.set()
+            if cycle.response_started:  # a status line now would land inside that response
+                self._cancel_timers()
+                self.transport.close()
+                return
+        self._refuse(400, msg, "invalid_http_request")
 
     def _peer(self) -> str:
         return f"{self.client[0]}:{self.client[1]}" if self.client else "unknown peer"
