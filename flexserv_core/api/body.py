@@ -173,8 +173,8 @@ def validate(
     try:
         return msgspec.convert(body, schema, strict=True)
     except msgspec.ValidationError as exc:
-        message, param = _explain(exc)
-        raise InvalidRequest(message, param=param, code="invalid_value") from None
+        message, param, code = _explain(exc)
+        raise InvalidRequest(message, param=param, code=code) from None
 
 
 def convert_param(value: Any, type_: type[T], param: str) -> T:
@@ -183,11 +183,11 @@ def convert_param(value: Any, type_: type[T], param: str) -> T:
     try:
         return msgspec.convert(value, type_, strict=True)
     except msgspec.ValidationError as exc:
-        message, path = _explain(exc)
+        message, path, code = _explain(exc)
         where = f"{param}.{path}" if path else param
         if path:
             message = message.replace(f"'{path}'", f"'{where}'")
-        raise InvalidRequest(message, param=where, code="invalid_value") from None
+        raise InvalidRequest(message, param=where, code=code) from None
 
 
 def unknown_fields(value: Any, schema: Any) -> list[str]:
@@ -253,7 +253,9 @@ def _shape(info: msgspec.inspect.Type) -> type[Any] | None:
     return None
 
 
-def _explain(exc: msgspec.ValidationError) -> tuple[str, str | None]:
+def _explain(exc: msgspec.ValidationError) -> tuple[str, str | None, str]:
+    """The message, ``param`` and ``code`` of a validation error: ``missing_required_parameter``
+    for an absent required field, ``invalid_value`` for anything else."""
     text = str(exc)
     match = re.search(r" - at `\$(.*)`$", text)
     path = match.group(1) if match else ""
@@ -262,5 +264,5 @@ def _explain(exc: msgspec.ValidationError) -> tuple[str, str | None]:
     missing = re.fullmatch(r"Object missing required field `([^`]+)`", reason)
     if missing:  # name the missing field itself, e.g. 'messages' or 'messages[0].role'
         param = f"{param}.{missing.group(1)}" if param else missing.group(1)
-        return f"Missing required parameter: '{param}'.", param
-    return (f"Invalid value for '{param}': {reason}" if param else reason), param
+        return f"Missing required parameter: '{param}'.", param, "missing_required_parameter"
+    return (f"Invalid value for '{param}': {reason}" if param else reason), param, "invalid_value"
