@@ -41,6 +41,10 @@ def _zero(value: Any) -> bool:
     return value in (None, 0)
 
 
+def _one(value: Any) -> bool:
+    return value in (None, 1)
+
+
 #: OpenAI parameters that would change the output and are not served -> (neutral?, why).
 UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "background": (_false, "background responses are not supported"),
@@ -54,6 +58,21 @@ UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "background_options": (_absent, "background responses are not supported"),
     "image": (_absent, "image generation options are not supported"),
     "access_programs": (_absent, "access programs are not supported"),
+    # Chat Completions' names, which the Responses API does not define: dropped as unknown
+    # fields, they would silently not do what the client asked for.
+    "max_tokens": (_absent, "it is a Chat Completions parameter; the Responses API's cap is 'max_output_tokens'"),
+    "max_completion_tokens": (
+        _absent,
+        "it is a Chat Completions parameter; the Responses API's cap is 'max_output_tokens'",
+    ),
+    "n": (_one, "a response has one output; send one request per completion, or use /v1/chat/completions"),
+    "stop": (_empty, "stop sequences are not a Responses API parameter; use /v1/chat/completions"),
+    "seed": (_absent, "'seed' is not a Responses API parameter; use /v1/chat/completions"),
+    "logit_bias": (_empty, "'logit_bias' is not a Responses API parameter; use /v1/chat/completions"),
+    "frequency_penalty": (_zero, "penalties are not Responses API parameters; use /v1/chat/completions"),
+    "presence_penalty": (_zero, "penalties are not Responses API parameters; use /v1/chat/completions"),
+    "response_format": (_absent, "it is a Chat Completions parameter; the Responses API's is 'text.format'"),
+    "logprobs": (_false, "logprobs are not supported on /v1/responses; use /v1/chat/completions"),
 }
 #: Bookkeeping parameters accepted and dropped.
 IGNORED = frozenset(

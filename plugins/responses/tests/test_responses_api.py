@@ -210,6 +210,41 @@ async def test_unsupported_parameters_are_named(flexserv_openai: Any, extra: dic
     assert info.value.body["param"] == param and info.value.body["code"] == "unsupported_parameter"
 
 
+@pytest.mark.parametrize(
+    ("extra", "instead"),
+    [
+        ({"max_tokens": 5}, "'max_output_tokens'"),
+        ({"max_completion_tokens": 5}, "'max_output_tokens'"),
+        ({"response_format": {"type": "json_object"}}, "'text.format'"),
+        ({"n": 2}, "/v1/chat/completions"),
+        ({"stop": ["\n"]}, "/v1/chat/completions"),
+        ({"seed": 7}, "/v1/chat/completions"),
+        ({"logit_bias": {"65": 10}}, "/v1/chat/completions"),
+        ({"frequency_penalty": 0.5}, "/v1/chat/completions"),
+        ({"presence_penalty": 0.5}, "/v1/chat/completions"),
+        ({"logprobs": True}, "/v1/chat/completions"),
+    ],
+)
+async def test_chat_parameters_are_refused_with_what_to_send_instead(
+    flexserv_client: Any, extra: dict[str, Any], instead: str
+) -> None:
+    """Dropped as unknown fields (only a header said so), a chat cap or sampling setting
+    would be silently ignored."""
+    (name,) = extra
+    r = await flexserv_client.post("/v1/responses", json={"model": "fake-model", "input": "x", **extra})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert (error["code"], error["param"]) == ("unsupported_parameter", name)
+    assert f"'{name}'" in error["message"] and instead in error["message"]
+
+
+async def test_neutral_chat_parameter_values_are_accepted(flexserv_client: Any) -> None:
+    neutral = {"n": 1, "stop": None, "logit_bias": {}, "frequency_penalty": 0, "presence_penalty": 0.0, "seed": None}
+    r = await flexserv_client.post("/v1/responses", json={"model": "fake-model", "input": "x", **neutral})
+    assert r.status_code == 200, r.text
+    assert "x-flexserv-ignored-fields" not in r.headers
+
+
 async def test_openai_endpoints_not_served_are_404_not_an_id(flexserv_openai: Any) -> None:
     """``/v1/responses/{id}`` does not take ``input_tokens`` or ``compact`` for an id (a 405)."""
     for call, says in [
