@@ -74,10 +74,14 @@ def _content(value: Any, param: str, role: str) -> tuple[str, list[InputText | O
     media, said = role == "user", role == "assistant"
     if isinstance(value, str):
         return value, [OutputText(text=value) if said else InputText(text=value)]
+    if value is None:
+        raise InvalidRequest(f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter")
     if not isinstance(value, list):
         raise InvalidRequest(
             f"'{param}' must be a string or a list of content parts.", param=param, code="invalid_value"
         )
+    if not value and not said:  # as chat refuses a message whose content is an empty list
+        raise InvalidRequest(f"'{param}' must not be an empty list.", param=param, code="invalid_value")
     texts: list[str] = []
     parts: list[InputText | OutputText | InputImage | InputFile] = []
     for j, part in enumerate(value):
@@ -112,9 +116,16 @@ def add_input(conversation: Conversation, value: str | list[dict[str, Any]] | No
 
 
 def _add_item(conversation: Conversation, item: dict[str, Any], param: str) -> None:
-    kind = item.get("type", "message" if "role" in item else None)
+    kind = item.get("type") or "message"  # a message may omit its type (the "easy" form), not its role
     if kind == "message":
         role = item.get("role")
+        if role is None:
+            raise InvalidRequest(
+                f"Missing required parameter: '{param}.role' (an input message needs a role: "
+                f"{', '.join(ROLES)}; other items need their 'type').",
+                param=f"{param}.role",
+                code="missing_required_parameter",
+            )
         if role not in ROLES:
             raise InvalidRequest(
                 f"'{param}.role' must be one of {', '.join(ROLES)}.", param=f"{param}.role", code="invalid_value"

@@ -297,6 +297,34 @@ async def test_bad_requests_are_400_with_param(flexserv_openai: Any, kwargs: dic
     assert info.value.body["param"] == param, info.value.body
 
 
+@pytest.mark.parametrize(
+    ("item", "param", "code"),
+    [
+        # chat refuses an empty content list too; nothing would reach the model
+        ({"role": "user", "content": []}, "input[0].content", "invalid_value"),
+        ({"type": "message", "role": "system", "content": []}, "input[0].content", "invalid_value"),
+        ({"role": "user"}, "input[0].content", "missing_required_parameter"),
+        # no role and no type: the missing role is the problem, not an item type None
+        ({"content": "hi"}, "input[0].role", "missing_required_parameter"),
+        ({"type": "message", "content": "hi"}, "input[0].role", "missing_required_parameter"),
+    ],
+)
+async def test_input_messages_without_role_or_content_are_refused(
+    flexserv_client: Any, item: dict[str, Any], param: str, code: str
+) -> None:
+    r = await flexserv_client.post("/v1/responses", json={"model": "fake-model", "input": [item]})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert (error["param"], error["code"]) == (param, code), error
+    assert "None" not in error["message"]
+
+
+async def test_an_assistant_message_may_have_empty_content(flexserv_client: Any) -> None:
+    conversation = [{"role": "assistant", "content": []}, {"role": "user", "content": "hi"}]
+    r = await flexserv_client.post("/v1/responses", json={"model": "fake-model", "input": conversation})
+    assert r.status_code == 200, r.text
+
+
 @pytest.mark.parametrize("fake", [{"fail_after": 3}], indirect=True)
 async def test_failure_mid_stream_sends_error_then_failed(flexserv_openai: Any) -> None:
     stream = await flexserv_openai.responses.create(model="fake-model", input="hi", stream=True)
