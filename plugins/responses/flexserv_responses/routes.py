@@ -230,7 +230,15 @@ async def list_input_items(request: Request[Any, Any, Any]) -> Response[Any]:
         items.reverse()
     if after is not None:
         ids = [item.id for item in items]
-        items = items[ids.index(after) + 1 :] if after in ids else []
+        if after not in ids:
+            # A 400 on the cursor, not a 404: the response exists, and a client that reads
+            # 404 as "the response is gone" must not drop it for a stale or mistyped cursor.
+            raise InvalidRequest(
+                "'after' names no input item of this response: send the id of one it lists.",
+                param="after",
+                code="invalid_value",
+            )
+        items = items[ids.index(after) + 1 :]
     page = items[:limit]
     listing = InputItemList(
         data=page,

@@ -133,6 +133,19 @@ async def test_retrieve_delete_and_input_items(flexserv_openai: Any) -> None:
     assert info.value.body["param"] == "previous_response_id"
 
 
+async def test_input_items_page_after_an_item_and_refuse_an_unknown_cursor(flexserv_openai: Any) -> None:
+    r = await flexserv_openai.responses.create(
+        model="fake-model", input=[{"role": "user", "content": text} for text in ("a", "b", "c")]
+    )
+    first = await flexserv_openai.responses.input_items.list(r.id, order="asc", limit=1)
+    assert [item.content[0].text for item in first.data] == ["a"] and first.has_more
+    rest = await flexserv_openai.responses.input_items.list(r.id, order="asc", after=first.last_id)
+    assert [item.content[0].text for item in rest.data] == ["b", "c"] and not rest.has_more
+    with pytest.raises(openai.BadRequestError) as refused:  # was a 200 with an empty page
+        await flexserv_openai.responses.input_items.list(r.id, after="msg_not_in_this_list")
+    assert (refused.value.body["param"], refused.value.body["code"]) == ("after", "invalid_value")
+
+
 async def test_store_false_is_not_kept(flexserv_openai: Any) -> None:
     r = await flexserv_openai.responses.create(model="fake-model", input="x", store=False)
     assert r.store is False
