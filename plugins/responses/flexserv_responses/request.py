@@ -97,7 +97,38 @@ def check_parameters(body: dict[str, Any]) -> None:
         body.pop(key, None)
 
 
+#: OpenAI's bounds on ``metadata``: key-value pairs, characters per key, per value.
+METADATA_PAIRS, METADATA_KEY_CHARS, METADATA_VALUE_CHARS = 16, 64, 512
+
+
+def check_metadata(metadata: dict[str, str] | None) -> None:
+    """``metadata`` within OpenAI's bounds: it is echoed and stored with the response."""
+    if metadata is None:
+        return
+    if len(metadata) > METADATA_PAIRS:
+        raise InvalidRequest(
+            f"'metadata' has {len(metadata)} key-value pairs; at most {METADATA_PAIRS} are allowed.",
+            param="metadata",
+            code="invalid_value",
+        )
+    for key, value in metadata.items():
+        if len(key) > METADATA_KEY_CHARS:
+            raise InvalidRequest(
+                f"'metadata' keys are at most {METADATA_KEY_CHARS} characters; one has {len(key)}.",
+                param="metadata",
+                code="invalid_value",
+            )
+        if len(value) > METADATA_VALUE_CHARS:
+            raise InvalidRequest(
+                f"'metadata' values are at most {METADATA_VALUE_CHARS} characters; the value of '{key}' has "
+                f"{len(value)}.",
+                param="metadata",
+                code="invalid_value",
+            )
+
+
 def check_request(body: ResponsesRequest) -> None:
+    check_metadata(body.metadata)
     reasoning = body.reasoning
     if reasoning is not None and any(
         v is not None for v in (reasoning.effort, reasoning.summary, reasoning.generate_summary)

@@ -146,6 +146,31 @@ async def test_input_items_page_after_an_item_and_refuse_an_unknown_cursor(flexs
     assert (refused.value.body["param"], refused.value.body["code"]) == ("after", "invalid_value")
 
 
+@pytest.mark.parametrize(
+    ("metadata", "says"),
+    [
+        ({f"k{i}": "v" for i in range(17)}, "at most 16"),
+        ({f"k{i}": "v" for i in range(100)}, "at most 16"),
+        ({"k" * 65: "v"}, "at most 64 characters"),
+        ({"k": "v" * 513}, "at most 512 characters"),
+        ({"k": "v" * 10_000}, "at most 512 characters"),
+    ],
+)
+async def test_metadata_beyond_openai_bounds_is_refused(
+    flexserv_client: Any, metadata: dict[str, str], says: str
+) -> None:
+    r = await flexserv_client.post("/v1/responses", json={"model": "fake-model", "input": "x", "metadata": metadata})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert (error["param"], error["code"]) == ("metadata", "invalid_value") and says in error["message"]
+
+
+async def test_metadata_at_openai_bounds_is_stored(flexserv_openai: Any) -> None:
+    metadata = {f"{i:02d}" + "k" * 62: "v" * 512 for i in range(16)}
+    r = await flexserv_openai.responses.create(model="fake-model", input="x", metadata=metadata)
+    assert (await flexserv_openai.responses.retrieve(r.id)).metadata == metadata
+
+
 async def test_store_false_is_not_kept(flexserv_openai: Any) -> None:
     r = await flexserv_openai.responses.create(model="fake-model", input="x", store=False)
     assert r.store is False
