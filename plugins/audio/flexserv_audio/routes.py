@@ -17,12 +17,12 @@ from typing import Any, Final, TypeVar
 import msgspec
 from litestar import Request, Response, post
 from litestar.datastructures import UploadFile
-from litestar.exceptions import ClientException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.handlers import HTTPRouteHandler
 
 from flexserv_audio import TranscriptionModel
 from flexserv_audio.decode import load_audio
+from flexserv_audio.form import parse_form
 from flexserv_audio.formats import render
 from flexserv_audio.metrics import audio_seconds
 from flexserv_audio.schemas import (
@@ -102,12 +102,9 @@ async def _read_form(request: Request[Any, Any, Any], limit: int) -> list[tuple[
     if announced is not None and announced > limit + MULTIPART_OVERHEAD:
         raise _too_large(limit)
     try:
-        form = await request.form()
+        return await parse_form(request, uploads={"file"})
     except RequestEntityTooLarge:
         raise _too_large(limit) from None
-    except ClientException as exc:
-        raise InvalidRequest(f"The multipart body could not be parsed: {exc.detail}", param="file") from None
-    return list(form.multi_items())
 
 
 async def _read_file(upload: UploadFile, limit: int) -> tuple[bytes, str | None]:
