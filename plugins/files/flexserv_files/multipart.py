@@ -104,7 +104,7 @@ async def form_events(
             raise _invalid("A part header is too long.")
 
     def on_header_end() -> None:
-        current.headers[current.header_field.decode("latin-1").lower()] = current.header_value.decode("latin-1")
+        current.headers[current.header_field.decode("latin-1").lower()] = _header_text(current.header_value)
         current.header_field.clear()
         current.header_value.clear()
 
@@ -155,6 +155,17 @@ async def form_events(
         raise _invalid(f"The multipart body is malformed: {exc}") from None
     for event in out:
         yield event
+
+
+def _header_text(raw: bytearray) -> str:
+    """A part header's value as clients send it: UTF-8 (browsers, curl and httpx write a
+    filename's own bytes so), else Latin-1, which decodes any bytes. A filename is checked
+    after this (:func:`~flexserv_files.names.check_filename`): a C1 control character
+    that Latin-1 makes of stray bytes is refused as every control character is."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
 
 
 def _invalid(message: str) -> InvalidRequest:

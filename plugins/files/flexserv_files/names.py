@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from flexserv_core import InvalidRequest, NotFound
 
@@ -21,7 +22,8 @@ def check_filename(name: str | None) -> str:
             param="file",
             code="invalid_filename",
         )
-    if "/" in name or "\\" in name or name in (".", "..") or any(ord(c) < 32 or ord(c) == 127 for c in name):
+    # category Cc: C0, DEL and the C1 controls (U+0080 to U+009F)
+    if "/" in name or "\\" in name or name in (".", "..") or any(unicodedata.category(c) == "Cc" for c in name):
         raise InvalidRequest(
             "The filename must be a plain name: no '/', '\\', '..' or control characters.",
             param="file",

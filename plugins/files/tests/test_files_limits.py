@@ -66,6 +66,47 @@ async def test_path_like_filenames_are_refused(client: Any, stored_files: Callab
     assert await listed(client) == [] and stored_files() == []
 
 
+def raw_upload(disposition: bytes) -> bytes:
+    """A form with a ``purpose`` and a file part whose Content-Disposition parameters are these bytes."""
+    return (
+        b'--b\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nuser_data\r\n'
+        b'--b\r\nContent-Disposition: form-data; name="file"; ' + disposition + b"\r\n\r\nhello\r\n--b--\r\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("disposition", "name"),
+    [
+        ('filename="résumé.txt"'.encode(), "résumé.txt"),  # UTF-8, as browsers, curl and httpx send it
+        (b"filename*=UTF-8''r%C3%A9sum%C3%A9.txt", "résumé.txt"),  # RFC 5987
+        ('filename="café.txt"'.encode("latin-1"), "café.txt"),  # not UTF-8: read as Latin-1
+    ],
+    ids=["utf-8", "rfc-5987", "latin-1"],
+)
+async def test_filenames_are_decoded_as_sent(client: Any, disposition: bytes, name: str) -> None:
+    headers = {"Content-Type": "multipart/form-data; boundary=b"}
+    response = await client.post("/v1/files", content=raw_upload(disposition), headers=headers)
+    assert response.status_code == 200, response.text
+    assert response.json()["filename"] == name
+    assert (await client.delete(f"/v1/files/{response.json()['id']}")).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "disposition",
+    [
+        'filename="a\u0085b.txt"'.encode(),  # a C1 control character, in UTF-8
+        b'filename="a\x85b.txt"',  # a stray byte that Latin-1 makes one
+        b"filename*=UTF-8''a%C2%9Bb.txt",  # RFC 5987
+    ],
+    ids=["utf-8", "latin-1", "rfc-5987"],
+)
+async def test_control_characters_are_refused_after_decoding(client: Any, disposition: bytes) -> None:
+    headers = {"Content-Type": "multipart/form-data; boundary=b"}
+    response = await client.post("/v1/files", content=raw_upload(disposition), headers=headers)
+    error_of(response, 400, "invalid_filename")
+    assert await listed(client) == []
+
+
 @pytest.mark.parametrize("file_id", ["..%2F..%2Fetc%2Fpasswd", "%2Fetc%2Fpasswd", "file-..", "file-" + "0" * 31 + "g"])
 async def test_path_like_ids_are_refused_everywhere(client: Any, file_id: str) -> None:
     # an id with a slash in it matches no route at all (404 from the router); any other is checked

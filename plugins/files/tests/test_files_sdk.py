@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import openai
@@ -69,4 +70,13 @@ async def test_text_files_and_jsonl_for_batch(sdk: openai.AsyncOpenAI) -> None:
     lines = b'{"custom_id": "1"}\n{"custom_id": "2"}\n'
     created = await sdk.files.create(file=("requests.jsonl", lines), purpose="batch")
     assert (await sdk.files.content(created.id)).read() == lines
+    await sdk.files.delete(created.id)
+
+
+@pytest.mark.parametrize("name", ["résumé.txt", "Überweisung €.txt", "請求書.pdf"])
+async def test_a_non_ascii_filename_is_kept_as_sent(sdk: openai.AsyncOpenAI, name: str) -> None:
+    """The SDK (httpx) writes the filename's UTF-8 bytes into the part header, as browsers and curl do."""
+    created = await sdk.files.create(file=(name, io.BytesIO(b"hi"), "text/plain"), purpose="user_data")
+    assert created.filename == name
+    assert (await sdk.files.retrieve(created.id)).filename == name
     await sdk.files.delete(created.id)
