@@ -36,7 +36,12 @@ def decode_image(data: bytes, max_pixels: int, what: str = "The image") -> Any:
         raise TooManyPixels(
             f"{what} announces {count}; this server reads at most {max_pixels} (--ocr-max-pixels).", param="images"
         ) from None
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
+    except UnidentifiedImageError:
+        # Pillow's message is "cannot identify image file <_io.BytesIO object at 0x...>"
+        raise InvalidDocument(
+            f"{what} could not be read as an image: its header is corrupt or announces no pixels.", param="images"
+        ) from None
+    except (OSError, ValueError, SyntaxError) as exc:
         raise InvalidDocument(f"{what} could not be read as an image: {exc}", param="images") from None
     check_pixels(image.width, image.height, max_pixels, what)
     try:

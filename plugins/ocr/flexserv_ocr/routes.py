@@ -14,7 +14,7 @@ import msgspec
 from litestar import Request, post
 
 from flexserv_core import FlexServer, open_request_context, parse_body, until_disconnect
-from flexserv_ocr.errors import EngineNotInstalled
+from flexserv_ocr.errors import EngineNotInstalled, TooManyPages
 from flexserv_ocr.files import file_bytes
 from flexserv_ocr.kinds import OCR, OcrModel, OcrPage
 from flexserv_ocr.metrics import ocr_counters
@@ -75,6 +75,13 @@ def _inputs(body: OcrRequest, limits: OcrSettings) -> list[tuple[str, str]]:
     if body.images is not None:
         if not body.images:
             raise_one_of([])
+        if len(body.images) > limits.ocr_max_pages:
+            # each image is a page at least: refused before any is decoded
+            raise TooManyPages(
+                f"'images' has {len(body.images)} images; this server reads at most {limits.ocr_max_pages} pages "
+                "per request (--ocr-max-pages).",
+                param="images",
+            )
         return [(value, f"images[{i}]") for i, value in enumerate(body.images)]
     if body.file is not None:
         return [(body.file, "file")]

@@ -42,6 +42,18 @@ async def test_more_pages_than_a_request_reads(client: Any) -> None:
     error_of(await client.post("/v1/ocr", json={"file": b64(pdf), "pages": "1-100000000"}), 400, "too_many_pages")
 
 
+async def test_more_images_than_a_request_reads_are_refused_before_any_is_read(client: Any) -> None:
+    # not even base64: counted before anything is decoded (or OCRed)
+    error = error_of(await client.post("/v1/ocr", json={"images": ["not base64!!"] * 51}), 400, "too_many_pages")
+    assert error["param"] == "images" and "51 images" in error["message"] and "--ocr-max-pages" in error["message"]
+
+
+async def test_an_empty_image_header_is_refused_without_internals(client: Any) -> None:
+    error = error_of(await client.post("/v1/ocr", json={"images": [b64(png_bomb(0, 0))]}), 400, "invalid_document")
+    assert "'images[0]' could not be read as an image" in error["message"]
+    assert "object at" not in error["message"] and "BytesIO" not in error["message"]
+
+
 @pytest.mark.parametrize(
     "data",
     [
