@@ -36,19 +36,28 @@ def marked_text(doc: ReadDocument, total_pages: int | None = None) -> str:
     )
 
 
+def _field(param: str, key: str) -> str:
+    """The path of a reference's field: ``messages[0].content[1].file.file_id``, or ``file_id``
+    for a reference that is the request body itself (``param`` empty)."""
+    return f"{param}.{key}" if param else key
+
+
 async def reference_bytes(request: Request[Any, Any, Any], reference: Mapping[str, Any], param: str) -> bytes:
     """The bytes a ``file`` reference names: ``file_id`` (the caller's upload) or ``file_data`` (base64 / ``data:``)."""
     limits = request.app.state.flexserv.settings.get(OcrSettings)
     file_id, file_data = reference.get("file_id"), reference.get("file_data")
     if (file_id is None) == (file_data is None):
-        raise InvalidRequest(f"'{param}' needs exactly one of 'file_id' or 'file_data'.", param=param)
+        where = f"'{param}' needs" if param else "Send"
+        raise InvalidRequest(f"{where} exactly one of 'file_id' or 'file_data'.", param=param or "file_id")
     if file_id is not None:
+        field = _field(param, "file_id")
         if not isinstance(file_id, str):
-            raise InvalidRequest(f"'{param}.file_id' must be a string.", param=f"{param}.file_id")
-        return await file_bytes(request, file_id, limit=limits.ocr_max_input_bytes, param=f"{param}.file_id")
+            raise InvalidRequest(f"'{field}' must be a string.", param=field)
+        return await file_bytes(request, file_id, limit=limits.ocr_max_input_bytes, param=field)
+    field = _field(param, "file_data")
     if not isinstance(file_data, str):
-        raise InvalidRequest(f"'{param}.file_data' must be a string.", param=f"{param}.file_data")
-    return decode_base64(file_data, limits, f"{param}.file_data")
+        raise InvalidRequest(f"'{field}' must be a string.", param=field)
+    return decode_base64(file_data, limits, field)
 
 
 async def read_reference(
@@ -60,13 +69,20 @@ async def read_reference(
     param: str = "file",
 ) -> tuple[ReadDocument, str | None]:
     """Read the document a reference names: text layers where a PDF has them, the OCR
-    model (default of kind ``ocr``) elsewhere. Returns the pages and the OCR model's name."""
+    model (default of kind ``ocr``) elsewhere. Returns the pages and the OCR model's name.
+
+    ``param`` is the reference's path in the request (a chat part's
+    ``messages[0].content[1].file``): an error in the document names it, an error in a
+    field ``param.file_id``. An empty ``param`` is a reference that is the request body
+    itself (``/v1/documents/extract``): errors name its ``file_id`` or ``file_data``."""
     from flexserv_core import until_disconnect
 
     server: FlexServer = request.app.state.flexserv
     limits = server.settings.get(OcrSettings)
     options = options or ReadOptions()
     data = await reference_bytes(request, reference, param)
+    if not param:
+        param = "file_id" if reference.get("file_id") is not None else "file_data"
     spec = server.catalog.get(ocr_model) if ocr_model else server.catalog.default(OCR)
     if options.page_images is not None and ocr_model is None:
         # nothing is OCRed (pages without a text layer become page images): no engine to load

@@ -126,22 +126,40 @@ def sources(value: Any, doc: ReadDocument, path: str = "") -> list[dict[str, Any
     return [{"path": path, "value": value, "page": page}]
 
 
+def checked_prompt(
+    model: TextGenerationModel, doc: ReadDocument, schema_text: str, instructions: str | None, max_tokens: int
+) -> list[int]:
+    """The prompt's tokens; a 400 ``context_length_exceeded`` when they and ``max_tokens``
+    are more than the model's context, naming what overflows it: ``instructions`` when the
+    prompt without them would fit, else the document (``pages``)."""
+    ids = model.render_chat(prompt_messages(doc, schema_text, instructions), {})
+    context = model.limits.context_length
+    if len(ids) + max_tokens <= context:
+        return ids
+    if instructions:
+        without = model.render_chat(prompt_messages(doc, schema_text, None), {})
+        if len(without) + max_tokens <= context:
+            raise ContextLengthExceeded(
+                f"The 'instructions' take {len(ids) - len(without)} tokens; with the document, the schema and "
+                f"'max_tokens' {max_tokens} that is more than model '{model.spec.name}''s context of {context}. "
+                "Send shorter 'instructions'.",
+                param="instructions",
+            )
+    raise ContextLengthExceeded(
+        f"The document and schema take {len(ids)} tokens; with 'max_tokens' {max_tokens} that is more than "
+        f"model '{model.spec.name}''s context of {context}. Select fewer 'pages'.",
+        param="pages",
+    )
+
+
 async def generate_json(
     request: Request[Any, Any, Any],
     model: TextGenerationModel,
-    messages: list[dict[str, Any]],
+    prompt_ids: list[int],
     schema_text: str,
     max_tokens: int,
 ) -> tuple[str, str, int, int]:
     """Constrained generation: ``(text, finish_reason, prompt_tokens, completion_tokens)``."""
-    prompt_ids = model.render_chat(messages, {})
-    room = model.limits.context_length - len(prompt_ids)
-    if room < max_tokens:
-        raise ContextLengthExceeded(
-            f"The document and schema take {len(prompt_ids)} tokens; with 'max_tokens' {max_tokens} that is more than "
-            f"model '{model.spec.name}''s context of {model.limits.context_length}. Select fewer 'pages'.",
-            param="pages",
-        )
     params = SamplingParams(
         max_tokens=max_tokens,
         temperature=0.0,
@@ -185,11 +203,13 @@ async def extract(request: Request[Any, Any, Any]) -> dict[str, Any]:
     if len(reference) != 1:
         raise InvalidRequest("Send exactly one of 'file_id' or 'file_data'.", param="file_id", code="invalid_input")
     options = ReadOptions(pages=body.pages, dpi=body.dpi, force_ocr=body.force_ocr)
-    doc, ocr_name = await read_reference(request, reference, options=options, ocr_model=body.ocr_model, param="file")
-    messages = prompt_messages(doc, schema_text, body.instructions)
+    # param "": the reference is the body itself, so errors name its 'file_id' or 'file_data'
+    doc, ocr_name = await read_reference(request, reference, options=options, ocr_model=body.ocr_model, param="")
+    max_tokens = body.max_tokens or DEFAULT_MAX_TOKENS
     async with server.registry.acquire(body.model, TextGenerationModel) as lease:
+        prompt = checked_prompt(lease.model, doc, schema_text, body.instructions, max_tokens)
         text, finish, prompt_tokens, completion_tokens = await generate_json(
-            request, lease.model, messages, schema_text, body.max_tokens or DEFAULT_MAX_TOKENS
+            request, lease.model, prompt, schema_text, max_tokens
         )
         model_name = lease.spec.name
     try:

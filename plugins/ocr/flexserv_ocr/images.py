@@ -12,18 +12,20 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from flexserv_ocr.errors import InvalidDocument, TooManyPixels
 
 
-def check_pixels(width: int, height: int, limit: int, what: str) -> None:
+def check_pixels(width: int, height: int, limit: int, what: str, param: str) -> None:
     if width * height > limit:
         raise TooManyPixels(
             f"{what} is {width}x{height} = {width * height} pixels; this server reads at most {limit} "
             "(--ocr-max-pixels).",
-            param="images",
+            param=param,
         )
 
 
-def decode_image(data: bytes, max_pixels: int, what: str = "The image") -> Any:
+def decode_image(data: bytes, max_pixels: int, param: str) -> Any:
     """An RGB :class:`PIL.Image.Image`; 413 ``too_many_pixels`` when the header
-    announces more than ``max_pixels`` (nothing is decompressed), 400 when corrupt."""
+    announces more than ``max_pixels`` (nothing is decompressed), 400 when corrupt.
+    Errors name ``param``, the input's path in the request."""
+    what = f"'{param}'"
     try:
         with warnings.catch_warnings():
             # Pillow's own bomb guard is process-wide; ours is the setting, checked next
@@ -34,23 +36,23 @@ def decode_image(data: bytes, max_pixels: int, what: str = "The image") -> Any:
         found = re.search(r"\((\d+) pixels\)", str(exc))
         count = f"{int(found.group(1))} pixels" if found else "more pixels than Pillow opens"
         raise TooManyPixels(
-            f"{what} announces {count}; this server reads at most {max_pixels} (--ocr-max-pixels).", param="images"
+            f"{what} announces {count}; this server reads at most {max_pixels} (--ocr-max-pixels).", param=param
         ) from None
     except UnidentifiedImageError:
         # Pillow's message is "cannot identify image file <_io.BytesIO object at 0x...>"
         raise InvalidDocument(
-            f"{what} could not be read as an image: its header is corrupt or announces no pixels.", param="images"
+            f"{what} could not be read as an image: its header is corrupt or announces no pixels.", param=param
         ) from None
     except (OSError, ValueError, SyntaxError) as exc:
-        raise InvalidDocument(f"{what} could not be read as an image: {exc}", param="images") from None
-    check_pixels(image.width, image.height, max_pixels, what)
+        raise InvalidDocument(f"{what} could not be read as an image: {exc}", param=param) from None
+    check_pixels(image.width, image.height, max_pixels, what, param)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             image.load()
             image = ImageOps.exif_transpose(image) or image
     except (OSError, ValueError, SyntaxError, EOFError) as exc:
-        raise InvalidDocument(f"{what} is truncated or corrupt: {exc}", param="images") from None
+        raise InvalidDocument(f"{what} is truncated or corrupt: {exc}", param=param) from None
     return to_rgb(image)
 
 

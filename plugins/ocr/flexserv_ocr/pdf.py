@@ -21,26 +21,29 @@ POINTS_PER_INCH = 72.0
 
 
 class PdfDocument:
-    """An open PDF; use as a context manager (closing releases PDFium's memory)."""
+    """An open PDF; use as a context manager (closing releases PDFium's memory).
+    Its errors name ``param``, the document's path in the request."""
 
-    def __init__(self, data: bytes, *, max_document_pages: int) -> None:
+    def __init__(self, data: bytes, *, max_document_pages: int, param: str) -> None:
         import pypdfium2 as pdfium
 
+        self.param = param
         with PDFIUM_LOCK:
             try:
                 self._doc = pdfium.PdfDocument(data)
             except pdfium.PdfiumError as exc:
-                raise InvalidDocument(f"The PDF could not be opened: {exc}", param="file") from None
+                raise InvalidDocument(f"The PDF '{param}' could not be opened: {exc}", param=param) from None
             self.page_count = len(self._doc)
         if self.page_count == 0:
             self.close()
-            raise InvalidDocument("The PDF has no pages.", param="file")
+            raise InvalidDocument(f"The PDF '{param}' has no pages.", param=param)
         if self.page_count > max_document_pages:
             self.close()
+            # the document itself is over the limit: selecting fewer 'pages' would not help
             raise TooManyPages(
-                f"The PDF has {self.page_count} pages; this server reads PDFs of at most {max_document_pages} "
-                "pages (--ocr-max-document-pages).",
-                param="pages",
+                f"The PDF '{param}' has {self.page_count} pages; this server reads PDFs of at most "
+                f"{max_document_pages} pages (--ocr-max-document-pages).",
+                param=param,
             )
 
     def __enter__(self) -> PdfDocument:
@@ -100,7 +103,11 @@ class PdfDocument:
             try:
                 width_pt, height_pt = page.get_size()
                 check_pixels(
-                    round(width_pt * scale), round(height_pt * scale), max_pixels, f"Page {index + 1} at {dpi} dpi"
+                    round(width_pt * scale),
+                    round(height_pt * scale),
+                    max_pixels,
+                    f"Page {index + 1} of '{self.param}' at {dpi} dpi",
+                    self.param,
                 )
                 return _rgb(page, scale)
             finally:
@@ -131,13 +138,23 @@ class PdfDocument:
         try:
             return self._doc[index]
         except pdfium.PdfiumError as exc:
-            raise InvalidDocument(f"Page {index + 1} of the PDF could not be read: {exc}", param="file") from None
+            raise InvalidDocument(
+                f"Page {index + 1} of the PDF '{self.param}' could not be read: {exc}", param=self.param
+            ) from None
 
 
-def select_pages(selection: list[int] | str | None, page_count: int, limit: int) -> list[int]:
+def select_pages(selection: list[int] | str | None, page_count: int, limit: int, *, document: str) -> list[int]:
     """0-based page indexes from 1-based numbers (``[1, 3]`` or ``"1-3,5"``); all
-    pages when ``None``. 400 for pages out of range or more than ``limit``."""
+    pages when ``None``. 400 for pages out of range or more than ``limit`` (naming
+    ``document``, the PDF's path in the request, when no pages were selected: a chat
+    file part has no ``pages`` to select with)."""
     if selection is None:
+        if page_count > limit:
+            raise TooManyPages(
+                f"The PDF '{document}' has {page_count} pages; this server reads at most {limit} per request "
+                "(--ocr-max-pages).",
+                param=document,
+            )
         numbers = list(range(1, page_count + 1))
     elif isinstance(selection, str):
         numbers = []

@@ -158,7 +158,7 @@ class DocumentReader:
         self._spend_pages(1)
         if self.options.page_images is not None and self.options.page_images < 1:
             raise TooManyPageImages(1, param=param)
-        image = await self._timed(decode_image, data, self.limits.ocr_max_pixels, f"'{param}'")
+        image = await self._timed(decode_image, data, self.limits.ocr_max_pixels, param)
         if self.options.page_images is not None:
             image = await self._timed(within_pixels, image, self.limits.ocr_page_image_max_pixels)
             page = OcrPage(width=image.width, height=image.height, lines=[], source="image")
@@ -183,9 +183,11 @@ class DocumentReader:
         return page
 
     async def _read_pdf(self, data: bytes, param: str) -> ReadDocument:
-        doc = await asyncio.to_thread(PdfDocument, data, max_document_pages=self.limits.ocr_max_document_pages)
+        doc = await asyncio.to_thread(
+            PdfDocument, data, max_document_pages=self.limits.ocr_max_document_pages, param=param
+        )
         try:
-            indexes = select_pages(self.options.pages, doc.page_count, self.limits.ocr_max_pages)
+            indexes = select_pages(self.options.pages, doc.page_count, self.limits.ocr_max_pages, document=param)
             self._spend_pages(len(indexes))
             if self.options.page_images is not None:
                 return await self._pdf_with_page_images(doc, indexes, self.options.page_images, param)
