@@ -13,6 +13,7 @@ import pytest
 
 from flexserv_core.testing import ServedApp, make_app
 from flexserv_core.testing.fakes import FakeBackendPlugin
+from tests.core.test_connection_limits import _read_all
 
 TIMEOUT = 15.0
 
@@ -47,13 +48,7 @@ def _exchange(url: str, raw: bytes) -> bytes:
     host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=TIMEOUT) as sock:
         sock.sendall(raw)
-        chunks = []
-        try:
-            while chunk := sock.recv(65536):
-                chunks.append(chunk)
-        except ConnectionResetError:
-            pass
-    return b"".join(chunks)
+        return _read_all(sock)
 
 
 POST = b"POST /v1/flexserv/models/unload HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
