@@ -73,6 +73,11 @@ UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "presence_penalty": (_zero, "penalties are not Responses API parameters; use /v1/chat/completions"),
     "response_format": (_absent, "it is a Chat Completions parameter; the Responses API's is 'text.format'"),
     "logprobs": (_false, "logprobs are not supported on /v1/responses; use /v1/chat/completions"),
+    # vLLM's sampling extensions, which chat and completions take: not on this route
+    **{
+        name: (_absent, f"vLLM's '{name}' is taken by /v1/chat/completions and /v1/completions, not here")
+        for name in ("top_k", "min_p", "repetition_penalty", "min_tokens", "ignore_eos")
+    },
 }
 #: Bookkeeping parameters accepted and dropped.
 IGNORED = frozenset(

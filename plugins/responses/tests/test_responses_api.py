@@ -261,6 +261,11 @@ async def test_unsupported_parameters_are_named(flexserv_openai: Any, extra: dic
         ({"frequency_penalty": 0.5}, "/v1/chat/completions"),
         ({"presence_penalty": 0.5}, "/v1/chat/completions"),
         ({"logprobs": True}, "/v1/chat/completions"),
+        ({"top_k": 5}, "/v1/chat/completions"),
+        ({"min_p": 0.1}, "/v1/chat/completions"),
+        ({"repetition_penalty": 1.2}, "/v1/chat/completions"),
+        ({"min_tokens": 3}, "/v1/chat/completions"),
+        ({"ignore_eos": True}, "/v1/chat/completions"),
     ],
 )
 async def test_chat_parameters_are_refused_with_what_to_send_instead(
