@@ -27,7 +27,9 @@ import jinja2.parser
 import jinja2.runtime
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-__all__ = ["ChatTemplates", "render_chat_template", "select_chat_template"]
+from flexserv_chat_templates.literal import LiteralSpecials
+
+__all__ = ["ChatTemplates", "LiteralSpecials", "render_chat_template", "select_chat_template"]
 
 #: Names a message's reasoning arrives under; templates read the first (gpt-oss: ``thinking``).
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-from flexserv_chat_templates import ChatTemplates, render_chat_template, select_chat_template
+from flexserv_chat_templates import ChatTemplates, LiteralSpecials, render_chat_template, select_chat_template
 from flexserv_constraints import ConstraintVocabulary
 
 from flexserv_core import (
@@ -78,6 +78,10 @@ class LlamaCppTextModel(TextGenerationModel):
         self.special_tokens = {
             name: text for name, which in _TEMPLATE_TOKENS.items() if (text := runtime.special_token(which))
         }
+        # a client's text that spells a control token stays text (flexserv_chat_templates.literal)
+        self._literals = LiteralSpecials(
+            text for t in range(runtime.n_vocab) if runtime.is_control(t) and (text := runtime.token_text(t))
+        )
         self.vocab_size = runtime.n_vocab
         self.limits = TextLimits(
             context_length=context_length, vocab_size=runtime.n_vocab, default_max_tokens=default_max_tokens
@@ -106,7 +110,7 @@ class LlamaCppTextModel(TextGenerationModel):
                 param="messages",
             )
         assert not reserved_template_names(template_kwargs), "the core's one merge refuses reserved names"
-        variables = dict(template_kwargs)
+        (messages, variables), found = self._literals.protect((messages, dict(template_kwargs)))
         tools = variables.pop("tools", None)
         documents = variables.pop("documents", None)
         try:
@@ -125,7 +129,10 @@ class LlamaCppTextModel(TextGenerationModel):
                 f"The chat template of '{self.spec.name}' rejected the messages: {exc}", param="messages"
             ) from exc
         # the template writes the special tokens it wants (BOS included): add none
-        return self._runtime().tokenize(text, add_special=False)
+        runtime = self._runtime()
+        if found:
+            return LiteralSpecials.tokenize(text, found, lambda piece: runtime.tokenize(piece, add_special=False))
+        return runtime.tokenize(text, add_special=False)
 
     def encode(self, text: str) -> list[int]:
         return self._runtime().tokenize(text, add_special=True)

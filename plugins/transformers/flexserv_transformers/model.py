@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, cast
 
+from flexserv_chat_templates import LiteralSpecials
 from flexserv_constraints import CompiledConstraint
 
 from flexserv_core import (
@@ -31,7 +32,7 @@ from flexserv_transformers.loading import (
     parameter_dtype,
 )
 from flexserv_transformers.media import ImagePrompt, PromptMedia
-from flexserv_transformers.text_tokenizer import decode_text
+from flexserv_transformers.text_tokenizer import decode_text, special_token_texts
 
 if TYPE_CHECKING:
     from transformers import ProcessorMixin
@@ -83,6 +84,8 @@ class TransformersTextModel(TextGenerationModel):
         template = getattr(processor, "chat_template", None) or tokenizer.chat_template
         self.chat_template = template if isinstance(template, str) else None
         self._token_texts: dict[int, str] = {}
+        # a client's text that spells a special token stays text (flexserv_chat_templates.literal)
+        self._literals = LiteralSpecials(special_token_texts(tokenizer))
         engine_model = EngineModel(
             model=model,
             device=model.device,
@@ -114,7 +117,16 @@ class TransformersTextModel(TextGenerationModel):
         assert not reserved_template_names(template_kwargs), "the core's one merge refuses reserved names"
         if self.processor is not None:
             return self._render_with_images(messages, template_kwargs)
+        (messages, template_kwargs), found = self._literals.protect((messages, template_kwargs))
         try:
+            if found:  # rendered to text, then tokenized around the client's special-token texts
+                text = self.tokenizer.apply_chat_template(
+                    messages, add_generation_prompt=True, tokenize=False, **template_kwargs
+                )
+                assert isinstance(text, str)
+                return LiteralSpecials.tokenize(
+                    text, found, lambda piece: list(self.tokenizer(piece, add_special_tokens=False)["input_ids"])
+                )
             ids = self.tokenizer.apply_chat_template(
                 messages, add_generation_prompt=True, tokenize=True, return_dict=False, **template_kwargs
             )

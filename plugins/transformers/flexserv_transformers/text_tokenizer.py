@@ -52,3 +52,12 @@ def decode_text(tokenizer: TextTokenizer, token_ids: list[int], *, skip_special_
     text = tokenizer.decode(token_ids, skip_special_tokens=skip_special_tokens)
     assert isinstance(text, str)
     return text
+
+
+def special_token_texts(tokenizer: TextTokenizer) -> list[str]:
+    """The texts of the tokenizer's special tokens (its control tokens: ``<|im_start|>``,
+    ``<|endoftext|>``...), which text a client sends must not become."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        return [token.content for token in backend.get_added_tokens_decoder().values() if token.special]
+    return list(getattr(tokenizer, "all_special_tokens", ()))
