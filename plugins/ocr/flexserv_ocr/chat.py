@@ -31,6 +31,7 @@ from litestar import Request
 from flexserv_core import ContextLengthExceeded, InvalidRequest, RequestContext, TextGenerationModel
 from flexserv_ocr.documents import document_content, document_text
 from flexserv_ocr.errors import TooManyPageImages
+from flexserv_ocr.reader import ReadAllowance
 from flexserv_ocr.settings import OcrSettings
 
 #: Characters a token of the context stands for when documents are bounded before
@@ -44,12 +45,20 @@ Expanded = dict[tuple[int, int], list[dict[str, Any]]]
 
 
 async def read_document(
-    request: Request[Any, Any, Any], file: dict[str, Any], *, param: str, max_chars: int, max_images: int | None
+    request: Request[Any, Any, Any],
+    file: dict[str, Any],
+    *,
+    param: str,
+    max_chars: int,
+    max_images: int | None,
+    allowance: ReadAllowance,
 ) -> str | list[str | bytes]:
     """A document's text, or (``max_images`` not ``None``) its text segments and PNG page images."""
     if max_images is None:
-        return await document_text(request, file, max_chars=max_chars, param=param)
-    return await document_content(request, file, max_chars=max_chars, max_images=max_images, param=param)
+        return await document_text(request, file, max_chars=max_chars, param=param, allowance=allowance)
+    return await document_content(
+        request, file, max_chars=max_chars, max_images=max_images, param=param, allowance=allowance
+    )
 
 
 async def expand_file_parts(
@@ -62,6 +71,7 @@ async def expand_file_parts(
     budget = _PageImageBudget.of(model, messages, setting) if images and setting > 0 else None
     limit = model.limits.context_length * CHARS_PER_TOKEN
     left = limit
+    allowance = ReadAllowance(context.server.settings.get(OcrSettings))  # pages and OCR time, all parts together
     read: dict[tuple[int, int], list[str | bytes]] = {}
     for i, j, part in _file_parts(messages):
         param = f"messages[{i}].content[{j}].file"
@@ -76,7 +86,7 @@ async def expand_file_parts(
         max_images = budget.left if budget is not None else None
         try:
             document = await read_document(
-                context.request, part["file"], param=param, max_chars=left, max_images=max_images
+                context.request, part["file"], param=param, max_chars=left, max_images=max_images, allowance=allowance
             )
         except TooManyPageImages as exc:
             assert budget is not None  # only a reading with page images raises it

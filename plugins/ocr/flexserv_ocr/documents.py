@@ -20,7 +20,7 @@ from flexserv_ocr.files import file_bytes
 from flexserv_ocr.images import png_encode
 from flexserv_ocr.kinds import OCR, OcrModel
 from flexserv_ocr.metrics import ocr_counters
-from flexserv_ocr.reader import DocumentReader, ReadDocument, ReadOptions, decode_base64
+from flexserv_ocr.reader import DocumentReader, ReadAllowance, ReadDocument, ReadOptions, decode_base64
 from flexserv_ocr.settings import OcrSettings
 
 
@@ -67,6 +67,7 @@ async def read_reference(
     options: ReadOptions | None = None,
     ocr_model: str | None = None,
     param: str = "file",
+    allowance: ReadAllowance | None = None,
 ) -> tuple[ReadDocument, str | None]:
     """Read the document a reference names: text layers where a PDF has them, the OCR
     model (default of kind ``ocr``) elsewhere. Returns the pages and the OCR model's name.
@@ -86,14 +87,14 @@ async def read_reference(
     spec = server.catalog.get(ocr_model) if ocr_model else server.catalog.default(OCR)
     if options.page_images is not None and ocr_model is None:
         # nothing is OCRed (pages without a text layer become page images): no engine to load
-        reader = DocumentReader(None, limits, options)
+        reader = DocumentReader(None, limits, options, allowance)
         docs = await until_disconnect(request, reader.read_all([(data, param)]))
         name = spec.name if spec is not None and spec.kind == OCR else None
     else:
         if spec is None or spec.kind != OCR:
             raise EngineNotInstalled(f"OCR engine '{ocr_model}' is not installed on this server.", param="ocr_model")
         async with server.registry.acquire(spec.name, OcrModel) as lease:
-            reader = DocumentReader(lease.model, limits, options)
+            reader = DocumentReader(lease.model, limits, options, allowance)
             docs = await until_disconnect(request, reader.read_all([(data, param)]))
         name = spec.name
     if name is not None:
@@ -114,7 +115,12 @@ def check_chars(chars: int, pages: int, max_chars: int, param: str) -> None:
 
 
 async def document_text(
-    request: Request[Any, Any, Any], reference: Mapping[str, Any], *, max_chars: int, param: str = "file"
+    request: Request[Any, Any, Any],
+    reference: Mapping[str, Any],
+    *,
+    max_chars: int,
+    param: str = "file",
+    allowance: ReadAllowance | None = None,
 ) -> str:
     """The text of the document ``reference`` names (an OpenAI ``file`` content part's
     ``file`` object: ``file_id`` or ``file_data``), pages after ``--- page N of M ---``
@@ -123,7 +129,7 @@ async def document_text(
     PDF pages with a text layer are read from it, other pages and images by the
     default OCR model. The file must be one the request's API key may read.
     ``param`` is the part's path in errors (``messages[0].content[1].file``)."""
-    doc, _ = await read_reference(request, reference, param=param)
+    doc, _ = await read_reference(request, reference, param=param, allowance=allowance)
     text = marked_text(doc)
     check_chars(len(text), len(doc.pages), max_chars, param)
     return text
@@ -136,6 +142,7 @@ async def document_content(
     max_chars: int,
     max_images: int,
     param: str = "file",
+    allowance: ReadAllowance | None = None,
 ) -> str | list[str | bytes]:
     """What a vision-language model gets of the document ``reference`` names: pages with
     a text layer as text, the others (scanned PDF pages, an image file) as PNG page images
@@ -145,7 +152,8 @@ async def document_content(
     rendered, when more pages need one); the text (markers included) is bounded by
     ``max_chars`` as :func:`document_text`'s is. A document whose pages all have a text
     layer is returned as :func:`document_text`'s ``str``, exactly."""
-    doc, _ = await read_reference(request, reference, options=ReadOptions(page_images=max_images), param=param)
+    options = ReadOptions(page_images=max_images)
+    doc, _ = await read_reference(request, reference, options=options, param=param, allowance=allowance)
     parts: list[str | bytes] = []
     text = ""
     count = len(doc.pages)

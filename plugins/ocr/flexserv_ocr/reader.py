@@ -96,16 +96,33 @@ def check_dpi(dpi: int | None, limits: OcrSettings) -> int:
     return dpi
 
 
-class DocumentReader:
-    """Reads the inputs of one request with one OCR model (or none: text layers only)."""
+class ReadAllowance:
+    """What one request may read in all (``--ocr-max-pages`` pages, ``--ocr-timeout``
+    seconds of OCR), shared by the readers of its documents: a chat request with many
+    file parts reads no more than one ``/v1/ocr`` request may."""
 
-    def __init__(self, model: OcrModel | None, limits: OcrSettings, options: ReadOptions) -> None:
+    def __init__(self, limits: OcrSettings) -> None:
+        self.pages = limits.ocr_max_pages
+        self.budget = OcrBudget(limits.ocr_timeout)
+
+
+class DocumentReader:
+    """Reads the inputs of one request with one OCR model (or none: text layers only).
+    ``allowance``: the request's, when it reads several documents with several readers."""
+
+    def __init__(
+        self,
+        model: OcrModel | None,
+        limits: OcrSettings,
+        options: ReadOptions,
+        allowance: ReadAllowance | None = None,
+    ) -> None:
         self.model = model
         self.limits = limits
         self.options = options
         self.dpi = check_dpi(options.dpi, limits)
-        self.budget = OcrBudget(limits.ocr_timeout)
-        self.pages_budget = limits.ocr_max_pages
+        self.allowance = allowance or ReadAllowance(limits)
+        self.budget = self.allowance.budget
         if model is not None:
             model.check_languages(options.languages)
 
@@ -155,7 +172,7 @@ class DocumentReader:
             return await self._read_pdf(data, param)
         if self.options.pages is not None:
             raise InvalidRequest("'pages' selects pages of a PDF; this input is an image.", param="pages")
-        self._spend_pages(1)
+        self._spend_pages(1, param)
         if self.options.page_images is not None and self.options.page_images < 1:
             raise TooManyPageImages(1, param=param)
         image = await self._timed(decode_image, data, self.limits.ocr_max_pixels, param)
@@ -166,12 +183,12 @@ class DocumentReader:
         page = await self._ocr(image)
         return ReadDocument(media_type=media_type, pages=[page], numbers=[1])
 
-    def _spend_pages(self, count: int) -> None:
-        self.pages_budget -= count
-        if self.pages_budget < 0:
+    def _spend_pages(self, count: int, param: str) -> None:
+        self.allowance.pages -= count
+        if self.allowance.pages < 0:
             raise TooManyPages(
                 f"The request has more than {self.limits.ocr_max_pages} pages in all (--ocr-max-pages).",
-                param="pages",
+                param="pages" if self.options.pages is not None else param,
             )
 
     async def _ocr(self, image: object) -> OcrPage:
@@ -188,7 +205,7 @@ class DocumentReader:
         )
         try:
             indexes = select_pages(self.options.pages, doc.page_count, self.limits.ocr_max_pages, document=param)
-            self._spend_pages(len(indexes))
+            self._spend_pages(len(indexes), param)
             if self.options.page_images is not None:
                 return await self._pdf_with_page_images(doc, indexes, self.options.page_images, param)
             slots = asyncio.Semaphore(PAGES_IN_FLIGHT)

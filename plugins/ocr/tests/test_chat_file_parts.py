@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from flexserv_ocr import chat
 from flexserv_ocr.errors import TooManyPageImages
+from flexserv_ocr.reader import ReadAllowance
 from PIL import Image
 
 from flexserv_core import NotFound
@@ -37,12 +38,21 @@ class Reader:
     def __init__(self) -> None:
         self.calls: list[tuple[dict[str, Any], str, int, int | None]] = []
         self.requests: list[Any] = []
+        self.allowances: list[ReadAllowance] = []  # one per request, shared by its documents
 
     async def __call__(
-        self, request: Any, file: dict[str, Any], *, param: str, max_chars: int, max_images: int | None
+        self,
+        request: Any,
+        file: dict[str, Any],
+        *,
+        param: str,
+        max_chars: int,
+        max_images: int | None,
+        allowance: ReadAllowance,
     ) -> str | list[str | bytes]:
         self.calls.append((file, param, max_chars, max_images))
         self.requests.append(request)
+        self.allowances.append(allowance)
         name = file.get("file_id") or ""
         if name == "file-huge":
             return "x" * (max_chars + 1)
@@ -130,6 +140,7 @@ async def test_documents_share_the_context_and_stream(
     assert r.status_code == 200 and "data: [DONE]" in r.text
     assert fake.backend.models[0].last_prompt == f"user: {DOCS['file-a']}\n\n{DOCS['file-b']}\nassistant: "
     assert [max_chars for _, _, max_chars, _ in reader.calls] == [LIMIT, LIMIT - len(DOCS["file-a"])]
+    assert reader.allowances[0] is reader.allowances[1]  # pages and OCR time: the request's, not each document's
 
 
 @pytest.mark.parametrize(

@@ -110,3 +110,15 @@ async def test_instructions_that_overflow_the_context_are_named(client: Any) -> 
         body = {"file_data": long_pdf, "schema": SCHEMA, "instructions": instructions}
         error = error_of(await client.post("/v1/documents/extract", json=body), 400, "context_length_exceeded", "pages")
         assert "Select fewer 'pages'" in error["message"]
+
+
+async def test_the_page_allowance_is_the_requests_across_its_documents(client: Any) -> None:
+    """Two 30-page documents in one chat request are 60 pages: over --ocr-max-pages (50)
+    in all, as one /v1/ocr request may read; the second document is named."""
+    pdf = text_pdf([[f"page {n}"] for n in range(30)])
+    part = {"type": "file", "file": {"file_data": data_url(pdf, "application/pdf"), "filename": "a.pdf"}}
+    one = {"messages": [{"role": "user", "content": [{"type": "text", "text": "Sum up:"}, part]}], "max_tokens": 2}
+    assert (await client.post("/v1/chat/completions", json=one)).status_code == 200
+    two = {"messages": [{"role": "user", "content": [part, part]}], "max_tokens": 2}
+    response = await client.post("/v1/chat/completions", json=two)
+    error_of(response, 400, "too_many_pages", "messages[0].content[1].file")
