@@ -185,8 +185,13 @@ async def _read_upload(
     server: FlexServer = request.app.state.flexserv
     limits = server.settings.get(TranscriptionSettings)
     form = await _read_form(request, limits.audio_max_bytes)
-    upload, fields = _form_fields(form)
-    file = await _read_file(upload, limits.audio_max_bytes)
+    try:
+        upload, fields = _form_fields(form)
+        file = await _read_file(upload, limits.audio_max_bytes)
+    finally:  # every spooled upload, also when a field is refused or a second file part came along
+        for _, value in form:
+            if isinstance(value, UploadFile):
+                await value.close()
     check_parameters(fields)
     block = server.settings.core.block_on_unexpected_fields
     params = validate_body(fields, schema, block_unknown=block, endpoint=endpoint)

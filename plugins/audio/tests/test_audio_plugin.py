@@ -4,6 +4,8 @@ list are still served. A tiny fake transcription model stands in for Whisper."""
 
 from __future__ import annotations
 
+import gc
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -145,3 +147,18 @@ async def test_an_unknown_list_field_is_treated_as_any_unknown_field(block: bool
             assert r.status_code == 400 and r.json()["error"]["param"] == "hues", r.text
         else:
             assert r.status_code == 200 and r.headers["x-flexserv-ignored-fields"] == "hues", r.text
+
+
+async def test_a_refused_upload_leaves_no_spooled_file_open() -> None:
+    """A field refused after the form was read (here a temperature that is not a number)
+    and a second file part: their spooled uploads are closed, not left to the collector."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        async with app_client(make_app([FakeBackends(), "audio"])) as client:
+            r = await client.post(ROUTES[0], files=upload(), data={"model": "echo", "temperature": "nan"})
+            assert r.status_code == 400, r.text
+            two = [("file", upload()["file"]), ("file", ("b.wav", b"x", "audio/wav"))]
+            r = await client.post(ROUTES[0], files=two, data={"model": "echo", "response_format": "text"})
+            assert r.status_code == 200, r.text
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
