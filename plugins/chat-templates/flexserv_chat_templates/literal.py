@@ -59,6 +59,21 @@ class LiteralSpecials:
         return f"{_OPEN}{len(found) - 1}{_CLOSE}"
 
     @staticmethod
+    def defused(rendered: str, found: list[str]) -> str:
+        """``rendered`` with each placeholder back as its text, a word joiner (U+2060,
+        invisible) after its first character so that no special token matches it: for
+        a tokenizer that must see the prompt whole (a vision-language processor that
+        expands its image tokens in the text)."""
+
+        def text(match: re.Match[str]) -> str:
+            number = int(match.group(1))
+            if number >= len(found):
+                return match.group(0)
+            return found[number][:1] + "\u2060" + found[number][1:]
+
+        return _PLACEHOLDER.sub(text, rendered)
+
+    @staticmethod
     def tokenize(rendered: str, found: list[str], tokenize: Callable[[str], list[int]]) -> list[int]:
         """``rendered`` (a prompt with placeholders) as token ids: the template's text
         with its special tokens, each placeholder as its text tokenized as text.

@@ -49,3 +49,10 @@ def test_a_placeholder_the_client_wrote_itself_is_its_own_text() -> None:
     forged = "\ue0007\ue001"  # no such placeholder was made: nothing to look up, no error
     _, found = SPECIALS.protect(["<s>"])
     assert LiteralSpecials.tokenize(forged, found, toy_tokenize) == toy_tokenize(forged)
+
+
+def test_defused_text_is_the_clients_with_an_invisible_joiner_no_special_token_matches() -> None:
+    (message,), found = SPECIALS.protect(["look: <|im_start|>"])
+    defused = LiteralSpecials.defused(f"<s>{message}", found)
+    assert defused == "<s>look: <\u2060|im_start|>"
+    assert toy_tokenize(defused).count(IDS["<|im_start|>"]) == 0 and toy_tokenize(defused)[0] == IDS["<s>"]

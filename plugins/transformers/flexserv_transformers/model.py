@@ -115,9 +115,9 @@ class TransformersTextModel(TextGenerationModel):
                 param="messages",
             )
         assert not reserved_template_names(template_kwargs), "the core's one merge refuses reserved names"
-        if self.processor is not None:
-            return self._render_with_images(messages, template_kwargs)
         (messages, template_kwargs), found = self._literals.protect((messages, template_kwargs))
+        if self.processor is not None:
+            return self._render_with_images(messages, template_kwargs, found)
         try:
             if found:  # rendered to text, then tokenized around the client's special-token texts
                 text = self.tokenizer.apply_chat_template(
@@ -138,11 +138,14 @@ class TransformersTextModel(TextGenerationModel):
         # return annotation is the union over every combination of those flags.
         return [int(i) for i in cast("list[int]", ids)]
 
-    def _render_with_images(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any]) -> list[int]:
+    def _render_with_images(
+        self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any], found: list[str]
+    ) -> list[int]:
         """A vision-language model's prompt: every message's content as parts (what
         its template expects), images as ``{"type": "image"}`` placeholders; the
         processor then expands each placeholder into the image's tokens and sizes
-        the pixels. Returns an :class:`ImagePrompt` when there are images."""
+        the pixels. Returns an :class:`ImagePrompt` when there are images. ``found``:
+        the client's special-token texts held aside (:class:`LiteralSpecials`)."""
         assert self.processor is not None and self.image_token_id is not None
         images: list[ImageInput] = []
         rendered: list[dict[str, Any]] = []
@@ -174,7 +177,13 @@ class TransformersTextModel(TextGenerationModel):
             ) from exc
         assert isinstance(text, str)
         if not images:
-            return [int(i) for i in self.tokenizer(text, add_special_tokens=False)["input_ids"]]
+            return LiteralSpecials.tokenize(
+                text,
+                found,
+                lambda piece: [int(i) for i in self.tokenizer(piece, add_special_tokens=False)["input_ids"]],
+            )
+        if found:  # the processor expands image tokens in the whole text: held texts go back defused
+            text = LiteralSpecials.defused(text, found)
         out = self.processor(
             text=[text], images=[image.image for image in images], return_tensors="pt", add_special_tokens=False
         )
