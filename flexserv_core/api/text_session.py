@@ -205,14 +205,8 @@ class TextSession:
 
 @asynccontextmanager
 async def _events(jobs: list[ChoiceJob], mapped: ErrorMapper) -> AsyncGenerator[AsyncIterator[ChoiceEvent], None]:
-    async with aclosing(_mapping(merge(jobs), mapped)) as events:
-        yield events
-
-
-async def _mapping(events: AsyncGenerator[ChoiceEvent, None], mapped: ErrorMapper) -> AsyncGenerator[ChoiceEvent, None]:
-    async with aclosing(events):
+    async with aclosing(merge(jobs)) as events:
         try:
-            async for event in events:
-                yield event
-        except FlexServError as exc:
+            yield events
+        except FlexServError as exc:  # raised while the block read the events: a constraint given up on the way
             raise mapped(exc) from None

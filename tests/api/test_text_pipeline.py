@@ -165,6 +165,7 @@ async def test_a_grammar_given_up_on_the_way_is_an_error_not_a_finish(route: Rou
             response = await post(client, route, route.body("hi", 5, stream, {"type": "integer"}))
             if stream:  # begun: the error is the stream's last event
                 assert response.status_code == 200 and "invalid_grammar" in response.text, response.text
+                assert f'"param":"{route.schema_param}"' in response.text.replace(" ", ""), response.text
                 assert '"finish_reason":"stop"' not in response.text and "response.completed" not in response.text
             else:
                 assert response.status_code == 400, response.text
