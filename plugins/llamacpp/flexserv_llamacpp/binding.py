@@ -114,6 +114,7 @@ class LlamaRuntime:
         self._pieces: dict[int, bytes] = {}
         self._pieces_special: dict[int, bytes] = {}
         self._eog = frozenset(t for t in range(self.n_vocab) if llama.llama_vocab_is_eog(self.vocab, t))
+        self._control = tuple(t for t in range(self.n_vocab) if llama.llama_vocab_is_control(self.vocab, t))
         self.closed = False
 
     # -- vocabulary (any thread) ---------------------------------------------------
@@ -128,8 +129,10 @@ class LlamaRuntime:
         raw = self.llama.llama_vocab_get_text(self.vocab, token)
         return raw.decode(errors="replace") if raw else ""
 
-    def is_control(self, token: int) -> bool:
-        return bool(self.llama.llama_vocab_is_control(self.vocab, token))
+    @property
+    def control_tokens(self) -> tuple[int, ...]:
+        """The control tokens' ids (``<|im_start|>``, end of text...), in id order."""
+        return self._control
 
     def special_id(self, which: str) -> int | None:
         """The id of the vocabulary's ``bos``/``eos``/``eot``... token, if it has one."""

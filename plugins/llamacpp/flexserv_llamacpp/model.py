@@ -48,7 +48,7 @@ def constraint_vocabulary(runtime: LlamaRuntime) -> ConstraintVocabulary | None:
         encode=lambda data: runtime.tokenize(data, add_special=False, parse_special=False),
         eos_token_ids=list(dict.fromkeys([*first, *eog])),
         bos_token_id=runtime.special_id("bos"),
-        special_token_ids=[t for t in range(runtime.n_vocab) if runtime.is_control(t)],
+        special_token_ids=list(runtime.control_tokens),
         vocab_size=runtime.n_vocab,
     )
 
@@ -79,9 +79,7 @@ class LlamaCppTextModel(TextGenerationModel):
             name: text for name, which in _TEMPLATE_TOKENS.items() if (text := runtime.special_token(which))
         }
         # a client's text that spells a control token stays text (flexserv_chat_templates.literal)
-        self._literals = LiteralSpecials(
-            text for t in range(runtime.n_vocab) if runtime.is_control(t) and (text := runtime.token_text(t))
-        )
+        self._literals = LiteralSpecials(text for t in runtime.control_tokens if (text := runtime.token_text(t)))
         self.vocab_size = runtime.n_vocab
         self.limits = TextLimits(
             context_length=context_length, vocab_size=runtime.n_vocab, default_max_tokens=default_max_tokens
