@@ -272,9 +272,17 @@ def test_a_stream_closed_at_a_stop_string_leaves_the_cache_as_without_speculatio
 def test_sampled_requests_draft_unless_seeded(models: tuple[Any, Any]) -> None:
     _, spec = models
     ids = copy_prompt(spec, PASSAGES[1])
-    with Counted(spec) as counted:
-        got = asyncio.run(run(spec, ids, greedy(temperature=0.7, top_p=0.95)))
-    assert got[-1].finish_reason is not None and counted.delta["accepted_tokens"] > 0
+    # unseeded, a sampled run may by chance keep no draft token (seen once in many runs):
+    # up to three runs, each a fresh draw, so a real regression still fails every time
+    accepted = 0
+    for _ in range(3):
+        with Counted(spec) as counted:
+            got = asyncio.run(run(spec, ids, greedy(temperature=0.7, top_p=0.95)))
+        assert got[-1].finish_reason is not None and counted.delta["drafted_tokens"] > 0
+        accepted += counted.delta["accepted_tokens"]
+        if accepted:
+            break
+    assert accepted > 0
     # a seed means the same tokens whatever the load: drawn once per token, never per draft
     with Counted(spec) as counted:
         asyncio.run(run(spec, ids, greedy(temperature=0.7, seed=1)))
