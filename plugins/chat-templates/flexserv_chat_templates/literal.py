@@ -38,10 +38,19 @@ class LiteralSpecials:
         its strings replaced by a placeholder, and the texts replaced, by placeholder
         number. An unchanged ``value`` (the same object) when nothing matched."""
         found: list[str] = []
-        if self._pattern is None:
+        if self._pattern is None or not self._holds(value):  # the usual request: nothing copied
             return value, found
-        protected = self._walk(value, found)
-        return (protected if found else value), found
+        return self._walk(value, found), found
+
+    def _holds(self, value: Any) -> bool:
+        assert self._pattern is not None
+        if isinstance(value, str):
+            return self._pattern.search(value) is not None
+        if isinstance(value, dict):
+            return any(self._holds(item) for item in value.values())
+        if isinstance(value, list | tuple):
+            return any(self._holds(item) for item in value)
+        return False
 
     def _walk(self, value: Any, found: list[str]) -> Any:
         assert self._pattern is not None
