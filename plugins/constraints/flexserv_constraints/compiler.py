@@ -65,10 +65,10 @@ def _probe(compiled: LLCompiledConstraint) -> None:
                 param=compiled.constraint.param,
                 code="invalid_grammar",
             )
-        following = [int(t) for t in allowed if int(t) not in compiled.eos_token_ids]
-        if not following:
+        following = allowed[~np.isin(allowed, compiled.eos_token_ids)]
+        if not len(following):
             return
-        matcher.matcher.consume_token(following[0])  # not advance(): a refusal here is the client's, not logged
+        matcher.matcher.consume_token(int(following[0]))  # not advance(): a refusal here is the client's, not logged
 
 
 def explain(error: str) -> str:
