@@ -8,6 +8,7 @@ Submodules are internal and may change between releases.
 import typing
 
 from flexserv_core._version import VERSION as __version__
+from flexserv_core.api.openai_params import Refusals, refuse_unsupported
 from flexserv_core.api.wire_schemas import ErrorResponse
 from flexserv_core.backends.base import (
     RESERVED_TEMPLATE_KWARGS,
@@ -130,6 +131,7 @@ __all__ = [
     "PluginStartupError",
     "ProgressCallback",
     "QuotaExceeded",
+    "Refusals",
     "RequestContext",
     "ResponseFormat",
     "SSEGenerator",
@@ -179,6 +181,7 @@ __all__ = [
     "parse_fields",
     "prepare_params",
     "read_body",
+    "refuse_unsupported",
     "request_owner",
     "request_reads_any_owner",
     "reserved_template_names",

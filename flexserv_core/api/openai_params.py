@@ -15,7 +15,7 @@ dropped with one warning per field name and endpoint, or refused under
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from flexserv_core.errors import UnsupportedParameter
@@ -43,8 +43,11 @@ def _text_only(value: Any) -> bool:
 
 _STOP_TOKEN_IDS = (_none_or_empty, "vLLM's stop token ids are not supported; send 'stop' strings")
 
-#: endpoint -> parameter -> (is the value neutral?, why it is refused)
-UNSUPPORTED: dict[str, dict[str, tuple[Callable[[Any], bool], str]]] = {
+#: parameter -> (is the value neutral?, why it is refused)
+Refusals = Mapping[str, tuple[Callable[[Any], bool], str]]
+
+#: endpoint -> its refusals
+UNSUPPORTED: dict[str, Refusals] = {
     CHAT: {
         "audio": (_never, "audio output is not supported"),
         "modalities": (_text_only, "only the 'text' output modality is supported"),
@@ -93,14 +96,21 @@ IGNORED: dict[str, frozenset[str]] = {
 }
 
 
+def refuse_unsupported(body: dict[str, Any], refusals: Refusals) -> None:
+    """Refuse the first parameter of ``refusals`` that ``body`` sends with a value that
+    is not neutral (400, code ``unsupported_parameter``, naming it); remove the neutral
+    ones from ``body`` (in place), so nothing downstream reads them."""
+    for key, (neutral, why) in refusals.items():
+        if key in body and not neutral(body[key]):
+            raise UnsupportedParameter(f"'{key}' is not supported: {why}.", param=key)
+        body.pop(key, None)
+
+
 def check_openai_parameters(body: dict[str, Any], endpoint: str, declared: Collection[str] = ()) -> None:
     """Refuse unsupported parameters; remove ignored ones from ``body`` (in place),
     except those the request schema ``declared`` (like ``user``): they stay to have
     their type checked, and nothing reads them."""
-    for key, (neutral, why) in UNSUPPORTED.get(endpoint, {}).items():
-        if key in body and not neutral(body[key]):
-            raise UnsupportedParameter(f"'{key}' is not supported: {why}.", param=key)
-        body.pop(key, None)
+    refuse_unsupported(body, UNSUPPORTED.get(endpoint, {}))
     for key in IGNORED.get(endpoint, ()):
         if key not in declared:
             body.pop(key, None)

@@ -255,7 +255,7 @@ FACADE = {
     "PayloadTooLarge", "PDF_MEDIA_TYPE", "Placement", "PluginCommandError", "PluginError",
     "PluginHookError", "PluginLoadError", "PluginNotInstalled", "PluginStartupError", "prepare_params",
     "ProgressCallback", "PROJECT_NAME", "QuotaExceeded", "READY",
-    "read_body", "request_owner", "request_reads_any_owner", "RequestContext",
+    "read_body", "Refusals", "refuse_unsupported", "request_owner", "request_reads_any_owner", "RequestContext",
     "RESERVED_TEMPLATE_KWARGS", "resolve_plugin_settings", "resolve_settings",
     "ResponseFormat", "route_scope", "SAMPLING_EXTENSIONS", "SamplingParams",
     "ServiceUnavailable", "Settings", "sniff_media_type", "sse_event", "sse_response", "error_event", "SSE_DONE",

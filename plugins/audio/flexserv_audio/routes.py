@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
 import msgspec
@@ -41,11 +40,12 @@ from flexserv_core import (
     FlexServer,
     InvalidRequest,
     PayloadTooLarge,
+    Refusals,
     Settings,
     SSEGenerator,
     UnsupportedMediaType,
-    UnsupportedParameter,
     error_event,
+    refuse_unsupported,
     sse_event,
     sse_response,
     until_disconnect,
@@ -68,7 +68,7 @@ def _never(value: Any) -> bool:
 
 #: OpenAI parameters of the transcription endpoint that are not served: sent with a
 #: value, a 400 naming them (code ``unsupported_parameter``), never dropped silently.
-UNSUPPORTED: Final[dict[str, tuple[Callable[[Any], bool], str]]] = {
+UNSUPPORTED: Final[Refusals] = {
     "include": (_never, "'include' (token logprobs) is not supported"),
     "chunking_strategy": (_never, "'chunking_strategy' is not supported"),
     "known_speaker_names": (_never, "speaker diarization is not supported"),
@@ -80,10 +80,7 @@ UNSUPPORTED: Final[dict[str, tuple[Callable[[Any], bool], str]]] = {
 
 def check_parameters(fields: dict[str, Any]) -> None:
     """Refuse the unsupported OpenAI parameters (in place: a neutral one is removed)."""
-    for key, (neutral, why) in UNSUPPORTED.items():
-        if key in fields and not neutral(fields[key]):
-            raise UnsupportedParameter(f"'{key}' is not supported: {why}.", param=key)
-        fields.pop(key, None)
+    refuse_unsupported(fields, UNSUPPORTED)
 
 
 def _too_large(limit: int) -> PayloadTooLarge:

@@ -10,13 +10,20 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
-from flexserv_core import ChatCompletionRequest, CoreSettings, FlexServError, InvalidRequest, check_chat_request
+from flexserv_core import (
+    ChatCompletionRequest,
+    CoreSettings,
+    FlexServError,
+    InvalidRequest,
+    Refusals,
+    check_chat_request,
+    refuse_unsupported,
+)
 from flexserv_responses.items import Conversation, add_input, unsupported
 from flexserv_responses.schemas import ResponsesRequest
 from flexserv_responses.store import StoredResponse
@@ -46,7 +53,7 @@ def _one(value: Any) -> bool:
 
 
 #: OpenAI parameters that would change the output and are not served -> (neutral?, why).
-UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
+UNSUPPORTED: Refusals = {
     "background": (_false, "background responses are not supported"),
     "conversation": (_absent, "conversations are not supported; continue with 'previous_response_id'"),
     "prompt": (_absent, "prompt templates are not supported"),
@@ -94,10 +101,7 @@ IGNORED = frozenset(
 
 def check_parameters(body: dict[str, Any]) -> None:
     """Refuse unsupported parameters, drop bookkeeping ones (in place)."""
-    for key, (neutral, why) in UNSUPPORTED.items():
-        if key in body and not neutral(body[key]):
-            raise unsupported(f"'{key}' is not supported: {why}.", key)
-        body.pop(key, None)
+    refuse_unsupported(body, UNSUPPORTED)
     for key in IGNORED:
         body.pop(key, None)
 
