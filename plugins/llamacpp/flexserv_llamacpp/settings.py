@@ -22,7 +22,7 @@ class LlamaCppSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
         int,
         msgspec.Meta(
             description="KV-cache cells shared by all sequences of a model (allocated at load); bounds the context "
-            "and the concurrency; 0: the context length, at least --llamacpp-parallel x 512.",
+            "and the concurrency; 0: one full context (the served context length).",
             ge=0,
         ),
     ] = 0
