@@ -70,13 +70,21 @@ def _codes_named_at_raise_sites() -> dict[str, str]:
     positions: dict[str, int | None] = {cls.__name__: None for cls in _error_classes()}  # keyword only
     codes: dict[str, str] = {}
     for module, tree in parsed:
+        # a class whose __init__ takes the code is called by the class's name
+        inits = {
+            item: node.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ClassDef)
+            for item in node.body
+            if isinstance(item, ast.FunctionDef) and item.name == "__init__"
+        }
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 args = [a.arg for a in node.args.args if a.arg not in ("self", "cls")]
                 names = args + [a.arg for a in node.args.kwonlyargs]
                 if "code" not in names:
                     continue
-                positions[node.name] = args.index("code") if "code" in args else None
+                positions[inits.get(node, node.name)] = args.index("code") if "code" in args else None
                 defaults = dict(zip(reversed(args), reversed(node.args.defaults), strict=False))
                 defaults |= {a.arg: d for a, d in zip(node.args.kwonlyargs, node.args.kw_defaults, strict=True) if d}
                 default = defaults.get("code")
