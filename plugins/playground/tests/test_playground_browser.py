@@ -265,6 +265,8 @@ def test_keyboard_switches_tabs(page: Any) -> None:
     page.keyboard.press("ArrowRight")
     assert page.is_visible("#panel-transcription")
     assert page.url.endswith("#transcription")
+    page.keyboard.press("Alt+6")  # the last tab has its digit too
+    assert page.is_visible("#panel-anomaly") and page.evaluate("document.activeElement.id") == "tab-anomaly"
 
 
 @pytest.mark.parametrize("tab", ["chat", "embeddings", "transcription", "documents", "server", "anomaly"])

@@ -45,11 +45,12 @@ function initTabs() {
     event.preventDefault();
     selectTab(TABS[(current + moves[event.key] + TABS.length) % TABS.length], { focus: true });
   });
-  // Alt+1..5 from anywhere.
+  // Alt+1.., one digit per tab, from anywhere.
   document.addEventListener("keydown", (event) => {
-    if (event.altKey && !event.ctrlKey && !event.metaKey && /^[1-5]$/.test(event.key)) {
+    const tab = TABS[Number(event.key) - 1];
+    if (event.altKey && !event.ctrlKey && !event.metaKey && /^[1-9]$/.test(event.key) && tab) {
       event.preventDefault();
-      selectTab(TABS[Number(event.key) - 1], { focus: true });
+      selectTab(tab, { focus: true });
     }
   });
   window.addEventListener("hashchange", () => selectTab(location.hash.slice(1)));
