@@ -1,8 +1,9 @@
 """A streaming reader of ``multipart/form-data`` bodies: fields as values, the file as chunks.
 
-The request body is fed to python-multipart's push parser chunk by chunk as it
-arrives; the file part's bytes are handed on at once, so an upload goes to storage
-without ever being whole in memory. Plain fields are small and bounded.
+The request body is fed to the push parser of ``multipart`` (the parser Litestar
+itself depends on) chunk by chunk as it arrives; the file part's bytes are handed
+on at once, so an upload goes to storage without ever being whole in memory. Plain
+fields are small and bounded.
 """
 
 from __future__ import annotations
@@ -13,11 +14,15 @@ from email.message import Message
 from email.utils import collapse_rfc2231_value
 from typing import Any
 
+from multipart import MultipartError, ParserLimitReached, PushMultipartParser  # type: ignore[import-untyped]
+
 from flexserv_core import InvalidRequest
 
-#: Longest plain (non-file) field, and most parts, one upload may have.
+#: Longest plain (non-file) field or part header line, and most parts, one upload may have.
 MAX_FIELD_BYTES = 4096
 MAX_PARTS = 16
+#: Most header lines one part may have (a form-data part needs two).
+MAX_HEADERS = 8
 
 
 @dataclass
@@ -40,124 +45,123 @@ class Field:
     value: str
 
 
+Event = Field | FilePart | FileEnd | bytes
+
+
 @dataclass
 class _Part:
-    headers: dict[str, str] = field(default_factory=dict)
-    header_field: bytearray = field(default_factory=bytearray)
-    header_value: bytearray = field(default_factory=bytearray)
+    name: str
+    file: FilePart | None
     data: bytearray = field(default_factory=bytearray)
-    file: FilePart | None = None
 
 
 def boundary_of(content_type: str) -> bytes:
-    from python_multipart.multipart import parse_options_header
-
-    media_type, options = parse_options_header(content_type)
-    if media_type != b"multipart/form-data" or not options.get(b"boundary"):
+    media_type, params = _header_params("content-type", content_type)
+    boundary = params.get("boundary")
+    if media_type != "multipart/form-data" or not boundary:
         raise InvalidRequest(
             "Upload the file as 'multipart/form-data' with a 'file' part and a 'purpose' field.",
             param="file",
             code="invalid_multipart",
         )
-    return options[b"boundary"]
+    return boundary.encode("latin-1")
 
 
-def _disposition(header: str) -> tuple[str | None, str | None]:
-    """``name`` and ``filename`` of a Content-Disposition header, as sent (the standard
-    library's parser: python-multipart's would silently cut a Windows path to its
-    last part, and a path in a filename must be refused, not repaired)."""
+def _header_params(name: str, header: str) -> tuple[str, dict[str, str]]:
+    """A header's lower-cased value and its parameters, as sent (the standard library's
+    parser: ``multipart``'s cuts a Windows path in a filename to its last part, and a
+    path in a filename must be refused, not repaired)."""
     message = Message()
-    message["content-disposition"] = header
-    params = dict(message.get_params(header="content-disposition", failobj=[]))
-    name, filename = params.get("name"), params.get("filename")
-    return (
-        collapse_rfc2231_value(name) if name is not None else None,
-        collapse_rfc2231_value(filename) if filename is not None else None,
-    )
+    message[name] = header
+    (value, _), *params = message.get_params(header=name, failobj=[("", "")])
+    return value.lower(), {key: collapse_rfc2231_value(text) for key, text in params}
 
 
-async def form_events(
-    chunks: AsyncIterator[bytes], boundary: bytes
-) -> AsyncIterator[Field | FilePart | FileEnd | bytes]:
+async def form_events(chunks: AsyncIterator[bytes], boundary: bytes) -> AsyncIterator[Event]:
     """``Field``\\ s, a ``FilePart`` followed by its data as ``bytes`` chunks and a
     ``FileEnd`` (then more fields), in body order. 400 ``invalid_multipart`` for a malformed body."""
-    from python_multipart.exceptions import MultipartParseError
-    from python_multipart.multipart import MultipartParser
-
-    out: list[Field | FilePart | FileEnd | bytes] = []
-    parts = 0
-    current = _Part()
-
-    def on_part_begin() -> None:
-        nonlocal current, parts
-        parts += 1
-        if parts > MAX_PARTS:
-            raise _invalid(f"The form has more than {MAX_PARTS} parts.")
-        current = _Part()
-
-    def on_header_field(data: bytes, start: int, end: int) -> None:
-        current.header_field += data[start:end]
-
-    def on_header_value(data: bytes, start: int, end: int) -> None:
-        current.header_value += data[start:end]
-        if len(current.header_value) > MAX_FIELD_BYTES:
-            raise _invalid("A part header is too long.")
-
-    def on_header_end() -> None:
-        current.headers[current.header_field.decode("latin-1").lower()] = _header_text(current.header_value)
-        current.header_field.clear()
-        current.header_value.clear()
-
-    def on_headers_finished() -> None:
-        name, filename = _disposition(current.headers.get("content-disposition", ""))
-        if name is None:
-            raise _invalid("A part has no 'name' in its Content-Disposition header.")
-        if filename is not None:
-            current.file = FilePart(name=name, filename=filename, content_type=current.headers.get("content-type"))
-            out.append(current.file)
-
-    def on_part_data(data: bytes, start: int, end: int) -> None:
-        if current.file is not None:
-            out.append(bytes(data[start:end]))
-            return
-        current.data += data[start:end]
-        if len(current.data) > MAX_FIELD_BYTES:
-            raise _invalid(f"A form field is longer than {MAX_FIELD_BYTES} bytes.")
-
-    def on_part_end() -> None:
-        if current.file is not None:
-            out.append(FileEnd())
-        else:
-            name, _ = _disposition(current.headers.get("content-disposition", ""))
-            out.append(Field(name=name or "", value=current.data.decode("utf-8", "replace")))
-
-    callbacks: Any = {
-        "on_part_begin": on_part_begin,
-        "on_header_field": on_header_field,
-        "on_header_value": on_header_value,
-        "on_header_end": on_header_end,
-        "on_headers_finished": on_headers_finished,
-        "on_part_data": on_part_data,
-        "on_part_end": on_part_end,
-    }
-    parser = MultipartParser(boundary, callbacks)
-    async for chunk in chunks:
-        try:
-            parser.write(chunk)
-        except MultipartParseError as exc:
-            raise _invalid(f"The multipart body is malformed: {exc}") from None
-        for event in out:
-            yield event
-        out.clear()
     try:
-        parser.finalize()
-    except MultipartParseError as exc:
-        raise _invalid(f"The multipart body is malformed: {exc}") from None
-    for event in out:
-        yield event
+        parser = PushMultipartParser(
+            boundary,
+            max_header_size=MAX_FIELD_BYTES,
+            max_header_count=MAX_HEADERS,
+            max_segment_count=MAX_PARTS,
+            # decodes any bytes, and back to them: _header_text decides what they are
+            header_charset="latin-1",
+        )
+    except MultipartError as exc:
+        raise _malformed(exc) from None
+    form = _Form()
+    received = False
+    async for chunk in chunks:
+        if not chunk:
+            continue  # the parser takes an empty chunk for the end of the body
+        received = True
+        for event in form.read(parser, chunk):
+            yield event
+    form.finish(parser, received)
 
 
-def _header_text(raw: bytearray) -> str:
+class _Form:
+    """Turns the parser's events (a segment, its data, ``None`` at its end) into ours."""
+
+    def __init__(self) -> None:
+        self.part: _Part | None = None
+        self.started = False
+
+    def read(self, parser: Any, chunk: bytes) -> list[Event]:
+        try:
+            parsed = list(parser.parse(chunk))
+        except MultipartError as exc:
+            raise _malformed(exc) from None
+        return [event for item in parsed if (event := self._event(item)) is not None]
+
+    def _event(self, item: Any) -> Event | None:
+        if item is None:
+            return self._end()
+        if isinstance(item, bytes | bytearray):
+            return self._data(item)
+        self.started = True
+        self.part = _start(item.headerlist)
+        return self.part.file
+
+    def _data(self, data: bytes | bytearray) -> bytes | None:
+        assert self.part is not None
+        if self.part.file is not None:
+            return bytes(data)
+        self.part.data += data
+        if len(self.part.data) > MAX_FIELD_BYTES:
+            raise _invalid(f"A form field is longer than {MAX_FIELD_BYTES} bytes.")
+        return None
+
+    def _end(self) -> Field | FileEnd:
+        part, self.part = self.part, None
+        assert part is not None
+        if part.file is not None:
+            return FileEnd()
+        return Field(name=part.name, value=part.data.decode("utf-8", "replace"))
+
+    def finish(self, parser: Any, received: bool) -> None:
+        """A body cut short just ends the events (a file cut short is the route's
+        ``incomplete_upload``), but one in which no part began is not multipart at all."""
+        try:
+            parser.close()
+        except MultipartError as exc:
+            if received and not self.started:
+                raise _malformed(exc) from None
+
+
+def _start(headerlist: list[tuple[str, str]]) -> _Part:
+    headers = {name.lower(): _header_text(value.encode("latin-1")) for name, value in headerlist}
+    _, params = _header_params("content-disposition", headers.get("content-disposition", ""))
+    name, filename = params.get("name"), params.get("filename")
+    if name is None:
+        raise _invalid("A part has no 'name' in its Content-Disposition header.")
+    file = None if filename is None else FilePart(name, filename, headers.get("content-type"))
+    return _Part(name, file)
+
+
+def _header_text(raw: bytes) -> str:
     """A part header's value as clients send it: UTF-8 (browsers, curl and httpx write a
     filename's own bytes so), else Latin-1, which decodes any bytes. A filename is checked
     after this (:func:`~flexserv_files.names.check_filename`): a C1 control character
@@ -166,6 +170,15 @@ def _header_text(raw: bytearray) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         return raw.decode("latin-1")
+
+
+def _malformed(exc: Exception) -> InvalidRequest:
+    if isinstance(exc, ParserLimitReached):
+        return _invalid(
+            f"The multipart body is over a limit of this server ({exc}): at most {MAX_PARTS} parts, "
+            f"{MAX_HEADERS} header lines a part, {MAX_FIELD_BYTES} bytes a header line."
+        )
+    return _invalid(f"The multipart body is malformed: {exc}")
 
 
 def _invalid(message: str) -> InvalidRequest:
