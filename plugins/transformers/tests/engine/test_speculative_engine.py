@@ -16,7 +16,7 @@ import copy
 import random
 import re
 import types
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,11 @@ def make(model: Any, draft: int = 8, **settings: Any) -> PagedEngine:
 
 
 async def run(engine: PagedEngine, prompt: list[int], params: SamplingParams) -> list[Any]:
-    return [t async for t in engine.generate(prompt, params)]
+    return await drain(engine.generate(prompt, params))
+
+
+async def drain(stream: AsyncIterator[Any]) -> list[Any]:
+    return [t async for t in stream]
 
 
 def greedy(n: int, **extra: Any) -> SamplingParams:
@@ -216,7 +220,11 @@ async def test_no_drafts_while_the_batch_is_wide(tiny, oracle) -> None:
     oracle(list(zip(prompts, refs, strict=True)), vocab, 5)
     engine = make(model, speculative_max_sequences=3)
     try:
-        together = await asyncio.gather(*(run(engine, p, greedy(24)) for p in prompts))
+        # one intake for the three: on a busy machine the engine thread could otherwise
+        # start the first alone (and draft) before the others are submitted
+        with engine._wake:
+            streams = [engine.generate(p, greedy(24)) for p in prompts]
+        together = await asyncio.gather(*(drain(stream) for stream in streams))
         wide = engine.stats()["speculative"]["drafted_tokens"]
         alone = await run(engine, prompts[0], greedy(24))
         drafted = engine.stats()["speculative"]["drafted_tokens"] - wide
