@@ -226,7 +226,10 @@ async def retrieve_file(request: Request[Any, Any, Any]) -> dict[str, Any]:
 async def file_content(request: Request[Any, Any, Any]) -> Stream:
     record = await _record(request)
     chunks = files_of(server_of(request)).read_blob(record).__aiter__()
-    first = await anext(chunks, b"")
+    try:
+        first = await anext(chunks, b"")
+    except KeyError:  # deleted since it was looked up
+        raise not_found(record.id) from None
 
     async def body() -> AsyncIterator[bytes]:
         yield first
