@@ -42,3 +42,18 @@ async def test_downloads_racing_deletes_get_the_file_or_a_404(client: Any) -> No
         deletes = sorted(r.status_code for r in answers[5:])
         assert deletes == [200, 404], [r.text for r in answers[5:]]
         assert_not_found(await client.get(f"/v1/files/{file_id}/content"))
+
+
+async def test_ocr_of_a_file_racing_its_delete_reads_it_or_answers_404(client: Any) -> None:
+    # a CSV is no document OCR reads (400 invalid_document): what matters is that the
+    # bytes were found, or that the file was gone (404), never a 500
+    for _ in range(ROUNDS):
+        file_id = await upload(client)
+        calls = [client.post("/v1/ocr", json={"file_id": file_id}) for _ in range(4)]
+        answers = await asyncio.gather(*calls, client.delete(f"/v1/files/{file_id}"))
+        assert answers[-1].status_code == 200, answers[-1].text
+        for r in answers[:-1]:
+            if r.status_code == 400:
+                assert r.json()["error"]["code"] == "invalid_document", r.text
+            else:
+                assert_not_found(r)

@@ -31,7 +31,7 @@ async def file_bytes(request: Request[Any, Any, Any], file_id: str, *, limit: in
     files = store_of(server).collection(FILES_COLLECTION)
     record = await files.get(file_id, owner=request_owner(request), any_owner=request_reads_any_owner(request))
     if record is None or not record.has_blob:
-        raise NotFound(f"No such file: '{file_id}'.", param=param, code="file_not_found")
+        raise _not_found(file_id, param)
     if (record.blob_size or 0) > limit:
         raise InputTooLarge(
             f"File '{file_id}' is {record.blob_size} bytes; this server reads documents of at most {limit} bytes "
@@ -39,6 +39,13 @@ async def file_bytes(request: Request[Any, Any, Any], file_id: str, *, limit: in
             param=param,
         )
     data = bytearray()
-    async for chunk in files.read_blob(record):
-        data += chunk
+    try:
+        async for chunk in files.read_blob(record):
+            data += chunk
+    except KeyError:  # deleted since it was looked up
+        raise _not_found(file_id, param) from None
     return bytes(data)
+
+
+def _not_found(file_id: str, param: str) -> NotFound:
+    return NotFound(f"No such file: '{file_id}'.", param=param, code="file_not_found")
