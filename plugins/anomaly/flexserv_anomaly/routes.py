@@ -208,9 +208,7 @@ async def fit(request: Request[Any, Any, Any]) -> dict[str, Any]:
     features = inputs.check_schema(body.schema)
     owner = request_owner(request)
     if not body.overwrite and await store.exists(name, owner=owner):
-        raise InvalidRequest(
-            f"The anomaly model '{name}' exists and 'overwrite' is false.", param="overwrite", code="model_exists"
-        )
+        raise _exists(name)
     is_text = isinstance(data, list) and bool(data) and isinstance(data[0], str)
     embedding = text.embedding_model_name(server, body.embedding_model) if is_text else None
     if body.embedding_model is not None and not is_text:
@@ -245,7 +243,11 @@ async def fit(request: Request[Any, Any, Any]) -> dict[str, Any]:
     except BaseException:
         service.counts.fits["cancelled"] += 1
         raise
-    await store.put(name, outcome.header, outcome.blob, owner=owner)
+    try:
+        # the check above spares a fit its work; this one holds when fits of one name race
+        await store.put(name, outcome.header, outcome.blob, owner=owner, replace=body.overwrite)
+    except KeyError:
+        raise _exists(name) from None
     key = registry_name(name, owner)
     service.remember(key, outcome.header["checksum"], fresh)
     await server.registry.unload(key)  # the next request loads the new model; running ones finish on the old
@@ -279,6 +281,12 @@ async def fit(request: Request[Any, Any, Any]) -> dict[str, Any]:
         "checksum": outcome.header["checksum"],
         "status": "fitted",
     }
+
+
+def _exists(name: str) -> InvalidRequest:
+    return InvalidRequest(
+        f"The anomaly model '{name}' exists and 'overwrite' is false.", param="overwrite", code="model_exists"
+    )
 
 
 async def _score(

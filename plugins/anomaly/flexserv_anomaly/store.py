@@ -78,14 +78,17 @@ class ModelStore:
         )
         self.max_bytes = limits.anomaly_max_model_bytes
 
-    async def put(self, name: str, header: dict[str, Any], blob: bytes, *, owner: str | None) -> None:
+    async def put(
+        self, name: str, header: dict[str, Any], blob: bytes, *, owner: str | None, replace: bool = True
+    ) -> None:
+        """Store the model; ``KeyError`` when it exists and ``replace`` is false."""
         await self.collection.put(
             header,
             owner=owner,
             record_id=_record_id(name, owner),
             blob=_once(blob),
             max_blob_bytes=self.max_bytes,
-            replace=True,
+            replace=replace,
         )
 
     async def get(self, name: str, *, owner: str | None) -> tuple[dict[str, Any], bytes] | None:
