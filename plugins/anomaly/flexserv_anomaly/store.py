@@ -25,6 +25,8 @@ from flexserv_core import FlexServer
 COLLECTION = "anomaly_models"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _OWNER = re.compile(r"^key-[0-9a-f]{32}$")
+#: Times a load reads a model again when a refit or delete took its blob away mid-read.
+READ_ATTEMPTS = 3
 
 
 class BadName(ValueError):
@@ -92,16 +94,18 @@ class ModelStore:
         )
 
     async def get(self, name: str, *, owner: str | None) -> tuple[dict[str, Any], bytes] | None:
-        record = await self.collection.get(_record_id(name, owner), owner=owner)
-        if record is None:
-            return None
-        chunks: list[bytes] = []
-        try:
-            async for chunk in self.collection.read_blob(record):
-                chunks.append(chunk)
-        except KeyError:
-            return None  # deleted meanwhile
-        return record.payload, b"".join(chunks)
+        for _ in range(READ_ATTEMPTS):
+            record = await self.collection.get(_record_id(name, owner), owner=owner)
+            if record is None:
+                return None
+            chunks: list[bytes] = []
+            try:
+                async for chunk in self.collection.read_blob(record):
+                    chunks.append(chunk)
+            except KeyError:
+                continue  # deleted or replaced by a refit while it was read: look again
+            return record.payload, b"".join(chunks)
+        return None
 
     async def exists(self, name: str, *, owner: str | None) -> bool:
         return await self.record(name, owner=owner) is not None
