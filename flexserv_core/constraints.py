@@ -14,7 +14,8 @@ contract in the ``flexserv_constraints`` library. Without a compiler
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import msgspec
 
@@ -22,6 +23,8 @@ from flexserv_core.errors import InvalidRequest, UnsupportedParameter
 
 if TYPE_CHECKING:
     from flexserv_core.backends.base import Constraint, SamplingParams, TextGenerationModel
+
+T = TypeVar("T")
 
 #: The first-party plugin that compiles constraints, and its distribution.
 CONSTRAINTS_PLUGIN = ("constraints", "flexserv-constraints")
@@ -125,8 +128,21 @@ async def prepare_params(
                 param=constraint.param,
             )
         # milliseconds (the first one for a vocabulary builds the compiler's view of it, ~0.5 s): off the loop
-        compiled = await asyncio.to_thread(constraints.compile, constraint, vocabulary)
+        compiled = await _to_thread_to_its_end(constraints.compile, constraint, vocabulary)
         params = msgspec.structs.replace(params, grammar=compiled)
     if constraint is not None or params.logit_bias:
         await model.prepare(params)
     return params
+
+
+async def _to_thread_to_its_end(work: Callable[..., T], *args: Any) -> T:
+    """``work(*args)`` in a worker thread; a cancelled caller (its client went away)
+    still waits for the thread to end. The thread reads the model (the vocabulary's
+    first build calls the backend's tokenizer), so the request's lease must outlive
+    it: a model unloaded under it may be freed native memory (llama.cpp)."""
+    running = asyncio.ensure_future(asyncio.to_thread(work, *args))
+    try:
+        return await asyncio.shield(running)
+    except asyncio.CancelledError:
+        await asyncio.wait([running])
+        raise
