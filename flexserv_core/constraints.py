@@ -145,4 +145,6 @@ async def _to_thread_to_its_end(work: Callable[..., T], *args: Any) -> T:
         return await asyncio.shield(running)
     except asyncio.CancelledError:
         await asyncio.wait([running])
+        if not running.cancelled():
+            running.exception()  # the caller is gone: its result or error goes unread, without a warning
         raise

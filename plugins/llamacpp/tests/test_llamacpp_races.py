@@ -6,6 +6,7 @@ thread a request started still reads it."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -104,11 +105,24 @@ async def test_an_unload_lets_running_requests_finish_and_new_ones_load_a_fresh_
 
 
 async def test_a_stream_abandoned_while_its_first_constraint_compiles_keeps_the_model_until_the_compile_ends(
-    smollm_gguf: Path,
+    smollm_gguf: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The first constrained request builds the vocabulary's tokenizer in a worker
     thread from llama.cpp's tokenizer; a stream's client leaving meanwhile cancels the
-    request, and an unload then freed llama.cpp under that thread: the process aborted."""
+    request, and an unload then freed llama.cpp under that thread: the process aborted.
+    The compile is held at its start until the client has gone and the unload was
+    asked for, so the race is the same on every machine."""
+    from flexserv_constraints.compiler import LLGuidanceCompiler
+
+    entered, gate = threading.Event(), threading.Event()
+    compile_ = LLGuidanceCompiler.compile
+
+    def held(self: LLGuidanceCompiler, constraint: Any, vocabulary: Any) -> Any:
+        entered.set()
+        gate.wait(30)
+        return compile_(self, constraint, vocabulary)
+
+    monkeypatch.setattr(LLGuidanceCompiler, "compile", held)
     loads = Loads()
     served, app = serve(smollm_gguf, loads)
     registry = app.state.flexserv.registry
@@ -121,11 +135,12 @@ async def test_a_stream_abandoned_while_its_first_constraint_compiles_keeps_the_
             await chat(http, stream=False)
             old = registry.model_if_loaded(MODEL)
             leaving = asyncio.create_task(http.post("/v1/chat/completions", json=constrained))
-            await wait_until_async(lambda: registry.active_requests == 1, 10, message="the request holds the model")
-            await asyncio.sleep(0.02)  # into the vocabulary's build, which takes ~0.1 s here
+            await asyncio.to_thread(entered.wait, 30)  # the compile thread has started, with the model held
             assert (await http.post("/v1/flexserv/models/unload", json={"model_id": MODEL})).status_code == 200
             leaving.cancel()  # the client goes away before the stream's headers
             await asyncio.gather(leaving, return_exceptions=True)
+            await asyncio.sleep(0.2)  # let the server see the client go (and, unfixed, free the model)
+            gate.set()  # the compile now reads the vocabulary from llama.cpp
             await quiet(app)
             await wait_until_async(lambda: old.runtime is None, 30, message="the unloaded copy was freed")
             assert await chat(http, stream=True) == TOKENS  # the process is alive and serves a fresh copy
