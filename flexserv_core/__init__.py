@@ -166,6 +166,7 @@ __all__ = [
     "chat_prompt_ids",
     "check_chat_request",
     "check_prompt_chars",
+    "check_prompt_text",
     "check_token_ids",
     "convert_param",
     "create_app",
@@ -219,7 +220,12 @@ if typing.TYPE_CHECKING:
         ToolChoice,
     )
     from flexserv_core.api.text_session import TextSession
-    from flexserv_core.api.text_validation import check_chat_request, check_prompt_chars, check_token_ids
+    from flexserv_core.api.text_validation import (
+        check_chat_request,
+        check_prompt_chars,
+        check_prompt_text,
+        check_token_ids,
+    )
     from flexserv_core.app import create_app
     from flexserv_core.edge.auth import route_scope
 
@@ -264,6 +270,8 @@ _LAZY = {
     "check_chat_request": ("flexserv_core.api.text_validation", "check_chat_request"),
     # a route that counts prompts and ids as the text routes read them (the tokenize plugin)
     **{name: ("flexserv_core.api.text_validation", name) for name in ("check_prompt_chars", "check_token_ids")},
+    # a text backend's bound on a rendered chat prompt, before it tokenises it
+    "check_prompt_text": ("flexserv_core.api.text_validation", "check_prompt_text"),
     "chat_prompt_ids": ("flexserv_core.api.text_request", "chat_prompt_ids"),
     "TextSession": ("flexserv_core.api.text_session", "TextSession"),
     "sse_response": ("flexserv_core.api.streaming", "sse_response"),

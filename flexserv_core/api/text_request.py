@@ -23,6 +23,7 @@ from flexserv_core.api.text_validation import (
     check_chat,
     check_chat_request,
     check_completion,
+    check_prompt_text,
     check_sequences,
     check_token_ids,
     is_token_id,
@@ -155,17 +156,24 @@ def chat_template_kwargs(spec: ModelSpec, context: RequestContext) -> dict[str, 
 
 
 async def render_prompt(
-    model: TextGenerationModel, messages: list[dict[str, Any]], template_kwargs: dict[str, Any], *, images: bool
+    model: TextGenerationModel,
+    messages: list[dict[str, Any]],
+    template_kwargs: dict[str, Any],
+    *,
+    images: bool,
+    count: bool = False,
 ) -> list[int]:
-    """``model.render_chat``, on a worker thread when the messages carry images.
+    """``model.render_chat_for_generation`` (``render_chat`` to ``count`` the prompt's
+    tokens, however long), on a worker thread when the messages carry images.
 
     A backend's image processor resizes and normalises pixels (tens of ms per
     image, more for large ones): on the event loop that would stall every other
     request. Text-only prompts render in well under a millisecond, where a thread
     hop would cost more than it saves, so they stay on the loop."""
+    render = model.render_chat if count else model.render_chat_for_generation
     if images:
-        return await asyncio.to_thread(model.render_chat, messages, template_kwargs)
-    return model.render_chat(messages, template_kwargs)
+        return await asyncio.to_thread(render, messages, template_kwargs)
+    return render(messages, template_kwargs)
 
 
 async def chat_prompt(
@@ -179,14 +187,15 @@ async def chat_prompt(
 ) -> tuple[list[int], ToolPlan | None]:
     """The chat prompt as the model will see it: messages, tools and template
     variables through the chat template (:func:`chat_prompt_ids` counts exactly this,
-    and renders ``off_loop``: its prompts are rendered for nothing else)."""
+    and renders ``off_loop``: its prompts are rendered for nothing else, and counted
+    whatever their length)."""
     plan = _tool_plan(model, spec, body, context)
     kwargs = chat_template_kwargs(spec, context)
     messages = chat_messages(body.messages, images)
     tools = plan.render(messages, body.messages) if plan is not None else None
     if tools is not None:
         kwargs = {**kwargs, "tools": tools}
-    return await render_prompt(model, messages, kwargs, images=bool(images) or off_loop), plan
+    return await render_prompt(model, messages, kwargs, images=bool(images) or off_loop, count=off_loop), plan
 
 
 def check_services(body: ChatCompletionRequest | CompletionRequest, server: FlexServer) -> None:
@@ -290,14 +299,20 @@ async def chat_plan(
 # --- completions -------------------------------------------------------------------
 
 
+def _encode(model: TextGenerationModel, text: str, param: str) -> tuple[list[int], str]:
+    """``text`` tokenised, unless it certainly overflows the context (:func:`check_prompt_text`)."""
+    check_prompt_text(model.limits, text, param)
+    return model.encode(text), text
+
+
 def completion_prompts(model: TextGenerationModel, prompt: str | list[Any]) -> list[tuple[list[int], str | None]]:
     """The request's prompts as ``(token_ids, text)``; ``text`` is ``None`` for token prompts."""
     if isinstance(prompt, str):
-        return [(model.encode(prompt), prompt)]
+        return [_encode(model, prompt, "prompt")]
     if not prompt:
         raise InvalidRequest("'prompt' must not be an empty list.", param="prompt")
     if all(isinstance(p, str) for p in prompt):
-        return [(model.encode(p), p) for p in prompt]
+        return [_encode(model, p, "prompt" if len(prompt) == 1 else f"prompt[{i}]") for i, p in enumerate(prompt)]
     if all(is_token_id(t) for t in prompt):
         return [(check_token_ids(model.limits, prompt, "prompt"), None)]
     if all(isinstance(p, list) for p in prompt):

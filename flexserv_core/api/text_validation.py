@@ -19,7 +19,9 @@ phases, each cheaper than what follows it:
    * ``max_tokens`` above the model's cap: on ``max_tokens`` or ``max_completion_tokens``
      (whichever the request set);
    * prompt (+ completion) beyond the context: ``context_length_exceeded`` on the prompt's
-     parameter, as OpenAI reports it.
+     parameter, as OpenAI reports it. A text prompt longer than any prompt that fits
+     (``limits.max_token_bytes`` per token) is refused so before it is tokenised
+     (:func:`check_prompt_text`), with the same error.
 """
 
 from __future__ import annotations
@@ -340,6 +342,37 @@ def check_prompt(limits: TextLimits, prompt_len: int, param: str) -> None:
         raise ContextLengthExceeded(
             f"This model's maximum context length is {limit} tokens, and the {param} alone take {prompt_len} tokens. "
             f"Please reduce the length of the {param}.",
+            param=param,
+        )
+
+
+def _counted_size(text: str, dropped: bytes) -> int:
+    """The UTF-8 bytes of ``text`` that some token stands for: all but ``dropped`` ones."""
+    if not dropped and text.isascii():  # a flag of the string: the usual prompt is not copied
+        return len(text)
+    data = text.encode("utf-8", "surrogatepass")
+    return len(data.translate(None, dropped)) if dropped else len(data)
+
+
+def check_prompt_text(limits: TextLimits, text: str, param: str) -> None:
+    """Before ``text`` is tokenised: refuse it when it certainly takes the whole context.
+
+    No token stands for more than ``limits.max_token_bytes`` bytes of text, so a text
+    of ``size`` such bytes (``limits.dropped_bytes`` take none) takes at least
+    ``ceil(size / max_token_bytes)`` tokens; beyond ``(context_length - 1) *
+    max_token_bytes`` bytes that is ``context_length`` or more, which
+    :func:`check_prompt` would refuse once it was tokenised. Nothing that fits is
+    refused; without a known bound nothing is checked."""
+    per_token = limits.max_token_bytes
+    if per_token is None:
+        return
+    limit = limits.context_length
+    size = _counted_size(text, limits.dropped_bytes)
+    if size > (limit - 1) * per_token:
+        at_least = -(-size // per_token)
+        raise ContextLengthExceeded(
+            f"This model's maximum context length is {limit} tokens, and the {param} alone take at least "
+            f"{at_least} tokens. Please reduce the length of the {param}.",
             param=param,
         )
 

@@ -302,6 +302,16 @@ class TextLimits(msgspec.Struct, frozen=True, kw_only=True):
             model takes text only, and a request with an image part gets a 400 naming
             the model. Above 0, :meth:`TextGenerationModel.render_chat` receives image
             parts (see there).
+        max_token_bytes: the most UTF-8 bytes of prompt text one token can stand for
+            (the longest token's text, with the tokenizer changing no text into
+            fewer bytes before it matches tokens). A text prompt of more than
+            ``(context_length - 1) * max_token_bytes`` bytes (not counting
+            ``dropped_bytes``) is refused as too long for the context without being
+            tokenized. ``None``: not known; every prompt is tokenized before its
+            length is checked.
+        dropped_bytes: the byte values the tokenizer drops from UTF-8 text (a
+            byte-level vocabulary without a token for them): they take no token, so
+            the bound above does not count them.
     """
 
     context_length: int
@@ -309,9 +319,11 @@ class TextLimits(msgspec.Struct, frozen=True, kw_only=True):
     default_max_tokens: int | None = None
     max_max_tokens: int | None = None
     max_images: int = 0
+    max_token_bytes: int | None = None
+    dropped_bytes: bytes = b""
 
     def __post_init__(self) -> None:
-        for name in ("context_length", "vocab_size", "default_max_tokens", "max_max_tokens"):
+        for name in ("context_length", "vocab_size", "default_max_tokens", "max_max_tokens", "max_token_bytes"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"TextLimits.{name} must be at least 1, not {value}")
@@ -385,6 +397,14 @@ class TextGenerationModel(LoadedModel):
         ``prompt_ids``, so a backend may return a ``list[int]`` subclass that also
         carries the prompt's processed images.
         """
+
+    def render_chat_for_generation(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any]) -> list[int]:
+        """:meth:`render_chat` for a prompt that is to be generated from (``/tokenize``
+        only counts, with :meth:`render_chat`). A backend that declares
+        ``limits.max_token_bytes`` checks the rendered text with
+        ``flexserv_core.check_prompt_text(limits, text, "messages")`` before
+        tokenizing it, so an over-long prompt costs no tokenizing; the default renders."""
+        return self.render_chat(messages, template_kwargs)
 
     @abc.abstractmethod
     def encode(self, text: str) -> list[int]:

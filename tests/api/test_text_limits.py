@@ -100,3 +100,31 @@ def test_limits_reject_nonsense() -> None:
     with pytest.raises(ValueError, match="max_max_tokens"):
         TextLimits(context_length=8, max_max_tokens=0)
     assert TextLimits(context_length=8).vocab_size is None
+
+
+# --- the context bound on a text prompt before it is tokenized ----------------------
+
+
+def test_a_text_beyond_the_token_bound_is_refused_before_tokenizing() -> None:
+    from flexserv_core.api.text_validation import check_prompt_text
+    from flexserv_core.errors import ContextLengthExceeded
+
+    limits = TextLimits(context_length=10, max_token_bytes=4)
+    check_prompt_text(limits, "x" * 36, "prompt")  # 36 bytes may still be 9 tokens: it might fit
+    with pytest.raises(ContextLengthExceeded) as refused:
+        check_prompt_text(limits, "x" * 37, "prompt[2]")  # at least 10 tokens: never fits
+    assert refused.value.param == "prompt[2]" and "at least 10 tokens" in refused.value.message
+    # bytes, not characters: 12 three-byte characters are 36 bytes, 13 are 39
+    check_prompt_text(limits, "€" * 12, "messages")
+    with pytest.raises(ContextLengthExceeded):
+        check_prompt_text(limits, "€" * 13, "messages")
+
+
+def test_dropped_bytes_and_an_unknown_bound_refuse_nothing() -> None:
+    from flexserv_core.api.text_validation import check_prompt_text
+
+    # a tokenizer that drops \x04 gives it no token: 36 counted bytes may fit
+    check_prompt_text(
+        TextLimits(context_length=10, max_token_bytes=4, dropped_bytes=b"\x04"), "x" * 36 + "\x04" * 99, "p"
+    )
+    check_prompt_text(TextLimits(context_length=10), "x" * 10_000, "prompt")  # no bound: tokenized, as before

@@ -242,7 +242,7 @@ def test_a_shared_library_is_importable_only_by_its_dependents(tmp_path: Path) -
 FACADE = {
     "CHAT_TEMPLATE_DEFAULTS", "CHAT_TEMPLATE_REQUEST", "TemplateVariablesMisconfigured", "reserved_template_names",
     "__version__", "Backend", "ChatCompletionRequest", "ChatMessage",
-    "call_hook", "chat_prompt_ids", "check_chat_request", "check_prompt_chars", "check_token_ids", "ClientDisconnected", "Command",
+    "call_hook", "chat_prompt_ids", "check_chat_request", "check_prompt_chars", "check_prompt_text", "check_token_ids", "ClientDisconnected", "Command",
     "CommandContext", "Constraint", "ConstraintCompiler", "ConstraintKind",
     "ContextLengthExceeded", "convert_param", "CoreSettings", "create_app",
     "create_plugin_manager", "decode_json_object", "default_cache_dir", "EngineStats",
