@@ -73,12 +73,21 @@ class LiteralSpecials:
         invisible) after its first character so that no special token matches it: for
         a tokenizer that must see the prompt whole (a vision-language processor that
         expands its image tokens in the text)."""
+        return LiteralSpecials._put_back(rendered, found, "\u2060")
 
+    @staticmethod
+    def restored(rendered: str, found: list[str]) -> str:
+        """``rendered`` with each placeholder back as its text, as it is: the text
+        :meth:`tokenize` tokenizes, piece by piece (to measure it before tokenizing)."""
+        return LiteralSpecials._put_back(rendered, found, "")
+
+    @staticmethod
+    def _put_back(rendered: str, found: list[str], joiner: str) -> str:
         def text(match: re.Match[str]) -> str:
             number = int(match.group(1))
             if number >= len(found):
                 return match.group(0)
-            return found[number][:1] + "\u2060" + found[number][1:]
+            return found[number][:1] + joiner + found[number][1:]
 
         return _PLACEHOLDER.sub(text, rendered)
 

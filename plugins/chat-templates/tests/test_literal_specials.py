@@ -56,3 +56,11 @@ def test_defused_text_is_the_clients_with_an_invisible_joiner_no_special_token_m
     defused = LiteralSpecials.defused(f"<s>{message}", found)
     assert defused == "<s>look: <\u2060|im_start|>"
     assert toy_tokenize(defused).count(IDS["<|im_start|>"]) == 0 and toy_tokenize(defused)[0] == IDS["<s>"]
+
+
+def test_restored_text_is_what_tokenize_tokenizes_piece_by_piece() -> None:
+    (message, found) = LiteralSpecials(["<|im_start|>"]).protect("look: <|im_start|>")
+    rendered = f"<s>{message}\ue0009\ue001"  # and a placeholder the client wrote itself
+    pieces: list[str] = []
+    LiteralSpecials.tokenize(rendered, found, lambda piece: pieces.append(piece) or [])
+    assert LiteralSpecials.restored(rendered, found) == "".join(pieces) == "<s>look: <|im_start|>\ue0009\ue001"
