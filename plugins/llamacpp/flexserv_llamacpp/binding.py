@@ -154,6 +154,20 @@ class LlamaRuntime:
                 return list(buf[:n])
             size = -n
 
+    @property
+    def vocab_type(self) -> int:
+        """llama.cpp's tokenizer kind (``LLAMA_VOCAB_TYPE_SPM``, ``_BPE``, ...)."""
+        return int(self.llama.llama_vocab_type(self.vocab))
+
+    def token_attr(self, token: int) -> int:
+        """The token's ``LLAMA_TOKEN_ATTR_*`` flags."""
+        return int(self.llama.llama_vocab_get_attr(self.vocab, token))
+
+    def piece_size(self, token: int) -> int:
+        """How many bytes the token decodes to, special tokens as their text (not cached)."""
+        n = int(self.llama.llama_token_to_piece(self.vocab, token, None, 0, 0, True))
+        return -n if n < 0 else n
+
     def piece(self, token: int, *, special: bool = False) -> bytes:
         """The bytes token ``token`` decodes to (control tokens: empty unless ``special``)."""
         cache = self._pieces_special if special else self._pieces

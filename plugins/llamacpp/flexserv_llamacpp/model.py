@@ -23,10 +23,12 @@ from flexserv_core import (
     TextLimits,
     TokenDelta,
     TopLogprob,
+    check_prompt_text,
     reserved_template_names,
 )
 from flexserv_llamacpp.binding import LlamaRuntime
 from flexserv_llamacpp.engine import LlamaEngine
+from flexserv_llamacpp.token_bound import token_bound
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +83,13 @@ class LlamaCppTextModel(TextGenerationModel):
         # a client's text that spells a control token stays text (flexserv_chat_templates.literal)
         self._literals = LiteralSpecials(text for t in runtime.control_tokens if (text := runtime.token_text(t)))
         self.vocab_size = runtime.n_vocab
+        bound = token_bound(runtime)
         self.limits = TextLimits(
-            context_length=context_length, vocab_size=runtime.n_vocab, default_max_tokens=default_max_tokens
+            context_length=context_length,
+            vocab_size=runtime.n_vocab,
+            default_max_tokens=default_max_tokens,
+            max_token_bytes=bound.max_token_bytes,
+            dropped_bytes=bound.dropped_bytes,
         )
         self.constraint_vocabulary = constraint_vocabulary(runtime)
         self.engine = LlamaEngine(
@@ -102,6 +109,14 @@ class LlamaCppTextModel(TextGenerationModel):
     # -- prompts --------------------------------------------------------------------
 
     def render_chat(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any]) -> list[int]:
+        return self._render(messages, template_kwargs, bounded=False)
+
+    def render_chat_for_generation(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any]) -> list[int]:
+        return self._render(messages, template_kwargs, bounded=True)
+
+    def _render(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any], *, bounded: bool) -> list[int]:
+        """The chat prompt's ids; ``bounded``: a text that certainly overflows the
+        context is refused before it is tokenized (``limits.max_token_bytes``)."""
         if not self.chat_template:
             raise InvalidRequest(
                 f"The model '{self.spec.name}' has no chat template; use /v1/completions with a raw prompt.",
@@ -126,6 +141,8 @@ class LlamaCppTextModel(TextGenerationModel):
             raise InvalidRequest(
                 f"The chat template of '{self.spec.name}' rejected the messages: {exc}", param="messages"
             ) from exc
+        if bounded:  # measured as it is tokenized: held special-token texts back in place
+            check_prompt_text(self.limits, LiteralSpecials.restored(text, found) if found else text, "messages")
         # the template writes the special tokens it wants (BOS included): add none
         runtime = self._runtime()
         if found:
