@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from flexserv_chat_templates import LiteralSpecials
 from flexserv_constraints import CompiledConstraint
@@ -19,6 +19,7 @@ from flexserv_core import (
     TextLimits,
     TokenDelta,
     TopLogprob,
+    check_prompt_text,
     reserved_template_names,
 )
 from flexserv_transformers.detokenize import IncrementalDetokenizer
@@ -33,6 +34,7 @@ from flexserv_transformers.loading import (
 )
 from flexserv_transformers.media import ImagePrompt, PromptMedia
 from flexserv_transformers.text_tokenizer import decode_text, special_token_texts
+from flexserv_transformers.token_bound import token_bound
 
 if TYPE_CHECKING:
     from transformers import ProcessorMixin
@@ -97,11 +99,14 @@ class TransformersTextModel(TextGenerationModel):
         #: What the engine runs (the HF model, EOS ids): public for tools and tests.
         self.engine_model = engine_model
         self.engine: Engine = load_engine_factory(engine)(engine_model, settings)
+        bound = token_bound(tokenizer)
         self.limits = TextLimits(
             context_length=self.engine.max_sequence_tokens,
             vocab_size=embedding_rows(model.get_input_embeddings()),
             default_max_tokens=default_max_tokens,
             max_images=max_images if processor is not None else 0,
+            max_token_bytes=bound.max_token_bytes,
+            dropped_bytes=bound.dropped_bytes,
         )
         self.constraint_vocabulary = constraint_vocabulary(tokenizer, engine_model.vocab_size, self.eos_token_ids)
         self._model: CausalLM | None = model
@@ -109,6 +114,14 @@ class TransformersTextModel(TextGenerationModel):
     # -- prompts --------------------------------------------------------------------
 
     def render_chat(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any]) -> list[int]:
+        return self._render(messages, template_kwargs, bounded=False)
+
+    def render_chat_for_generation(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any]) -> list[int]:
+        return self._render(messages, template_kwargs, bounded=True)
+
+    def _render(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any], *, bounded: bool) -> list[int]:
+        """The chat prompt's ids; ``bounded``: a text that certainly overflows the
+        context is refused before it is tokenized (``limits.max_token_bytes``)."""
         if not self.chat_template:
             raise InvalidRequest(
                 f"The model '{self.spec.name}' has no chat template; use /v1/completions with a raw prompt.",
@@ -117,35 +130,44 @@ class TransformersTextModel(TextGenerationModel):
         assert not reserved_template_names(template_kwargs), "the core's one merge refuses reserved names"
         (messages, template_kwargs), found = self._literals.protect((messages, template_kwargs))
         if self.processor is not None:
-            return self._render_with_images(messages, template_kwargs, found)
+            return self._render_with_images(messages, template_kwargs, found, bounded=bounded)
         try:
-            if found:  # rendered to text, then tokenized around the client's special-token texts
-                text = self.tokenizer.apply_chat_template(
-                    messages, add_generation_prompt=True, tokenize=False, **template_kwargs
-                )
-                assert isinstance(text, str)
-                return LiteralSpecials.tokenize(
-                    text, found, lambda piece: list(self.tokenizer(piece, add_special_tokens=False)["input_ids"])
-                )
-            ids = self.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=True, return_dict=False, **template_kwargs
+            text = self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=False, **template_kwargs
             )
         except Exception as exc:  # jinja errors, raise_exception() in templates, bad message shapes
-            raise InvalidRequest(
-                f"The chat template of '{self.spec.name}' rejected the messages: {exc}", param="messages"
-            ) from exc
-        # tokenize=True with return_dict=False gives the ids of one conversation; the
-        # return annotation is the union over every combination of those flags.
-        return [int(i) for i in cast("list[int]", ids)]
+            raise self._rejected(exc) from exc
+        assert isinstance(text, str)
+        if bounded:
+            self._check_rendered(text, found)
+        if found:  # tokenized around the client's special-token texts
+            return LiteralSpecials.tokenize(text, found, self._tokenize_text)
+        try:
+            return self._tokenize_text(text)
+        except Exception as exc:  # as when the template call tokenized (text the tokenizer cannot take)
+            raise self._rejected(exc) from exc
+
+    def _rejected(self, exc: Exception) -> InvalidRequest:
+        return InvalidRequest(f"The chat template of '{self.spec.name}' rejected the messages: {exc}", param="messages")
+
+    def _check_rendered(self, text: str, found: list[str]) -> None:
+        """The rendered prompt within the context bound, measured as it is tokenized."""
+        check_prompt_text(self.limits, LiteralSpecials.restored(text, found) if found else text, "messages")
+
+    def _tokenize_text(self, text: str) -> list[int]:
+        """A rendered prompt (or a piece of one) as ids: special tokens recognised, none added."""
+        return [int(i) for i in self.tokenizer(text, add_special_tokens=False)["input_ids"]]
 
     def _render_with_images(
-        self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any], found: list[str]
+        self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any], found: list[str], *, bounded: bool
     ) -> list[int]:
         """A vision-language model's prompt: every message's content as parts (what
         its template expects), images as ``{"type": "image"}`` placeholders; the
         processor then expands each placeholder into the image's tokens and sizes
         the pixels. Returns an :class:`ImagePrompt` when there are images. ``found``:
-        the client's special-token texts held aside (:class:`LiteralSpecials`)."""
+        the client's special-token texts held aside (:class:`LiteralSpecials`);
+        ``bounded`` as in :meth:`_render`, for a prompt without images (the processor
+        tokenizes one with images its own way)."""
         assert self.processor is not None and self.image_token_id is not None
         images: list[ImageInput] = []
         rendered: list[dict[str, Any]] = []
@@ -172,16 +194,12 @@ class TransformersTextModel(TextGenerationModel):
                 **template_kwargs,
             )
         except Exception as exc:
-            raise InvalidRequest(
-                f"The chat template of '{self.spec.name}' rejected the messages: {exc}", param="messages"
-            ) from exc
+            raise self._rejected(exc) from exc
         assert isinstance(text, str)
         if not images:
-            return LiteralSpecials.tokenize(
-                text,
-                found,
-                lambda piece: [int(i) for i in self.tokenizer(piece, add_special_tokens=False)["input_ids"]],
-            )
+            if bounded:
+                self._check_rendered(text, found)
+            return LiteralSpecials.tokenize(text, found, self._tokenize_text)
         if found:  # the processor expands image tokens in the whole text: held texts go back defused
             text = LiteralSpecials.defused(text, found)
         out = self.processor(
