@@ -7,67 +7,81 @@ certainly overflows."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from flexserv_llamacpp.token_bound import TokenBound, byte_level_symbols, token_bound
 
-from flexserv_core import ContextLengthExceeded
-from flexserv_core.api.text_request import completion_prompts
-from flexserv_core.api.text_validation import check_prompt
+from flexserv_core import TextGenerationModel
+from flexserv_core.testing import make_app, running_app_client
 
 BOUND = 2047 * 81
 
 
 @pytest.fixture
-def calls(smol: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The size of every text llama.cpp tokenizes during the test."""
-    seen: list[int] = []
-    tokenize: Callable[..., list[int]] = smol.runtime.tokenize
+async def served(smollm_gguf: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[httpx.AsyncClient, Any]]:
+    """A client of an app serving SmolLM2 as ``smol`` (2048 tokens of context), and
+    the loaded model, whose ``tokenized`` lists the size of every text llama.cpp
+    tokenizes from then on."""
+    settings = {"model": [f"smol={smollm_gguf}"], "llamacpp_context_length": 2048, "llamacpp_threads": 1}
+    app = make_app(["llamacpp"], settings=settings)
+    async with running_app_client(app) as client:
+        async with app.state.flexserv.registry.acquire("smol", TextGenerationModel) as lease:
+            model = lease.model
+        model.tokenized = []
+        tokenize: Callable[..., list[int]] = model.runtime.tokenize
 
-    def counted(text: str | bytes, **kwargs: Any) -> list[int]:
-        seen.append(len(text))
-        return tokenize(text, **kwargs)
+        def counted(text: str | bytes, **kwargs: Any) -> list[int]:
+            model.tokenized.append(len(text))
+            return tokenize(text, **kwargs)
 
-    monkeypatch.setattr(smol.runtime, "tokenize", counted)
-    return seen
-
-
-def test_the_bound_is_the_longest_piece_and_the_dropped_bytes(smol: Any) -> None:
-    assert (smol.limits.context_length, smol.limits.max_token_bytes) == (2048, 81)
-    assert b"\x04" in smol.limits.dropped_bytes and b"a" not in smol.limits.dropped_bytes
-
-
-def test_a_completions_prompt_just_over_the_bound_is_refused_untokenized(smol: Any, calls: list[int]) -> None:
-    with pytest.raises(ContextLengthExceeded) as refused:
-        completion_prompts(smol, "a" * (BOUND + 1))
-    assert refused.value.param == "prompt" and "at least 2048 tokens" in refused.value.message
-    with pytest.raises(ContextLengthExceeded) as refused:
-        completion_prompts(smol, ["hi", "a" * (BOUND + 1)])
-    assert refused.value.param == "prompt[1]"
-    assert calls == [2]  # only "hi"
-    completion_prompts(smol, "a" * BOUND)  # at the bound it is tokenized (and found too long later)
-    assert calls[-1] == BOUND
+        monkeypatch.setattr(model.runtime, "tokenize", counted)
+        yield client, model
 
 
-def test_a_chat_prompt_over_the_bound_is_refused_untokenized(smol: Any, calls: list[int]) -> None:
-    messages = [{"role": "user", "content": "a" * BOUND}]  # the template's text takes it over
-    with pytest.raises(ContextLengthExceeded) as refused:
-        smol.render_chat_for_generation(messages, {})
-    assert refused.value.param == "messages" and not calls
-    assert len(smol.render_chat(messages, {})) > 2048  # counting (/tokenize) still tokenizes it
+def context_exceeded(r: httpx.Response) -> str:
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["code"] == "context_length_exceeded", error
+    return str(error["param"])
 
 
-def test_long_prompts_that_fit_are_not_refused(smol: Any) -> None:
-    # 2000 one-byte tokens, and 200,000 dropped bytes around 2 tokens: far beyond what
-    # the bound counts in characters, yet both fit the context
-    for text in ("\x01" * 2000, "hi" + "\x04" * 200_000):
-        ((ids, _text),) = completion_prompts(smol, text)
-        check_prompt(smol.limits, len(ids), "prompt")
-        assert len(ids) <= 2001
-    messages = [{"role": "user", "content": "\x04" * 200_000}]
-    check_prompt(smol.limits, len(smol.render_chat_for_generation(messages, {})), "messages")
+async def test_the_bound_is_the_longest_piece_and_the_dropped_bytes(served: tuple[httpx.AsyncClient, Any]) -> None:
+    _client, model = served
+    assert (model.limits.context_length, model.limits.max_token_bytes) == (2048, 81)
+    assert b"\x04" in model.limits.dropped_bytes and b"a" not in model.limits.dropped_bytes
+
+
+async def test_a_prompt_just_over_the_bound_is_refused_untokenized(served: tuple[httpx.AsyncClient, Any]) -> None:
+    client, model = served
+    over = "a" * (BOUND + 1)
+    r = await client.post("/v1/completions", json={"model": "smol", "prompt": over, "max_tokens": 1})
+    assert context_exceeded(r) == "prompt" and "at least 2048 tokens" in r.json()["error"]["message"]
+    r = await client.post("/v1/completions", json={"model": "smol", "prompt": ["hi", over], "max_tokens": 1})
+    assert context_exceeded(r) == "prompt[1]"
+    assert model.tokenized == [2]  # only "hi"
+    # the chat template's text takes a message of the bound's size over it
+    r = await client.post(
+        "/v1/chat/completions", json={"model": "smol", "messages": [{"role": "user", "content": over[1:]}]}
+    )
+    assert context_exceeded(r) == "messages" and model.tokenized == [2]
+    r = await client.post("/v1/completions", json={"model": "smol", "prompt": over[1:], "max_tokens": 1})
+    assert context_exceeded(r) == "prompt" and model.tokenized[-1] == BOUND  # at the bound: tokenized
+
+
+async def test_long_prompts_that_fit_are_not_refused(served: tuple[httpx.AsyncClient, Any]) -> None:
+    client, _model = served
+    # 2000 one-byte tokens, and 200,000 dropped bytes around 2 tokens: beyond the
+    # bound in characters, yet both fit the context
+    for prompt in ("\x01" * 2000, "hi" + "\x04" * 200_000):
+        r = await client.post("/v1/completions", json={"model": "smol", "prompt": prompt, "max_tokens": 1})
+        assert r.status_code == 200, r.text
+    chat = {"model": "smol", "messages": [{"role": "user", "content": "\x04" * 200_000}], "max_tokens": 1}
+    r = await client.post("/v1/chat/completions", json=chat)
+    assert r.status_code == 200, r.text
 
 
 class FakeVocab:
