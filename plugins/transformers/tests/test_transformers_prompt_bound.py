@@ -8,17 +8,19 @@ a token stand for more text than its own keep full tokenization."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from flexserv_transformers.fast_tokenizer import FastTokenizer
 from flexserv_transformers.token_bound import TokenBound, byte_level_symbols, token_bound
 from tokenizers import AddedToken, Tokenizer, normalizers, pre_tokenizers
 from tokenizers.models import BPE
 
-from flexserv_core import ContextLengthExceeded
-from flexserv_core.api.text_request import completion_prompts
-from flexserv_core.api.text_validation import check_prompt
+from flexserv_core import TextGenerationModel
+from flexserv_core.testing import make_app, running_app_client
 
 BOUND = 63 * 32
 
@@ -39,47 +41,62 @@ class CountingTokenizer:
 
 
 @pytest.fixture
-def counted(tiny: Any, monkeypatch: pytest.MonkeyPatch) -> CountingTokenizer:
-    counting = CountingTokenizer(tiny.tokenizer)
-    monkeypatch.setattr(tiny, "tokenizer", counting)
-    return counting
+async def served(
+    tiny_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[httpx.AsyncClient, Any, CountingTokenizer]]:
+    """A client of an app serving the tiny Llama as ``tiny``, the loaded model and its
+    tokenizer, counting its calls from then on."""
+    app = make_app(["transformers"], settings={"model": [f"tiny={tiny_dir}"], "dtype": "float32"})
+    async with running_app_client(app) as client:
+        async with app.state.flexserv.registry.acquire("tiny", TextGenerationModel) as lease:
+            model = lease.model
+        counting = CountingTokenizer(model.tokenizer)
+        monkeypatch.setattr(model, "tokenizer", counting)
+        yield client, model, counting
 
 
-def test_the_tiny_models_bound(tiny: Any) -> None:
-    assert (tiny.limits.context_length, tiny.limits.max_token_bytes, tiny.limits.dropped_bytes) == (64, 32, b"")
+def context_exceeded(r: httpx.Response) -> str:
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["code"] == "context_length_exceeded", error
+    return str(error["param"])
 
 
-def test_a_completions_prompt_just_over_the_bound_is_refused_untokenized(tiny: Any, counted: CountingTokenizer) -> None:
-    with pytest.raises(ContextLengthExceeded) as refused:
-        completion_prompts(tiny, "a" * (BOUND + 1))
-    assert refused.value.param == "prompt" and "at least 64 tokens" in refused.value.message
-    with pytest.raises(ContextLengthExceeded) as refused:
-        completion_prompts(tiny, ["hi", "é" * (BOUND // 2 + 1)])  # bytes, not characters
-    assert refused.value.param == "prompt[1]"
-    assert counted.calls == [2]  # only "hi"
-    completion_prompts(tiny, "a" * BOUND)  # at the bound it is tokenized (and found too long later)
-    assert counted.calls[-1] == BOUND
+async def test_the_tiny_models_bound(served: tuple[httpx.AsyncClient, Any, CountingTokenizer]) -> None:
+    _client, model, _counting = served
+    assert (model.limits.context_length, model.limits.max_token_bytes, model.limits.dropped_bytes) == (64, 32, b"")
 
 
-def test_a_chat_prompt_over_the_bound_is_refused_untokenized(tiny: Any, counted: CountingTokenizer) -> None:
-    messages = [{"role": "user", "content": "a" * BOUND}]  # the template's text takes it over
-    with pytest.raises(ContextLengthExceeded) as refused:
-        tiny.render_chat_for_generation(messages, {})
-    assert refused.value.param == "messages" and not counted.calls
-    # with a client's special-token text held aside, the text is measured as it is tokenized
-    with pytest.raises(ContextLengthExceeded):
-        tiny.render_chat_for_generation([{"role": "user", "content": "<|im_start|>" + "a" * BOUND}], {})
-    assert not counted.calls
-    assert len(tiny.render_chat(messages, {})) > 64  # counting (/tokenize) still tokenizes it
+async def test_a_prompt_just_over_the_bound_is_refused_untokenized(
+    served: tuple[httpx.AsyncClient, Any, CountingTokenizer],
+) -> None:
+    client, _model, counting = served
+    over = "a" * (BOUND + 1)
+    r = await client.post("/v1/completions", json={"model": "tiny", "prompt": over, "max_tokens": 1})
+    assert context_exceeded(r) == "prompt" and "at least 64 tokens" in r.json()["error"]["message"]
+    wide = "é" * (BOUND // 2 + 1)  # bytes, not characters
+    r = await client.post("/v1/completions", json={"model": "tiny", "prompt": ["hi", wide], "max_tokens": 1})
+    assert context_exceeded(r) == "prompt[1]"
+    assert counting.calls == [2]  # only "hi"
+    for content in (over[1:], "<|im_start|>" + over[1:]):  # a client's special-token text, measured as tokenized
+        chat = {"model": "tiny", "messages": [{"role": "user", "content": content}], "max_tokens": 1}
+        r = await client.post("/v1/chat/completions", json=chat)
+        assert context_exceeded(r) == "messages"
+    assert counting.calls == [2]
+    r = await client.post("/v1/completions", json={"model": "tiny", "prompt": over[1:], "max_tokens": 1})
+    assert context_exceeded(r) == "prompt" and counting.calls[-1] == BOUND  # at the bound: tokenized
 
 
-def test_a_prompt_of_single_character_tokens_that_fits_is_not_refused(tiny: Any) -> None:
-    text = "\x01" * 60
-    ((ids, _text),) = completion_prompts(tiny, text)
-    assert len(ids) >= 60  # one token per character (and a BOS, if the tokenizer adds one)
-    check_prompt(tiny.limits, len(ids), "prompt")
-    messages = [{"role": "user", "content": "\x01" * 40}]
-    check_prompt(tiny.limits, len(tiny.render_chat_for_generation(messages, {})), "messages")
+async def test_a_prompt_of_single_character_tokens_that_fits_is_not_refused(
+    served: tuple[httpx.AsyncClient, Any, CountingTokenizer],
+) -> None:
+    client, _model, _counting = served
+    r = await client.post("/v1/completions", json={"model": "tiny", "prompt": "\x01" * 60, "max_tokens": 1})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["prompt_tokens"] >= 60  # one token per character
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": "\x01" * 40}], "max_tokens": 1}
+    r = await client.post("/v1/chat/completions", json=chat)
+    assert r.status_code == 200, r.text
 
 
 # --- token_bound on small pipelines ---------------------------------------------------
