@@ -18,7 +18,10 @@ def test_loads_from_a_directory(tiny):
     assert isinstance(tiny, TransformersTextModel)
     assert tiny.dtype == "float32"
     assert tiny.eos_token_ids == {tiny.tokenizer.convert_tokens_to_ids("<|im_end|>")}
-    assert tiny.limits == TextLimits(context_length=64, vocab_size=len(tiny.tokenizer), default_max_tokens=2048)
+    # its byte-level BPE has every byte's symbol and a longest token of 32 bytes
+    assert tiny.limits == TextLimits(
+        context_length=64, vocab_size=len(tiny.tokenizer), default_max_tokens=2048, max_token_bytes=32
+    )
 
 
 def test_template_variables_reach_the_template(tiny):
