@@ -3,7 +3,9 @@
 :class:`LlamaRuntime` owns one model, one context (a unified KV cache shared by
 ``n_seq_max`` sequences) and one batch. It is not thread-safe: the engine thread
 makes every decode and cache call; tokenizing only reads the vocabulary and may
-run on any thread.
+run on any thread. Such a call may outlive the request that started it (a worker
+thread its cancelled request left behind), so :meth:`LlamaRuntime.close` waits for
+the vocabulary calls under way before it frees the model.
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ import ctypes
 import logging
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from flexserv_core import ModelLoadError
+from flexserv_core import ModelLoadError, ServiceUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +30,11 @@ _initialised = False
 _log_callback: Any = None  # kept alive: llama.cpp calls it from C
 
 #: llama.cpp's log levels (ggml_log_level) as Python's
+#: How long :meth:`LlamaRuntime.close` waits for vocabulary calls under way (the longest
+#: is tokenizing a prompt of ``--max-prompt-chars``, about a second) before it leaves the
+#: model unfreed rather than free it under them.
+CLOSE_WAIT_S = 30.0
+
 _LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
 
 
@@ -116,6 +125,23 @@ class LlamaRuntime:
         self._eog = frozenset(t for t in range(self.n_vocab) if llama.llama_vocab_is_eog(self.vocab, t))
         self._control = tuple(t for t in range(self.n_vocab) if llama.llama_vocab_is_control(self.vocab, t))
         self.closed = False
+        self._readers = 0
+        self._readers_changed = threading.Condition()
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """A vocabulary call from any thread: :meth:`close` waits for it to end, and
+        once closed the model is not read at all."""
+        with self._readers_changed:
+            if self.closed:
+                raise ServiceUnavailable("The model was unloaded while this request was using it; retry.")
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._readers_changed:
+                self._readers -= 1
+                self._readers_changed.notify_all()
 
     # -- vocabulary (any thread) ---------------------------------------------------
 
@@ -126,7 +152,8 @@ class LlamaRuntime:
 
     def token_text(self, token: int) -> str:
         """The token's text as the vocabulary stores it (special tokens too)."""
-        raw = self.llama.llama_vocab_get_text(self.vocab, token)
+        with self._reading():
+            raw = self.llama.llama_vocab_get_text(self.vocab, token)
         return raw.decode(errors="replace") if raw else ""
 
     @property
@@ -149,7 +176,8 @@ class LlamaRuntime:
         size = len(data) + 8
         while True:
             buf = (self.llama.llama_token * size)()
-            n = self.llama.llama_tokenize(self.vocab, data, len(data), buf, size, add_special, parse_special)
+            with self._reading():
+                n = self.llama.llama_tokenize(self.vocab, data, len(data), buf, size, add_special, parse_special)
             if n >= 0:
                 return list(buf[:n])
             size = -n
@@ -174,10 +202,11 @@ class LlamaRuntime:
         out = cache.get(token)
         if out is None:
             buf = ctypes.create_string_buffer(64)
-            n = self.llama.llama_token_to_piece(self.vocab, token, buf, 64, 0, special)
-            if n < 0:
-                buf = ctypes.create_string_buffer(-n)
-                n = self.llama.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
+            with self._reading():
+                n = self.llama.llama_token_to_piece(self.vocab, token, buf, 64, 0, special)
+                if n < 0:
+                    buf = ctypes.create_string_buffer(-n)
+                    n = self.llama.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
             out = cache[token] = buf.raw[:n]
         return out
 
@@ -211,14 +240,21 @@ class LlamaRuntime:
         ptr = self.llama.llama_get_logits(self.ctx)
         return np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab))
 
-    def close(self) -> None:
-        """Free the batch, the context and the model (idempotent)."""
-        if self.closed:
-            return
-        self.closed = True
+    def close(self, wait: float = CLOSE_WAIT_S) -> bool:
+        """Free the batch, the context and the model once no vocabulary call is under way
+        (idempotent). ``False`` when calls still ran after ``wait`` seconds: the memory is
+        left unfreed, never freed under them."""
+        with self._readers_changed:
+            if self.closed:
+                return True
+            self.closed = True
+            if not self._readers_changed.wait_for(lambda: self._readers == 0, timeout=wait):
+                log.error("llama.cpp's model is not freed: a vocabulary call still runs after %.0f s", wait)
+                return False
         self.llama.llama_batch_free(self.batch)
         self.llama.llama_free(self.ctx)
         self.llama.llama_model_free(self.model)
+        return True
 
 
 #: The load-time check of :func:`rows_batch_invariant`: a prefix, then rows decoded one

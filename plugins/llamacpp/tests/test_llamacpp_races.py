@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from flexserv_core import ModelEvent, ModelEventType, hookimpl
+from flexserv_core import ModelEvent, ModelEventType, ServiceUnavailable, hookimpl
 from flexserv_core.testing import ServedApp, make_app, wait_until_async
 
 pytestmark = pytest.mark.slow
@@ -144,3 +144,51 @@ async def test_a_stream_abandoned_while_its_first_constraint_compiles_keeps_the_
             await quiet(app)
             await wait_until_async(lambda: old.runtime is None, 30, message="the unloaded copy was freed")
             assert await chat(http, stream=True) == TOKENS  # the process is alive and serves a fresh copy
+
+
+def test_the_model_is_freed_only_after_a_vocabulary_call_under_way_ends(load_model: Any, smollm_gguf: Path) -> None:
+    """A worker thread a cancelled request left behind may still be tokenizing when the
+    model is unloaded (at shutdown, after the grace period, leases are not waited for):
+    llama.cpp's model is freed after that call ends, never under it, and a call that
+    starts afterwards is refused without reading freed memory."""
+    model = load_model(smollm_gguf, llamacpp_kv_cache_tokens=1024, llamacpp_context_length=1024)
+    runtime = model.runtime
+    expected = runtime.tokenize("Hello there", add_special=False)
+    real, order = runtime.llama, []
+    entered, gate = threading.Event(), threading.Event()
+
+    class Held:
+        """llama.cpp's API, with tokenizing held at its start and the model's free recorded."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def llama_tokenize(self, *args: Any) -> int:
+            entered.set()
+            gate.wait(30)
+            if "freed" in order:  # unfixed: the model is gone; reading it would crash the process
+                order.append("read after free")
+                return 0
+            n = int(real.llama_tokenize(*args))
+            order.append("tokenized")
+            return n
+
+        def llama_model_free(self, handle: Any) -> None:
+            order.append("freed")
+            real.llama_model_free(handle)
+
+    runtime.llama = Held()
+    tokens: list[list[int]] = []
+    reader = threading.Thread(target=lambda: tokens.append(runtime.tokenize("Hello there", add_special=False)))
+    reader.start()
+    assert entered.wait(30)
+    closer = threading.Thread(target=model.unload)
+    closer.start()
+    closer.join(1.0)  # unfixed, the model is freed by now
+    gate.set()
+    reader.join(30)
+    closer.join(30)
+    assert order == ["tokenized", "freed"]
+    assert tokens == [expected]
+    with pytest.raises(ServiceUnavailable):
+        runtime.tokenize("again", add_special=False)
