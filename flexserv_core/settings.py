@@ -524,8 +524,10 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
             data = tomllib.load(fh)
     except FileNotFoundError:
         raise UsageError(f"config file not found: {path}") from None
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"config file {path} is not valid TOML: {exc}") from None
+    except OSError as exc:  # a directory, no permission
+        raise UsageError(f"config file {path} cannot be read: {exc.strerror}") from None
     table = data.get("flexserv", data)
     return {str(k).replace("-", "_"): v for k, v in table.items()}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -74,6 +75,19 @@ def test_unknown_key_and_bad_toml(tmp_path: Path) -> None:
         resolve_settings(STRUCTS, cli={}, env={}, config_file=config)
     config.write_text("port = \n")
     with pytest.raises(UsageError, match="not valid TOML"):
+        resolve_settings(STRUCTS, cli={}, env={}, config_file=config)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda p: p.mkdir(), lambda p: p.write_bytes(b"\xff\xfeport = 1\n")],
+    ids=["a-directory", "not-utf-8"],
+)
+def test_a_config_file_that_cannot_be_read_is_a_usage_error(tmp_path: Path, make: Callable[[Path], object]) -> None:
+    # a directory or a file that is not UTF-8: one line naming the file, never a traceback
+    config = tmp_path / "flexserv.toml"
+    make(config)
+    with pytest.raises(UsageError, match=r"config file .*flexserv\.toml"):
         resolve_settings(STRUCTS, cli={}, env={}, config_file=config)
 
 
