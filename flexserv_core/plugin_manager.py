@@ -242,6 +242,7 @@ class FlexServPluginManager(pluggy.PluginManager):
             name = by_module.get(name, name)
             if name in eps:
                 self.mark_blocked(name, *_dist_of(eps[name]))
+        self._warn_unknown_blocks(selection, eps, by_module)
         wanted: list[str] = []
         if selection.explicit is not None:
             wanted.extend(selection.explicit)
@@ -258,6 +259,18 @@ class FlexServPluginManager(pluggy.PluginManager):
                 self._guard(strict, lambda n=name: self._load_module(n, n, installed=installed))
         if selection.explicit:
             self._warn_left_out(eps)
+
+    @staticmethod
+    def _warn_unknown_blocks(
+        selection: PluginSelection, eps: Mapping[str, EntryPoint], by_module: Mapping[str, str]
+    ) -> None:
+        """A typo in ``-p no:NAME`` would otherwise leave the plugin it meant loaded."""
+        known = {*ESSENTIAL_PLUGINS, *DEFAULT_PLUGINS, *eps, *by_module, *selection.enable}
+        for name in selection.block:
+            if name not in known:
+                log.warning(
+                    "-p no:%s blocks nothing: no plugin has that name (installed: %s)", name, ", ".join(sorted(eps))
+                )
 
     def _warn_left_out(self, installed: Mapping[str, EntryPoint]) -> None:
         left_out = [

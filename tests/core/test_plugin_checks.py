@@ -209,6 +209,21 @@ def test_unknown_plugin_name_says_it_is_not_installed_and_lists_what_is(install:
     assert "not from an installed distribution" not in text and "no:nosuchplugin" not in text
 
 
+def test_blocking_a_plugin_that_does_not_exist_warns_naming_it(
+    install: Install, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a typo in -p no:NAME would otherwise leave the plugin it meant loaded, silently
+    install("present", "@hookimpl\ndef flexserv_health(server):\n    return {}\n")
+    with caplog.at_level(logging.WARNING, logger="flexserv_core.plugin_manager"):
+        pm = create_plugin_manager(
+            ["no:presnet", "no:present", "no:playground"], env={"FLEXSERV_DISABLE_PLUGIN_AUTOLOAD": "1"}
+        )
+    assert pm.infos["present"].status is PluginStatus.BLOCKED
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "-p no:presnet" in warnings[0] and "present" in warnings[0].split("installed:")[1]
+
+
 def test_a_dotted_module_that_raises_on_import_is_a_load_error_not_missing(install: Install) -> None:
     module = install("raises", "import not_a_module_anywhere_xyz\n")
     with pytest.raises(PluginLoadError, match="No module named 'not_a_module_anywhere_xyz'"):
