@@ -90,8 +90,9 @@ def cmd_run(argv: Sequence[str]) -> int:
         raise UsageError("--ssl-keyfile and --ssl-certfile go together: give both, or neither")
 
     from flexserv_core.app import create_app
-    from flexserv_core.cli.serve import DrainingServer, uvicorn_config
+    from flexserv_core.cli.serve import DrainingServer, check_address, uvicorn_config
 
+    check_address(core.host, core.port)
     app = create_app(settings, pm)
     server = DrainingServer(uvicorn_config(app, core), app.state.flexserv)
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 from typing import Any, Final
@@ -9,6 +10,7 @@ from typing import Any, Final
 import uvicorn
 
 from flexserv_core.edge.connections import BoundedHttpProtocol, ConnectionLimits
+from flexserv_core.errors import UsageError
 from flexserv_core.server import FlexServer
 from flexserv_core.settings import CoreSettings
 from flexserv_core.shutdown import shutdown_notice
@@ -34,6 +36,34 @@ def uvicorn_config(app: Any, core: CoreSettings) -> uvicorn.Config:
         ssl_certfile=core.ssl_certfile,
         http=BoundedHttpProtocol.with_limits(ConnectionLimits.from_settings(core)),
     )
+
+
+#: What to do about the bind errors an operator meets.
+BIND_HINTS: Final = {
+    errno.EADDRINUSE: "another process is listening there; stop it or choose another --port",
+    errno.EADDRNOTAVAIL: "the address is not one of this machine's",
+    errno.EACCES: "ports below 1024 need privileges; choose another --port",
+}
+
+
+def check_address(host: str, port: int) -> None:
+    """Bind and release ``host:port`` as uvicorn will, so that a port in use or a bad
+    --host stops start-up in one line before plugins start and preloads begin."""
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise UsageError(f"--host {host}: cannot resolve it to an address ({exc.strerror})") from None
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio's create_server
+            try:
+                sock.bind(address)
+            except OSError as exc:
+                hint = BIND_HINTS.get(exc.errno or 0, "")
+                raise UsageError(
+                    f"cannot listen on {host}:{port} (--host, --port): {str(exc.strerror).lower()}"
+                    + (f" ({hint})" if hint else "")
+                ) from None
 
 
 def base_url(config: uvicorn.Config, server: uvicorn.Server) -> str:

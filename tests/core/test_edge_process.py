@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import ssl
 import subprocess
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 import trustme
 
 from flexserv_core.testing import flexserv_cmd, free_port, stop_process, wait_until, write_distribution
+from flexserv_core.testing.process import run_flexserv
 
 pytestmark = pytest.mark.slow  # starts flexserv as a process
 
@@ -115,3 +117,20 @@ def test_sigterm_cuts_a_running_stream_with_an_error_event_and_done(tmp_path: Pa
     finally:
         if proc.poll() is None:
             stop_process(proc)
+
+
+def test_an_address_that_cannot_be_bound_stops_start_up_before_plugins_start() -> None:
+    # not "listening on" and the start-up lines first, then uvicorn's bare errno
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = run_flexserv("run", "--port", str(port), env={"FLEXSERV_PLUGINS": ""})
+    assert busy.returncode == 2, busy.stderr
+    assert f"cannot listen on 127.0.0.1:{port} (--host, --port): address already in use" in busy.stderr
+    bad_host = run_flexserv("run", "--host", "nosuchhost.invalid", "--port", str(port), env={"FLEXSERV_PLUGINS": ""})
+    assert bad_host.returncode == 2, bad_host.stderr
+    assert "--host nosuchhost.invalid" in bad_host.stderr
+    for result in (busy, bad_host):
+        assert "listening on" not in result.stderr and "startup" not in result.stderr
+        assert "Traceback" not in result.stderr
