@@ -236,8 +236,12 @@ class ModelCatalog:
                 spec = self._specs.setdefault(spec.name, spec)
                 self._by_name.setdefault(spec.name, spec)
         if spec.kind != kind:
+            default = self.default(kind)
+            instead = f" (the default is '{default.name}')" if default else ""
+            article = "an" if spec.kind[:1] in "aeiou" else "a"
             raise InvalidRequest(
-                f"The model '{quote(model_id)}' is a {spec.kind} model and cannot serve this endpoint.",
+                f"The model '{quote(model_id)}' is {article} {spec.kind} model; this endpoint serves {kind} models"
+                f"{instead}. See GET /v1/models.",
                 param="model",
                 code="model_kind_mismatch",
             )

@@ -70,6 +70,11 @@ def test_kind_mismatch_is_a_clear_400() -> None:
     with pytest.raises(InvalidRequest) as exc:
         catalog().resolve("tiny-embed", ModelKind.TEXT)
     assert exc.value.param == "model" and exc.value.code == "model_kind_mismatch"
+    # what to send instead: the kind this route serves and its default model
+    assert exc.value.message == (
+        "The model 'tiny-embed' is an embedding model; this endpoint serves text models"
+        " (the default is 'tiny-chat'). See GET /v1/models."
+    )
 
 
 def test_hub_ids_need_the_flag() -> None:
