@@ -13,6 +13,7 @@ that disconnected: a stream's generator closed, or a plain request's
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Sequence
 from types import TracebackType
@@ -23,6 +24,8 @@ from flexserv_core.errors import ClientDisconnected
 if TYPE_CHECKING:
     from flexserv_core.api.text_generation import ChoiceJob
     from flexserv_core.metrics.core import ServerMetrics
+
+log = logging.getLogger(__name__)
 
 
 class TextRequestMetrics:
@@ -37,8 +40,11 @@ class TextRequestMetrics:
         self._model: str | None = None
         self._last_token: dict[int, float] = {}
         self._open: set[int] = set()
-        self._first_token = False
+        self._first_token: float | None = None
         self._started = False
+        self._prompt_tokens = 0
+        self._completion_tokens = 0
+        self._outcomes: list[str] = []
 
     def admitted(self, model_name: str) -> None:
         """The request holds its model: its queue time ends here."""
@@ -49,6 +55,7 @@ class TextRequestMetrics:
         """Generation begins for ``jobs``; ``prompt_tokens`` as the response's usage counts them."""
         assert self._model is not None, "admitted() comes first"
         self._started = True
+        self._prompt_tokens = prompt_tokens
         self._open = {job.index for job in jobs}
         m = self._metrics
         self._ttft = m.time_to_first_token.labels(self._model)
@@ -62,20 +69,22 @@ class TextRequestMetrics:
         """Choice ``index`` produced a token; ``counted``: it is in the usage (an
         end-of-sequence token is not, but still ends the wait for output)."""
         now = time.perf_counter()
-        if not self._first_token:
-            self._first_token = True
-            self._ttft.observe(now - self._arrival)
+        if self._first_token is None:
+            self._first_token = now - self._arrival
+            self._ttft.observe(self._first_token)
         last = self._last_token.get(index)
         if last is not None:
             self._itl.observe(now - last)
         self._last_token[index] = now
         if counted:
             self._generated.inc()
+            self._completion_tokens += 1
 
     def finished(self, index: int, reason: str) -> None:
         """Choice ``index`` ended normally with ``reason`` (``stop`` or ``length``)."""
         if index in self._open and self._model is not None:
             self._open.discard(index)
+            self._outcomes.append(reason)
             self._metrics.request_success.labels(self._model, reason).inc()
 
     async def __aenter__(self) -> TextRequestMetrics:
@@ -90,6 +99,21 @@ class TextRequestMetrics:
             exc_type, GeneratorExit | asyncio.CancelledError | ClientDisconnected
         )
         for _ in self._open:
-            self._metrics.request_success.labels(self._model, "abort" if aborted else "error").inc()
+            self._outcomes.append("abort" if aborted else "error")
+            self._metrics.request_success.labels(self._model, self._outcomes[-1]).inc()
         self._open.clear()
-        self._metrics.e2e_request_latency.labels(self._model).observe(time.perf_counter() - self._arrival)
+        seconds = time.perf_counter() - self._arrival
+        self._metrics.e2e_request_latency.labels(self._model).observe(seconds)
+        self._log(seconds)
+
+    def _log(self, seconds: float) -> None:
+        first = "no token" if self._first_token is None else f"first token {self._first_token:.2f} s"
+        log.info(
+            "text request done: model %s, %d prompt + %d completion tokens in %.2f s (%s), finish %s",
+            self._model,
+            self._prompt_tokens,
+            self._completion_tokens,
+            seconds,
+            first,
+            ", ".join(self._outcomes),
+        )

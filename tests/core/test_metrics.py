@@ -311,3 +311,22 @@ async def test_the_end_of_sequence_token_is_not_a_generated_token() -> None:
         samples = await scrape(client)
     assert value(samples, "flexserv:generation_tokens_total", model_name=MODEL) == 8
     assert value(samples, "flexserv:request_success_total", model_name=MODEL, finished_reason="stop") == 2
+
+
+async def test_each_text_request_logs_its_model_tokens_duration_and_outcome(caplog: pytest.LogCaptureFixture) -> None:
+    app = make_app([FakeBackendPlugin()])
+    async with app_client(app) as client:
+        with caplog.at_level(logging.INFO, logger="flexserv_core.metrics.text"):
+            r = await client.post("/v1/chat/completions", json={"messages": CHAT, "max_tokens": 4})
+            usage = r.json()["usage"]
+            stream = {"prompt": "hi", "max_tokens": 50, "stream": True}
+            async with client.stream("POST", "/v1/completions", json=stream) as s:
+                assert s.status_code == 200
+                async for _ in s.aiter_lines():
+                    pass
+    lines = [r.getMessage() for r in caplog.records if r.name == "flexserv_core.metrics.text"]
+    assert len(lines) == 2, lines
+    chat = lines[0]
+    assert chat.startswith(f"text request done: model {MODEL}, {usage['prompt_tokens']} prompt + 4 completion tokens")
+    assert "finish length" in chat and " s (first token " in chat
+    assert lines[1].startswith(f"text request done: model {MODEL}, ") and "+ 50 completion tokens" in lines[1]
