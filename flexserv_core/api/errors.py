@@ -60,7 +60,19 @@ def handle_flexserv_error(request: Request[Any, Any, Any], exc: FlexServError) -
     limit = max_error_chars(request)
     if exc.status_code >= 500:
         log.error("%s %s -> %d: %s", request.method, request.url.path, exc.status_code, cut(exc.message, limit))
+    else:
+        _log_client_error(request, exc.status_code, exc.code, exc.message)
     return _respond(exc.status_code, exc.to_dict(limit), exc.headers)
+
+
+#: A client error's reason in the log is cut shorter than its answer: it may quote the request.
+LOGGED_REASON_CHARS = 300
+
+
+def _log_client_error(request: Request[Any, Any, Any], status: int, code: str | None, message: str) -> None:
+    """The access log says only the status: the reason goes beside it (never a key: no message quotes one)."""
+    reason = cut(message, LOGGED_REASON_CHARS)
+    log.info("%s %s -> %d %s: %s", request.method, request.url.path, status, code or "error", reason)
 
 
 def handle_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, Any]]:
@@ -82,6 +94,8 @@ def handle_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -
     limit = max_error_chars(request)
     message = cut(message, limit)
     param = None if param is None else cut(str(param), limit)
+    if status < 500:
+        _log_client_error(request, status, code, message)
     return _respond(status, error_body(message, error_type=error_type, param=param, code=code), headers)
 
 

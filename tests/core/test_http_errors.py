@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 
@@ -70,3 +72,17 @@ async def test_dot_segments_are_resolved_before_routing(flexserv_client) -> None
     assert r.request.url.raw_path == b"/etc/passwd"
     error = assert_openai_error(r, 404)
     assert error["code"] == "not_found" and "GET /etc/passwd" in error["message"]
+
+
+async def test_a_client_error_is_logged_with_its_code_and_reason(flexserv_client, caplog) -> None:
+    # the access log says only "400": the operator needs the why, as a 5xx gets it
+    chat = {"model": "nope", "messages": [{"role": "user", "content": "hi"}]}
+    with caplog.at_level(logging.INFO, logger="flexserv_core.api.errors"):
+        assert_openai_error(await flexserv_client.post("/v1/chat/completions", json=chat), 404, "model_not_found")
+        assert_openai_error(await flexserv_client.get("/v1/flexserv/models/unload"), 405, "method_not_allowed")
+    lines = [r.getMessage() for r in caplog.records if r.name == "flexserv_core.api.errors"]
+    assert lines == [
+        "POST /v1/chat/completions -> 404 model_not_found: The model 'nope' does not exist or is not served here."
+        " See GET /v1/models.",
+        "GET /v1/flexserv/models/unload -> 405 method_not_allowed: Method GET is not allowed on /v1/flexserv/models/unload",
+    ]
