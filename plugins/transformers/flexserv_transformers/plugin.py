@@ -8,17 +8,22 @@ Importing it is cheap: torch and transformers load with the first model.
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import msgspec
 
-from flexserv_core import hookimpl
+from flexserv_core import ModelLoadError, default_cache_dir, hookimpl
 from flexserv_transformers.backend import TransformersBackend, embedded_spec
 from flexserv_transformers.engine_api import engine_settings_structs
+from flexserv_transformers.loading import MANIFEST, resolve_source
 from flexserv_transformers.settings import TransformersSettings, check_settings, engine_from_flag
 
 if TYPE_CHECKING:
     from flexserv_core import Backend, FlexServer, ModelSpec, Settings
+
+log = logging.getLogger(__name__)
 
 
 @hookimpl
@@ -42,6 +47,40 @@ def flexserv_startup(server: FlexServer) -> None:
         from flexserv_transformers import prewarm
 
         prewarm.start(prewarm.modules_for(ours))
+    for spec in server.catalog.specs():
+        if _loads(server, spec):
+            _say_first_load(spec, default_cache_dir(server.settings) / "gguf")
+
+
+def _loads(server: FlexServer, spec: ModelSpec) -> bool:
+    try:
+        return server.registry.backend_for(spec).name == TransformersBackend.name
+    except ModelLoadError:
+        return False
+
+
+def _say_first_load(spec: ModelSpec, gguf_cache: Path) -> None:
+    """What the first request will pay for beyond the load the load-times plugin times:
+    a GGUF's one-off conversion, or a source that cannot load at all (told now, not
+    at the first request)."""
+    try:
+        source = resolve_source(spec)  # only looks at the file system
+    except ModelLoadError as exc:
+        log.warning("%s Its requests will fail until the source is fixed.", exc)
+        return
+    if source.kind != "gguf":
+        return
+    gguf = Path(source.location)
+    if any((entry / MANIFEST).is_file() for entry in gguf_cache.glob(f"{gguf.stem}-*")):
+        return
+    log.info(
+        "model '%s': its first load converts %s (%d MB) into a checkpoint under %s"
+        " (once: later loads read the converted checkpoint)",
+        spec.name,
+        gguf.name,
+        gguf.stat().st_size // 2**20,
+        gguf_cache,
+    )
 
 
 @hookimpl

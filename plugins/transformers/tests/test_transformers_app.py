@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 from flexserv_transformers.backend import EMBEDDED_MODEL_NAME, TransformersBackend
@@ -128,3 +129,23 @@ async def test_tokenize_and_detokenize_with_the_embedded_model(smollm_spec, flex
         assert listed[EMBEDDED_MODEL_NAME]["max_model_len"] == model.limits.context_length
         r = await client.post("/detokenize", json={"tokens": [model.limits.vocab_size]})
         assert r.status_code == 400 and r.json()["error"]["param"] == "tokens[0]"
+
+
+async def test_start_up_says_what_each_first_load_will_cost_or_why_it_will_fail(tmp_path, caplog):
+    gguf = tmp_path / "tiny.Q4_0.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(3 * 1024 * 1024))
+    (tmp_path / "notmodel").mkdir()
+    models = [f"g={gguf}", f"missing={tmp_path / 'nosuch'}", f"dir={tmp_path / 'notmodel'}"]
+    app = make_app(["transformers"], settings={"cache_dir": str(tmp_path / "cache"), "model": models})
+    with caplog.at_level(logging.INFO, logger="flexserv_transformers.plugin"):
+        async with app_client(app):
+            pass
+    lines = {r.getMessage(): r.levelno for r in caplog.records if r.name == "flexserv_transformers.plugin"}
+    converts = (
+        f"model 'g': its first load converts tiny.Q4_0.gguf (3 MB) into a checkpoint under {tmp_path / 'cache' / 'gguf'}"
+        " (once: later loads read the converted checkpoint)"
+    )
+    assert lines.get(converts) == logging.INFO, lines
+    missing = [m for m, level in lines.items() if "'missing'" in m and level == logging.WARNING]
+    assert missing and "does not exist" in missing[0] and "Its requests will fail" in missing[0]
+    assert any("'dir'" in m and "no config.json" in m for m in lines)
