@@ -311,7 +311,8 @@ def convert_gguf(gguf: Path, out_dir: Path, progress: ProgressCallback) -> None:
     progress(f"converting {name}: reading the tokenizer", 0.0)
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name)
-        progress(f"converting {name}: dequantising the weights (15-20 s)", 0.2)
+        size = gguf.stat().st_size // 2**20
+        progress(f"converting {name}: dequantising {size} MB of weights (most of the conversion's time)", 0.2)
         loaded = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32)
     except Exception as exc:
         raise ModelLoadError(f"{str(gguf)!r} could not be read as a GGUF model: {type(exc).__name__}: {exc}") from exc

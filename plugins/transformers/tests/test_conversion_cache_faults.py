@@ -201,3 +201,21 @@ def test_a_conversion_killed_half_way_leaves_nothing_a_load_would_use(
     assert len(leftovers(cache)) == 1  # its temporary directory, removed once it is an hour old
     assert convert(gguf, cache) == target and converter.calls == 1
     assert verify_checkpoint(target) is None and (target / "model.safetensors").read_bytes() == WEIGHTS
+
+
+def test_conversion_progress_gives_the_files_size_not_one_models_timing(tmp_path: Path, monkeypatch) -> None:
+    # "15-20 s" is SmolLM2-135M's; a several-GB GGUF takes minutes
+    import transformers
+
+    gguf = tmp_path / "big.gguf"
+    gguf.write_bytes(WEIGHTS * 3)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: object())
+
+    def stop(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", stop)
+    said: list[str] = []
+    with pytest.raises(ModelLoadError):
+        loading.convert_gguf(gguf, tmp_path / "out", lambda message, fraction: said.append(message))
+    assert said[-1] == "converting big.gguf: dequantising 3 MB of weights (most of the conversion's time)"
