@@ -8,6 +8,7 @@ every plugin's settings, which therefore appear in ``flexserv run --help``.
 from __future__ import annotations
 
 import argparse
+import difflib
 import itertools
 import json
 import logging
@@ -16,7 +17,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from flexserv_core import __version__, hooks
 from flexserv_core.commands import CORE_COMMANDS, CommandContext
@@ -75,10 +76,29 @@ def settings_groups(pm: FlexServPluginManager) -> tuple[list[type[Any]], dict[ty
     return structs, titles
 
 
+class RunParser(argparse.ArgumentParser):
+    """Its errors are the mistake and where help is: the usage of every plugin's
+    setting, which argparse prints first, would bury them."""
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}{self._suggestion(extras)}")
+        return parsed
+
+    def _suggestion(self, extras: Sequence[str]) -> str:
+        flags = [x.split("=", 1)[0] for x in extras if x.startswith("--")]
+        close = difflib.get_close_matches(flags[0], list(self._option_string_actions), n=1) if flags else []
+        return f" (did you mean {close[0]}?)" if close else ""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n{self.prog} --help lists every setting.\n")
+
+
 def cmd_run(argv: Sequence[str]) -> int:
     selection, _ = _selection_parser().parse_known_args(argv)
     pm = create_plugin_manager(selection.plugins)
-    parser = argparse.ArgumentParser(
+    parser = RunParser(
         prog="flexserv run", parents=[_selection_parser()], description="Serve models over an OpenAI-compatible API."
     )
     add_arguments(parser, *settings_groups(pm))

@@ -79,3 +79,15 @@ def test_an_alias_flag_sets_the_prefixed_setting(tmp_path) -> None:
     }
     summary = resolve_settings(list(dict.fromkeys(settings_groups(pm)[0])), cli=args, env={}).summary()
     assert (summary["transformers_dtype"], summary["transformers_device"]) == ("float32", "cpu")
+
+
+def test_a_mistyped_flag_is_one_short_error_suggesting_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    # not the usage of every plugin's setting (hundreds of lines) with the error below it
+    with pytest.raises(SystemExit) as info:
+        main(["run", "--prot", "18000", "-p", "no:playground"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "flexserv run: error: unrecognized arguments: --prot 18000 (did you mean --port?)",
+        "flexserv run --help lists every setting.",
+    ]
