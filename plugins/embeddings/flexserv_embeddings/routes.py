@@ -10,7 +10,9 @@ removes the route (404).
 from __future__ import annotations
 
 import base64
+import logging
 import math
+import time
 from typing import Any
 
 import numpy as np
@@ -29,6 +31,8 @@ from flexserv_embeddings.model import EmbeddingLimits, EmbeddingModel
 from flexserv_embeddings.schemas import EmbeddingInput, EmbeddingRequest, EmbeddingResponse, EmbeddingSettings
 
 ENDPOINT = "/v1/embeddings"
+
+log = logging.getLogger(__name__)
 
 
 def normalise_input(value: EmbeddingInput, *, max_inputs: int) -> list[str] | list[list[int]]:
@@ -108,6 +112,7 @@ def _shape_vector(vector: list[float], dimensions: int | None, encoding: str) ->
     opt={"body": EmbeddingRequest, "response": EmbeddingResponse, "scope": "inference"},
 )
 async def create_embeddings(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    started = time.perf_counter()
     server: FlexServer = request.app.state.flexserv
     limits = server.settings.get(EmbeddingSettings)
     body = await parse_body(request, EmbeddingRequest, open_request_context(request, ENDPOINT))
@@ -127,6 +132,13 @@ async def create_embeddings(request: Request[Any, Any, Any]) -> dict[str, Any]:
     counters = embedding_counters(server.settings)
     counters.inputs.labels(name).inc(len(inputs))
     counters.tokens.labels(name).inc(result.prompt_tokens)
+    log.info(
+        "embeddings done: model %s, %d input(s), %d tokens in %.2f s",
+        name,
+        len(inputs),
+        result.prompt_tokens,
+        time.perf_counter() - started,
+    )
     data = [
         {"object": "embedding", "index": i, "embedding": _shape_vector(v, body.dimensions, body.encoding_format)}
         for i, v in enumerate(result.vectors)

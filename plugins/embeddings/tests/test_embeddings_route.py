@@ -4,6 +4,7 @@ here: response shape, base64 layout, ``dimensions`` and model-kind checks."""
 from __future__ import annotations
 
 import base64
+import logging
 from typing import Any
 
 import numpy as np
@@ -80,6 +81,16 @@ async def test_shape_usage_and_float_values(flexserv_client: Any) -> None:
     assert body["usage"] == {"prompt_tokens": 6, "total_tokens": 6}
     assert [d["index"] for d in body["data"]] == [0, 1] and all(d["object"] == "embedding" for d in body["data"])
     np.testing.assert_allclose(body["data"][1]["embedding"], expected("abcd"), rtol=1e-6)
+
+
+async def test_each_request_logs_its_model_inputs_tokens_and_duration(
+    flexserv_client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="flexserv_embeddings.routes"):
+        r = await flexserv_client.post("/v1/embeddings", json={"input": ["ab", "abcd"], "model": "counting"})
+    assert r.status_code == 200, r.text
+    lines = [r.getMessage() for r in caplog.records if r.name == "flexserv_embeddings.routes"]
+    assert len(lines) == 1 and lines[0].startswith("embeddings done: model counting, 2 input(s), 6 tokens in "), lines
 
 
 async def test_base64_is_little_endian_float32(flexserv_client: Any) -> None:
