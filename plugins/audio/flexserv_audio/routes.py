@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any, Final, TypeVar
 
 import msgspec
@@ -206,11 +207,19 @@ def _check_transcription(params: TranscriptionRequest) -> None:
         )
 
 
+def _served(server: FlexServer, model: str, task: str, audio: AudioRequest, started: float) -> None:
+    """Counted on /metrics, and one log line: the access log says only the status."""
+    audio_seconds(server.settings).labels(model).inc(audio.seconds)
+    took = time.perf_counter() - started
+    log.info("%s done: model %s, %.1f s of audio in %.2f s", task, model, audio.seconds, took)
+
+
 async def create_transcription(request: Request[Any, Any, Any]) -> Response[Any]:
+    started = time.perf_counter()
     server, params, (data, filename) = await _read_upload(request, TranscriptionRequest, ENDPOINT)
     _check_transcription(params)
     if params.stream:
-        return await sse_response(_stream(server, params, data, filename), server)
+        return await sse_response(_stream(server, params, data, filename, started), server)
     granularities = set(params.timestamp_granularities)
     async with server.registry.acquire(params.model, TranscriptionModel) as lease:
         decoded = await _decoded_audio(server, lease.model, data, filename)
@@ -223,13 +232,15 @@ async def create_transcription(request: Request[Any, Any, Any]) -> Response[Any]
         )
     if not result.duration:
         result.duration = decoded.seconds
-    audio_seconds(server.settings).labels(lease.spec.name).inc(decoded.seconds)
+    _served(server, lease.spec.name, "transcription", decoded, started)
     segments = not granularities or "segment" in granularities
     content, media_type = render(result, params.response_format, segments=segments)
     return Response(content=content, media_type=media_type, status_code=200)
 
 
-async def _stream(server: FlexServer, params: TranscriptionRequest, data: bytes, filename: str | None) -> SSEGenerator:
+async def _stream(
+    server: FlexServer, params: TranscriptionRequest, data: bytes, filename: str | None, started: float
+) -> SSEGenerator:
     """OpenAI's ``transcript.text.delta`` events, one per decoded segment, then
     ``transcript.text.done``; the deltas join to the done event's text, which is
     the text a non-streamed request gets."""
@@ -254,7 +265,7 @@ async def _stream(server: FlexServer, params: TranscriptionRequest, data: bytes,
         finally:
             if close is not None:
                 await close()
-        audio_seconds(server.settings).labels(lease.spec.name).inc(decoded.seconds)
+        _served(server, lease.spec.name, "transcription", decoded, started)
         yield sse_event(msgspec.json.encode({"type": "transcript.text.done", "text": joiner.text}))
         yield SSE_DONE
 
@@ -282,6 +293,7 @@ class DeltaJoiner:
 
 
 async def create_translation(request: Request[Any, Any, Any]) -> Response[Any]:
+    started = time.perf_counter()
     server, params, (data, filename) = await _read_upload(request, TranslationRequest, TRANSLATIONS)
     async with server.registry.acquire(params.model, TranscriptionModel) as lease:
         if not lease.model.can_translate:
@@ -300,7 +312,7 @@ async def create_translation(request: Request[Any, Any, Any]) -> Response[Any]:
         )
     if not result.duration:
         result.duration = decoded.seconds
-    audio_seconds(server.settings).labels(lease.spec.name).inc(decoded.seconds)
+    _served(server, lease.spec.name, "translation", decoded, started)
     content, media_type = render(result, params.response_format, task="translate")
     return Response(content=content, media_type=media_type, status_code=200)
 

@@ -5,6 +5,7 @@ list are still served. A tiny fake transcription model stands in for Whisper."""
 from __future__ import annotations
 
 import gc
+import logging
 import warnings
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,20 @@ async def test_with_the_plugin_the_routes_serve_and_count_the_audio(path: str, t
         assert r.text == f"3.7 s {task}"
         metrics = (await client.get("/metrics")).text
         assert 'flexserv:transcription_audio_seconds_total{model_name="echo"} 3.7' in metrics
+
+
+async def test_each_audio_request_logs_its_model_audio_and_duration(caplog: pytest.LogCaptureFixture) -> None:
+    async with app_client(make_app([FakeBackends(), "audio"])) as client:
+        with caplog.at_level(logging.INFO, logger="flexserv_audio.routes"):
+            for path, stream in ((ROUTES[0], "false"), (ROUTES[0], "true"), (ROUTES[1], "false")):
+                r = await client.post(path, files=upload(), data={"model": "echo", "stream": stream})
+                assert r.status_code == 200, r.text
+    lines = [r.getMessage() for r in caplog.records if r.name == "flexserv_audio.routes"]
+    assert [line.split(" in ")[0] for line in lines] == [
+        "transcription done: model echo, 3.7 s of audio",
+        "transcription done: model echo, 3.7 s of audio",
+        "translation done: model echo, 3.7 s of audio",
+    ], lines
 
 
 #: A value of each unsupported transcription parameter that a real client would send.
