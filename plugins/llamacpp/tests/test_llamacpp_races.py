@@ -112,20 +112,18 @@ async def test_a_stream_abandoned_while_its_first_constraint_compiles_keeps_the_
     request, and an unload then freed llama.cpp under that thread: the process aborted.
     The compile is held at its start until the client has gone and the unload was
     asked for, so the race is the same on every machine."""
-    from flexserv_constraints.compiler import LLGuidanceCompiler
-
-    entered, gate = threading.Event(), threading.Event()
-    compile_ = LLGuidanceCompiler.compile
-
-    def held(self: LLGuidanceCompiler, constraint: Any, vocabulary: Any) -> Any:
-        entered.set()
-        gate.wait(30)
-        return compile_(self, constraint, vocabulary)
-
-    monkeypatch.setattr(LLGuidanceCompiler, "compile", held)
     loads = Loads()
     served, app = serve(smollm_gguf, loads)
     registry = app.state.flexserv.registry
+    entered, gate = threading.Event(), threading.Event()
+    compile_ = app.state.flexserv.constraints.compile
+
+    def held(constraint: Any, vocabulary: Any) -> Any:
+        entered.set()
+        gate.wait(30)
+        return compile_(constraint, vocabulary)
+
+    monkeypatch.setattr(app.state.flexserv.constraints, "compile", held)
     constrained = {
         **body(True),
         "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}},
