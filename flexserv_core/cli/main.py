@@ -33,7 +33,7 @@ EXIT_PLUGIN = 3
 
 
 def _selection_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(add_help=False)
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     parser.add_argument(
         "-p",
         dest="plugins",
@@ -98,8 +98,12 @@ class RunParser(argparse.ArgumentParser):
 def cmd_run(argv: Sequence[str]) -> int:
     selection, _ = _selection_parser().parse_known_args(argv)
     pm = create_plugin_manager(selection.plugins)
+    # no abbreviated flags: one that works today would change meaning when a plugin adds a longer flag
     parser = RunParser(
-        prog="flexserv run", parents=[_selection_parser()], description="Serve models over an OpenAI-compatible API."
+        prog="flexserv run",
+        parents=[_selection_parser()],
+        description="Serve models over an OpenAI-compatible API.",
+        allow_abbrev=False,
     )
     add_arguments(parser, *settings_groups(pm))
     args = parser.parse_args(argv)

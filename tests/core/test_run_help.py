@@ -91,3 +91,12 @@ def test_a_mistyped_flag_is_one_short_error_suggesting_the_flag(capsys: pytest.C
         "flexserv run: error: unrecognized arguments: --prot 18000 (did you mean --port?)",
         "flexserv run --help lists every setting.",
     ]
+
+
+def test_an_abbreviated_flag_is_refused_not_read_as_the_setting_it_begins(capsys: pytest.CaptureFixture[str]) -> None:
+    # accepted, "--model-time 5" would change meaning as soon as a plugin added "--model-time-..."
+    with pytest.raises(SystemExit) as info:
+        # (the bad port stops an unfixed parser at once, instead of serving)
+        main(["run", "--model-time", "5", "--port", "-1", "-p", "no:playground"])
+    assert info.value.code == 2
+    assert "unrecognized arguments: --model-time 5 (did you mean --model-timeout?)" in capsys.readouterr().err
