@@ -18,6 +18,7 @@ warning.
 from __future__ import annotations
 
 import argparse
+import difflib
 import functools
 import logging
 import os
@@ -569,6 +570,8 @@ def resolve_settings(
     if ignored:
         listed = ", ".join(f"{key} ({where})" for key, where in ignored)
         log.warning("ignoring settings of blocked plugin(s) %s: %s", ", ".join(sorted(set(blocked))), listed)
+    for var, meant in _misspelt_env({k: v for k, v in env.items() if (k, "environment") not in ignored}, fields):
+        log.warning("ignoring environment variable %s: no setting has that name (did you mean %s?)", var, meant)
 
     values: dict[type[msgspec.Struct], msgspec.Struct] = {}
     origins: dict[str, str] = {}
@@ -593,6 +596,16 @@ def resolve_settings(
         except msgspec.ValidationError as exc:
             raise UsageError(_explain(exc, fields, origins, given_as)) from None
     return Settings(values, fields, origins, models, ignored=ignored)
+
+
+def _misspelt_env(env: Mapping[str, str], fields: Iterable[SettingField]) -> list[tuple[str, str]]:
+    """``FLEXSERV_`` variables that name no setting but nearly name one, with that one's
+    variable. Only near misses: other ``FLEXSERV_`` variables (``FLEXSERV_PLUGINS``, a
+    plugin's own) are not settings and are left alone."""
+    names = [var for f in fields for var in f.env_vars]
+    unknown = sorted(var for var in env if var.startswith(ENV_PREFIX) and var not in names)
+    near = ((var, difflib.get_close_matches(var, names, n=1, cutoff=0.9)) for var in unknown)
+    return [(var, close[0]) for var, close in near if close]
 
 
 def _blocked_settings(

@@ -96,3 +96,16 @@ def test_summary_masks_secrets() -> None:
     summary = s.summary()
     assert summary["demo_secret"] == "***" and summary["api_key"] == "***"
     assert "hunter2" not in str(summary) and "sk-123" not in str(summary)
+
+
+def test_a_misspelt_environment_variable_is_named_with_the_one_meant(caplog: pytest.LogCaptureFixture) -> None:
+    env = {"FLEXSERV_MODLE_TIMEOUT": "600", "FLEXSERV_PLUGINS": "a,b", "FLEXSERV_TEST_CHROMIUM": "1", "HOME": "/"}
+    with caplog.at_level("WARNING", logger="flexserv_core.settings"):
+        settings = resolve_settings([CoreSettings], cli={}, env=env)
+    assert settings.core.model_timeout == CoreSettings().model_timeout  # ignored, as before
+    warned = [r.getMessage() for r in caplog.records]
+    # near misses only: variables that are not settings (the plugin list, a test's switch) say nothing
+    assert warned == [
+        "ignoring environment variable FLEXSERV_MODLE_TIMEOUT: no setting has that name"
+        " (did you mean FLEXSERV_MODEL_TIMEOUT?)"
+    ]
