@@ -45,11 +45,13 @@ class TextRequestMetrics:
         self._prompt_tokens = 0
         self._completion_tokens = 0
         self._outcomes: list[str] = []
+        self._queued = 0.0
 
     def admitted(self, model_name: str) -> None:
-        """The request holds its model: its queue time ends here."""
+        """The request holds its model: its queue time ends here (observed by :meth:`start`,
+        as a request its plan refuses is not a served one)."""
         self._model = model_name
-        self._metrics.request_queue_time.labels(model_name).observe(time.perf_counter() - self._arrival)
+        self._queued = time.perf_counter() - self._arrival
 
     def start(self, prompt_tokens: int, jobs: Sequence[ChoiceJob]) -> None:
         """Generation begins for ``jobs``; ``prompt_tokens`` as the response's usage counts them."""
@@ -61,6 +63,7 @@ class TextRequestMetrics:
         self._ttft = m.time_to_first_token.labels(self._model)
         self._itl = m.inter_token_latency.labels(self._model)
         self._generated = m.generation_tokens.labels(self._model)
+        m.request_queue_time.labels(self._model).observe(self._queued)
         m.prompt_tokens.labels(self._model).inc(prompt_tokens)
         for job in jobs:
             job.on_token, job.on_finish = self.token, self.finished

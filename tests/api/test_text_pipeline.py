@@ -110,7 +110,8 @@ def plugin(token_delay: float = 0.0) -> FakeBackendPlugin:
 
 
 def served(fake: FakeBackendPlugin, metrics: httpx.Response) -> dict[str, float]:
-    """This server's text counters: requests finished (by reason) and prompt tokens."""
+    """This server's text counters: requests finished (by reason), prompt tokens and
+    queue times observed."""
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(metrics.text):
         for sample in family.samples:
@@ -119,6 +120,8 @@ def served(fake: FakeBackendPlugin, metrics: httpx.Response) -> dict[str, float]
                 out[key] = out.get(key, 0) + sample.value
             elif sample.name == "flexserv:prompt_tokens_total":
                 out["prompt_tokens"] = out.get("prompt_tokens", 0) + sample.value
+            elif sample.name == "flexserv:request_queue_time_seconds_count":
+                out["queued"] = out.get("queued", 0) + sample.value
     assert "prompt_tokens" in out, "the counters were renamed: this suite would compare nothing"
     return {k: v for k, v in out.items() if v}
 
