@@ -219,7 +219,7 @@ async def create_transcription(request: Request[Any, Any, Any]) -> Response[Any]
     server, params, (data, filename) = await _read_upload(request, TranscriptionRequest, ENDPOINT)
     _check_transcription(params)
     if params.stream:
-        return await sse_response(_stream(server, params, data, filename, started), server)
+        return await sse_response(_stream(server, params, data, filename, started), server, request)
     granularities = set(params.timestamp_granularities)
     async with server.registry.acquire(params.model, TranscriptionModel) as lease:
         decoded = await _decoded_audio(server, lease.model, data, filename)
