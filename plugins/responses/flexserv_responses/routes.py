@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -37,6 +37,7 @@ from flexserv_responses.request import (
 from flexserv_responses.schemas import (
     DeletedResponse,
     InputItemList,
+    OutputItem,
     ResponseError,
     ResponsesRequest,
     StreamEvent,
@@ -132,10 +133,8 @@ async def _events(session: TextSession, plan: ResponsePlan, store: ResponseStore
                 if event.finish_reason is not None:
                     finish, completion_tokens = event.finish_reason, event.completion_tokens
     except Exception as exc:
-        message, code = _failure(exc)
-        yield write.error(message, code, exc.param if isinstance(exc, FlexServError) else None)
-        failed = snapshot("failed", output=streamer.items, error=ResponseError(code=code, message=message))
-        yield write.lifecycle("response.failed", failed)
+        for chunk in _failed(write, exc, snapshot, streamer.items):
+            yield chunk
         return
     status = status_of(finish)
     for chunk in streamer.finish(status):
@@ -143,8 +142,25 @@ async def _events(session: TextSession, plan: ResponsePlan, store: ResponseStore
     final = snapshot(
         status, output=streamer.items, usage=usage(model, text.prompt_tokens, completion_tokens, streamer.items)
     )
-    await _store(store, plan, final)
+    try:
+        await _store(store, plan, final)
+    except Exception as exc:  # the stream has started: a store that refuses it fails the response, as without stream
+        for chunk in _failed(write, exc, snapshot, streamer.items):
+            yield chunk
+        return
     yield write.lifecycle("response.completed" if status == "completed" else "response.incomplete", final)
+
+
+def _failed(
+    write: EventWriter, exc: BaseException, snapshot: Callable[..., ResponseObject], output: list[OutputItem]
+) -> list[bytes]:
+    """A stream's last events after ``exc``: ``error``, then ``response.failed``."""
+    message, code = _failure(exc)
+    failed = snapshot("failed", output=output, error=ResponseError(code=code, message=message))
+    return [
+        write.error(message, code, exc.param if isinstance(exc, FlexServError) else None),
+        write.lifecycle("response.failed", failed),
+    ]
 
 
 def _failure(exc: BaseException) -> tuple[str, str]:

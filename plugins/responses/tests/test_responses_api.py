@@ -438,3 +438,30 @@ class TestStoreLimitsFromSettings:
         with pytest.raises(openai.NotFoundError):
             await flexserv_openai.responses.retrieve(ids[0])
         assert [(await flexserv_openai.responses.retrieve(i)).id for i in ids[1:]] == ids[1:]
+
+
+class TestAResponseTheStoreRefuses:
+    """The store keeps at most 1 KiB: a longer response is generated, then refused."""
+
+    @pytest.fixture
+    def flexserv_settings(self) -> dict[str, Any]:
+        return {"responses_store_max_bytes": 1024}
+
+    async def test_a_stream_ends_with_error_then_failed(self, flexserv_openai: Any) -> None:
+        stream = await flexserv_openai.responses.create(
+            model="fake-model", input="hi", max_output_tokens=1200, stream=True
+        )
+        events = [event async for event in stream]
+        types = [e.type for e in events]
+        assert types[-3:] == ["response.output_item.done", "error", "response.failed"], types[-4:]
+        assert events[-2].code == "payload_too_large"
+        failed = events[-1].response
+        assert failed.status == "failed" and failed.error.code == "payload_too_large"
+        assert failed.output_text == events[-3].item.content[0].text  # the output it generated
+        assert [e.sequence_number for e in events] == list(range(len(events)))
+        with pytest.raises(openai.NotFoundError):
+            await flexserv_openai.responses.retrieve(failed.id)
+        # without stream, the same response is the same error
+        with pytest.raises(openai.APIStatusError) as refused:
+            await flexserv_openai.responses.create(model="fake-model", input="hi", max_output_tokens=1200)
+        assert refused.value.code == "payload_too_large"
