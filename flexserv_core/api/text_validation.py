@@ -333,6 +333,10 @@ def check_token_ids(limits: TextLimits, ids: list[Any], param: str) -> list[int]
     return list(ids)
 
 
+def _take(param: str) -> str:
+    return "take" if param == "messages" else "takes"  # the messages take, the prompt (prompt[i]) takes
+
+
 def check_prompt(limits: TextLimits, prompt_len: int, param: str) -> None:
     """The prompt has at least one token and leaves room for one more."""
     if prompt_len < 1:
@@ -340,7 +344,7 @@ def check_prompt(limits: TextLimits, prompt_len: int, param: str) -> None:
     limit = limits.context_length
     if prompt_len >= limit:
         raise ContextLengthExceeded(
-            f"This model's maximum context length is {limit} tokens, and the {param} alone take {prompt_len} tokens. "
+            f"This model's maximum context length is {limit} tokens, and the {param} alone {_take(param)} {prompt_len} tokens. "
             f"Please reduce the length of the {param}.",
             param=param,
         )
@@ -371,7 +375,7 @@ def check_prompt_text(limits: TextLimits, text: str, param: str) -> None:
     if size > (limit - 1) * per_token:
         at_least = -(-size // per_token)
         raise ContextLengthExceeded(
-            f"This model's maximum context length is {limit} tokens, and the {param} alone take at least "
+            f"This model's maximum context length is {limit} tokens, and the {param} alone {_take(param)} at least "
             f"{at_least} tokens. Please reduce the length of the {param}.",
             param=param,
         )

@@ -47,7 +47,7 @@ def nothing_generated(fake: FakeBackendPlugin) -> bool:
             "context_length_exceeded",
             "However, you requested",
         ),
-        (COMPLETIONS, {"prompt": "x" * 64}, "prompt", "context_length_exceeded", "alone take 64 tokens"),
+        (COMPLETIONS, {"prompt": "x" * 64}, "prompt", "context_length_exceeded", "the prompt alone takes 64 tokens"),
         (COMPLETIONS, {"prompt": "x" * 50, "max_tokens": 15}, "prompt", "context_length_exceeded", "65 tokens"),
         (COMPLETIONS, {"prompt": ["ok", "x" * 64]}, "prompt[1]", "context_length_exceeded", "prompt[1]"),
         (COMPLETIONS, {"prompt": ""}, "prompt", "invalid_value", "empty"),
