@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from flexserv_state import CollectionLimits, Record, RecordPage, StateBackend, plan_eviction
 
 from flexserv_core import StateUnavailable
-from flexserv_state_sqlite.blobfiles import ORPHAN_GRACE, BlobFiles
+from flexserv_state_sqlite.blobfiles import ORPHAN_GRACE, BlobFiles, DiskError
 from flexserv_state_sqlite.schema import migrate
 
 log = logging.getLogger(__name__)
@@ -138,7 +138,10 @@ class SqliteBackend(StateBackend):
     ) -> Record:
         blob_name = None
         if blob is not None:
-            blob_name, size = await self.blobs.write(blob)
+            try:
+                blob_name, size = await self.blobs.write(blob)
+            except DiskError as exc:  # a full disk, a read-only directory: the partial file is gone
+                raise StateUnavailable(f"State store {self.url} cannot write a blob: {exc}.") from exc
             record = dataclasses.replace(record, blob_size=size)
         size = len(payload_json) + (record.blob_size or 0)
         name = blob_name
@@ -281,6 +284,8 @@ class SqliteBackend(StateBackend):
             handle = await asyncio.to_thread(open, self.blobs.path(row[0]), "rb")
         except FileNotFoundError:  # deleted between the select and the open
             raise KeyError(record_id) from None
+        except OSError as exc:
+            raise StateUnavailable(f"State store {self.url} cannot read a blob: {exc}.") from exc
         try:
             while chunk := await asyncio.to_thread(handle.read, chunk_size):
                 yield chunk
