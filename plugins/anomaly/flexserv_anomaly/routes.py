@@ -423,9 +423,12 @@ async def detect(request: Request[Any, Any, Any]) -> dict[str, Any]:
     }
 
 
-async def _require_stored(service: AnomalyService, name: str, owner: str | None) -> None:
-    if not await service.store.exists(name, owner=owner):
+async def _require_stored(service: AnomalyService, name: str, owner: str | None) -> str:
+    """The stored model's checksum; a 404 when it is not stored."""
+    record = await service.store.record(name, owner=owner)
+    if record is None:
         raise ModelNotFound(f"No anomaly model '{name}' is stored; fit it first (POST {PREFIX}/fit).", param="model")
+    return str(record.payload.get("checksum"))
 
 
 @asynccontextmanager
@@ -434,7 +437,11 @@ async def _stored_model(
 ) -> AsyncIterator[AnomalyModel]:
     """The stored model ``name``, loaded on first use and leased while it is used: a
     404 when it is not stored, also when a delete wins the race with its load."""
-    await _require_stored(service, name, owner)
+    checksum = await _require_stored(service, name, owner)
+    loaded = server.registry.model_if_loaded(registry_name(name, owner))
+    if isinstance(loaded, AnomalyModel) and loaded.checksum != checksum:
+        # refitted through another server on the same store (a replica): this copy is stale
+        await server.registry.unload(registry_name(name, owner))
     async with AsyncExitStack() as stack:
         try:
             lease = await stack.enter_async_context(server.registry.acquire(registry_name(name, owner), AnomalyModel))
