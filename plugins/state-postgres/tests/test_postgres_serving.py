@@ -51,6 +51,11 @@ async def test_an_outage_gives_503_only_where_the_store_is_needed(own_server: Po
         )
         assert chat.status_code == 200
         assert (await client.get("/health")).status_code == 200
+        health = await client.get("/v1/flexserv/health")
+        assert health.status_code == 200  # ready still: the routes without state serve
+        assert health.json()["state"]["status"] == "unavailable", health.text
+        assert "postgresql://flexserv:***@" in health.json()["state"]["error"]
+        assert own_server.password not in health.text
         own_server.start()
 
         async def served_again() -> bool:
@@ -59,6 +64,7 @@ async def test_an_outage_gives_503_only_where_the_store_is_needed(own_server: Po
 
         # the pool replaces its broken connections by itself: no restart of the app
         await wait_until_async(served_again, timeout=60, message="the stored response to be served again")
+        assert (await client.get("/v1/flexserv/health")).json()["state"]["status"] == "ok"
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ after they stop). Other plugins reach it with :func:`flexserv_state.store_of`.""
 from __future__ import annotations
 
 import logging
+from typing import Any
 from weakref import WeakKeyDictionary
 
 import msgspec
@@ -130,3 +131,11 @@ async def flexserv_shutdown(server: FlexServer) -> None:
     if store is not None:
         del server.state[STORE_KEY]
         await store.close()
+
+
+@hookimpl
+def flexserv_health(server: FlexServer) -> dict[str, Any] | None:
+    from flexserv_state import STORE_KEY
+
+    store = server.state.get(STORE_KEY)
+    return None if store is None else {"state": store.health()}

@@ -9,16 +9,18 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
-from typing import Any
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 import msgspec
 
+from flexserv_core import StateUnavailable
 from flexserv_state.backend import StateBackend
 from flexserv_state.blobs import bounded
 from flexserv_state.records import CollectionLimits, Order, Record, RecordPage
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 #: Seconds between two sweeps of expired records.
@@ -78,20 +80,23 @@ class Collection:
             if limit is None:
                 raise ValueError("a blob needs a bound: pass max_blob_bytes or set the collection's max_bytes")
             chunks = bounded(blob, limit)
-        return await self.store.backend.put(record, encoded, self.limits, now=now, blob=chunks, replace=replace)
+        return await self.store.watched(
+            self.store.backend.put(record, encoded, self.limits, now=now, blob=chunks, replace=replace)
+        )
 
     async def get(self, record_id: str, *, owner: str | None, any_owner: bool = False) -> Record | None:
         """The owner's live record of that id, or ``None``. With ``any_owner`` (a
         request of an operations key: :func:`~flexserv_core.request_reads_any_owner`),
         the live record whoever owns it; ``record.owner`` names its owner, for
         :meth:`delete`."""
+        backend, now = self.store.backend, self.store.clock()
         if any_owner:
-            return await self.store.backend.get_any_owner(self.name, record_id, now=self.store.clock())
-        return await self.store.backend.get(self.name, record_id, owner, now=self.store.clock())
+            return await self.store.watched(backend.get_any_owner(self.name, record_id, now=now))
+        return await self.store.watched(backend.get(self.name, record_id, owner, now=now))
 
     async def delete(self, record_id: str, *, owner: str | None) -> bool:
         """Delete the owner's record and its blob; ``False`` when it had none."""
-        return await self.store.backend.delete(self.name, record_id, owner)
+        return await self.store.watched(self.store.backend.delete(self.name, record_id, owner))
 
     async def list(
         self, *, owner: str | None, limit: int = 20, after: str | None = None, order: Order = "desc"
@@ -100,8 +105,8 @@ class Collection:
         continuing after the record ``after``."""
         if limit < 1:
             raise ValueError("limit must be at least 1")
-        return await self.store.backend.list(
-            self.name, owner, now=self.store.clock(), limit=limit, after=after, order=order
+        return await self.store.watched(
+            self.store.backend.list(self.name, owner, now=self.store.clock(), limit=limit, after=after, order=order)
         )
 
     async def read_blob(self, record: Record, *, chunk_size: int = BLOB_CHUNK) -> AsyncIterator[bytes]:
@@ -109,8 +114,12 @@ class Collection:
         before the first chunk when it was deleted meanwhile."""
         if record.collection != self.name or not record.has_blob:
             raise KeyError(record.id)
-        async for chunk in self.store.backend.read_blob(self.name, record.id, record.owner, chunk_size):
-            yield chunk
+        try:
+            async for chunk in self.store.backend.read_blob(self.name, record.id, record.owner, chunk_size):
+                yield chunk
+        except StateUnavailable as exc:
+            self.store.saw_unavailable(exc)
+            raise
 
 
 def _ttl(ttl: float | None, max_age: float | None) -> float | None:
@@ -135,6 +144,9 @@ class StateStore:
         self.clock = clock
         self._collections: dict[str, Collection] = {}
         self._purger: asyncio.Task[None] | None = None
+        #: Since when (``clock`` seconds) and why the store has not answered, while its
+        #: latest operation failed with :class:`~flexserv_core.StateUnavailable`.
+        self.unavailable: tuple[float, str] | None = None
 
     @property
     def url(self) -> str:
@@ -166,7 +178,29 @@ class StateStore:
 
     async def purge_expired(self) -> int:
         """Delete every expired record now; how many."""
-        return await self.backend.purge_expired(self.clock())
+        return await self.watched(self.backend.purge_expired(self.clock()))
+
+    async def watched(self, work: Awaitable[T]) -> T:
+        """``work``'s result, noting whether the store answered (for the health route)."""
+        try:
+            result = await work
+        except StateUnavailable as exc:
+            self.saw_unavailable(exc)
+            raise
+        self.unavailable = None
+        return result
+
+    def saw_unavailable(self, exc: StateUnavailable) -> None:
+        since = self.unavailable[0] if self.unavailable is not None else self.clock()
+        self.unavailable = (since, exc.message)
+
+    def health(self) -> dict[str, Any]:
+        """What ``/v1/flexserv/health`` says of the store: ``ok``, or since when and
+        why its latest operation found it unavailable."""
+        if self.unavailable is None:
+            return {"url": self.url, "status": "ok"}
+        since, error = self.unavailable
+        return {"url": self.url, "status": "unavailable", "error": error, "since": since}
 
     async def _purge_forever(self) -> None:
         while True:
