@@ -7,6 +7,7 @@ bounds and publishes the record."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from collections.abc import AsyncIterator
@@ -32,18 +33,29 @@ BLOB_ROW = 256 * 1024
 #: Where a put's blob waits until its record is published (no collection has this name).
 STAGING = "_staging"
 _DRIVER_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
+Connection = psycopg.AsyncConnection[tuple[Any, ...]]
 
 
 class PostgresBackend(StateBackend):
     def __init__(
-        self, url: str, *, connect_timeout: float = 10.0, pool_timeout: float = 5.0, max_connections: int = 20
+        self,
+        url: str,
+        *,
+        connect_timeout: float = 10.0,
+        pool_timeout: float = 5.0,
+        answer_timeout: float = 15.0,
+        max_connections: int = 20,
     ) -> None:
+        """``answer_timeout``: the longest the server may take over an operation's
+        statements (a hung server or a network cut gets no TCP reset: without it a
+        request waited as long as the kernel kept the connection)."""
         scheme, rest = url.split("://", 1)
         self._conninfo = scheme.split("+", 1)[0] + "://" + rest  # postgresql+psycopg:// is libpq's postgresql://
         self.url = redact_url(url)
         self._password = urlsplit(url).password
         self.connect_timeout = connect_timeout
         self.pool_timeout = pool_timeout
+        self.answer_timeout = answer_timeout
         self.max_connections = max_connections
         self._pool: AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]] | None = None
 
@@ -54,14 +66,26 @@ class PostgresBackend(StateBackend):
         return StateUnavailable(f"State store {self.url} {prefix}: {reason}")
 
     @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[tuple[Any, ...]]]:
+    async def _session(self) -> AsyncIterator[tuple[Connection, asyncio.Timeout]]:
+        """A pooled connection, and the bound on the server's answers (the pool's
+        check of the connection included), which a caller may pause."""
         if self._pool is None:
             raise StateUnavailable(f"State store {self.url} is not open.")
+        bound = asyncio.timeout(self.answer_timeout)
         try:
-            async with self._pool.connection() as conn:
-                yield conn
+            async with bound, self._pool.connection() as conn:
+                yield conn, bound
+        except TimeoutError as exc:
+            if not bound.expired():
+                raise
+            raise StateUnavailable(f"State store {self.url} did not answer within {self.answer_timeout:g} s.") from exc
         except _DRIVER_ERRORS as exc:
             raise self._unavailable(exc) from exc
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Connection]:
+        async with self._session() as (conn, _):
+            yield conn
 
     # --- lifecycle -----------------------------------------------------------------
 
@@ -110,10 +134,10 @@ class PostgresBackend(StateBackend):
         blob: AsyncIterator[bytes] | None,
         replace: bool,
     ) -> Record:
-        async with self._connection() as conn, conn.transaction():
+        async with self._session() as (conn, bound), conn.transaction():
             staged = None
             if blob is not None:
-                staged, blob_size = await self._stage(conn, blob)
+                staged, blob_size = await self._stage(conn, blob, bound)
                 record = Record(
                     collection=record.collection,
                     id=record.id,
@@ -126,9 +150,7 @@ class PostgresBackend(StateBackend):
             await self._publish(conn, record, payload_json, limits, now, replace, staged)
         return record
 
-    async def _stage(
-        self, conn: psycopg.AsyncConnection[tuple[Any, ...]], blob: AsyncIterator[bytes]
-    ) -> tuple[int, int]:
+    async def _stage(self, conn: Connection, blob: AsyncIterator[bytes], bound: asyncio.Timeout) -> tuple[int, int]:
         cursor = await conn.execute(
             f"INSERT INTO {RECORDS} (collection, id, created_at, payload, size) VALUES (%s, %s, 0, '{{}}', 0)"
             " RETURNING seq",
@@ -137,7 +159,7 @@ class PostgresBackend(StateBackend):
         row = await cursor.fetchone()
         assert row is not None
         seq, n, size, pending = int(row[0]), 0, 0, bytearray()
-        async for chunk in blob:
+        async for chunk in self._unbounded(blob, bound):
             pending += chunk
             size += len(chunk)
             while len(pending) >= BLOB_ROW:
@@ -148,9 +170,23 @@ class PostgresBackend(StateBackend):
             await conn.execute(f"INSERT INTO {BLOBS} VALUES (%s, %s, %s)", (seq, n, bytes(pending)))
         return seq, size
 
+    async def _unbounded(self, blob: AsyncIterator[bytes], bound: asyncio.Timeout) -> AsyncIterator[bytes]:
+        """``blob``'s chunks; the time spent waiting for them (a client's upload) is
+        not the server's, so ``bound`` counts only what follows each chunk."""
+        loop = asyncio.get_running_loop()
+        while True:
+            bound.reschedule(None)
+            try:
+                chunk = await anext(blob)
+            except StopAsyncIteration:
+                return
+            finally:
+                bound.reschedule(loop.time() + self.answer_timeout)
+            yield chunk
+
     async def _publish(
         self,
-        conn: psycopg.AsyncConnection[tuple[Any, ...]],
+        conn: Connection,
         record: Record,
         payload_json: bytes,
         limits: CollectionLimits,

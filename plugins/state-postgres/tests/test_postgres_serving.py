@@ -1,6 +1,6 @@
 """A server on PostgreSQL: a database that goes away gives 503 on the routes that
 need it while the rest keeps serving, and comes back without a restart; one that
-cannot be reached at start-up stops ``flexserv run`` naming the URL without its
+hangs (no answer, no reset) is a bounded wait; one that cannot be reached at start-up stops ``flexserv run`` naming the URL without its
 password; two processes write at once and a SIGKILL mid-upload leaves nothing."""
 
 from __future__ import annotations
@@ -9,13 +9,16 @@ import asyncio
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from flexserv_state import StateStore, start_state_writer, stored_writes
+from flexserv_state import Collection, CollectionLimits, StateStore, start_state_writer, stored_writes
 from flexserv_state_postgres.backend import PostgresBackend
 from flexserv_state_postgres.testing import PostgresServer, running_postgres
 
+from flexserv_core import StateUnavailable
 from flexserv_core.testing import FakeBackendPlugin, app_client, free_port, make_app, run_flexserv, wait_until_async
 
 
@@ -65,6 +68,54 @@ async def test_an_outage_gives_503_only_where_the_store_is_needed(own_server: Po
         # the pool replaces its broken connections by itself: no restart of the app
         await wait_until_async(served_again, timeout=60, message="the stored response to be served again")
         assert (await client.get("/v1/flexserv/health")).json()["state"]["status"] == "ok"
+
+
+def server_processes(server: PostgresServer) -> list[int]:
+    """The postmaster this test started and its children (the backends of each connection)."""
+    assert server.process is not None
+    parent = server.process.pid
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[1]) == parent:
+            children.append(int(stat.parent.name))
+    return [parent, *children]
+
+
+@pytest.mark.slow  # waits out the bound, and psycopg's own cancellation of the hung query
+async def test_a_hung_database_is_a_bounded_wait(own_server: PostgresServer) -> None:
+    store = StateStore(PostgresBackend(own_server.url(), pool_timeout=1, answer_timeout=1))
+    await store.open()
+    files = store.collection("files", CollectionLimits(max_bytes=10**6))
+    kept = await files.put({"n": 1}, owner=None)
+    frozen = server_processes(own_server)
+    for pid in frozen:  # it accepts bytes (the kernel does) but never answers, like a cut network
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        for attempt in (files.get(kept.id, owner=None), files.put({"n": 2}, owner=None)):
+            started = time.monotonic()
+            with pytest.raises(StateUnavailable):
+                await asyncio.wait_for(attempt, timeout=30)
+            assert time.monotonic() - started < 15  # 1 s, and up to 10 s of psycopg's cancelling
+    finally:
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
+    try:
+        await wait_until_async(
+            lambda: _found(files, kept.id), timeout=30, message="the store to answer again after the freeze"
+        )
+    finally:
+        await store.close()
+
+
+async def _found(files: Collection, record_id: str) -> bool:
+    try:
+        return await files.get(record_id, owner=None) is not None
+    except StateUnavailable:
+        return False
 
 
 @pytest.mark.slow
