@@ -9,7 +9,7 @@ import av
 import numpy as np
 import pytest
 import soundfile as sf
-from flexserv_audio.decode import UndecodableAudio, decode_pyav, decode_soundfile, load_audio
+from flexserv_audio.decode import BLOCK_FRAMES, UndecodableAudio, decode_pyav, decode_soundfile, load_audio
 
 from flexserv_core import InvalidRequest
 
@@ -113,3 +113,45 @@ def test_header_only_wav_has_no_samples() -> None:
     sf.write(buf, np.zeros((0, 1), dtype=np.float32), 16_000, format="WAV")
     with pytest.raises(InvalidRequest, match="no samples"):
         load_audio(buf.getvalue(), 16_000)
+
+
+def silence_flac(seconds: int, rate: int = 8_000) -> bytes:
+    """A few KiB of FLAC that decodes to ``seconds`` of silence: the shape of a small upload that is long."""
+    buf = io.BytesIO()
+    with sf.SoundFile(buf, "w", samplerate=rate, channels=1, format="FLAC", subtype="PCM_16") as file:
+        for _ in range(seconds):
+            file.write(np.zeros(rate, dtype=np.float32))
+    return buf.getvalue()
+
+
+def test_long_audio_is_refused_before_it_is_decoded_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 10 minutes of silence in a few KiB: decoding stops at the limit, never reading more
+    # than one block past it (a whole-file read held 10 minutes of float32 before refusing)
+    data = silence_flac(600)
+    reads: list[int] = []
+    original = sf.SoundFile.read
+
+    def counting_read(self: sf.SoundFile, frames: int = -1, *args: object, **kwargs: object) -> object:
+        out = original(self, frames, *args, **kwargs)
+        reads.append(len(out))  # type: ignore[arg-type]
+        return out
+
+    monkeypatch.setattr(sf.SoundFile, "read", counting_read)
+    with pytest.raises(InvalidRequest) as info:
+        load_audio(data, 16_000, max_seconds=5)
+    assert info.value.code == "audio_too_long" and info.value.param == "file"
+    assert "--audio-max-seconds" in str(info.value)
+    assert sum(reads) <= 5 * 8_000 + BLOCK_FRAMES
+    assert max(reads) <= BLOCK_FRAMES
+
+
+def test_pyav_refuses_long_audio_too() -> None:
+    data = encode_pyav("webm", "libopus", 48_000, sine(48_000, seconds=3.0))
+    with pytest.raises(InvalidRequest) as info:
+        load_audio(data, 16_000, max_seconds=1)
+    assert info.value.code == "audio_too_long"
+
+
+def test_audio_at_the_limit_is_kept_whole() -> None:
+    audio = load_audio(silence_flac(5), 16_000, max_seconds=5)
+    assert len(audio) == 5 * 16_000

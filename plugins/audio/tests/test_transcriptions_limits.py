@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+import soundfile as sf
+from flexserv_audio.decode import BLOCK_FRAMES
 
 from flexserv_core.testing import app_client, make_app
 
@@ -104,3 +108,29 @@ async def test_without_an_asr_backend_the_error_says_so() -> None:
             "/v1/audio/transcriptions", files={"file": ("speech.ogg", (DATA / "speech.ogg").read_bytes())}
         )
         assert r.status_code == 404 and r.json()["error"]["param"] == "model", r.text
+
+
+async def test_long_upload_is_refused_without_decoding_it_whole(
+    limited_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 10 minutes of FLAC silence is 40 KB on the wire and 19 MB of float32 decoded (a 25 MiB
+    # upload of it, days): decoding stops one block past --audio-max-seconds
+    buf = io.BytesIO()
+    with sf.SoundFile(buf, "w", samplerate=8_000, channels=1, format="FLAC", subtype="PCM_16") as file:
+        for _ in range(600):
+            file.write(np.zeros(8_000, dtype=np.float32))
+    assert len(buf.getvalue()) < LIMIT
+    frames_read: list[int] = []
+    read = sf.SoundFile.read
+
+    def counting_read(self: sf.SoundFile, frames: int = -1, *args: Any, **kwargs: Any) -> Any:
+        out = read(self, frames, *args, **kwargs)
+        frames_read.append(len(out))
+        return out
+
+    monkeypatch.setattr(sf.SoundFile, "read", counting_read)
+    r = await limited_client.post("/v1/audio/transcriptions", files={"file": ("silence.flac", buf.getvalue())})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["code"] == "audio_too_long" and error["param"] == "file" and "--audio-max-seconds" in error["message"]
+    assert sum(frames_read) <= 2 * 8_000 + BLOCK_FRAMES, f"decoded {sum(frames_read)} frames to refuse 2 s"
