@@ -20,6 +20,7 @@ from flexserv_ocr.files import file_bytes
 from flexserv_ocr.images import png_encode
 from flexserv_ocr.kinds import OCR, OcrModel
 from flexserv_ocr.metrics import ocr_counters
+from flexserv_ocr.pixels import pixel_budget
 from flexserv_ocr.reader import DocumentReader, ReadAllowance, ReadDocument, ReadOptions, decode_base64
 from flexserv_ocr.settings import OcrSettings
 
@@ -87,14 +88,14 @@ async def read_reference(
     spec = server.catalog.get(ocr_model) if ocr_model else server.catalog.default(OCR)
     if options.page_images is not None and ocr_model is None:
         # nothing is OCRed (pages without a text layer become page images): no engine to load
-        reader = DocumentReader(None, limits, options, allowance)
+        reader = DocumentReader(None, limits, options, allowance, pixel_budget(server))
         docs = await until_disconnect(request, reader.read_all([(data, param)]))
         name = spec.name if spec is not None and spec.kind == OCR else None
     else:
         if spec is None or spec.kind != OCR:
             raise EngineNotInstalled(f"OCR engine '{ocr_model}' is not installed on this server.", param="ocr_model")
         async with server.registry.acquire(spec.name, OcrModel) as lease:
-            reader = DocumentReader(lease.model, limits, options, allowance)
+            reader = DocumentReader(lease.model, limits, options, allowance, pixel_budget(server))
             docs = await until_disconnect(request, reader.read_all([(data, param)]))
         name = spec.name
     if name is not None:

@@ -25,6 +25,12 @@ def decode_image(data: bytes, max_pixels: int, param: str) -> Any:
     """An RGB :class:`PIL.Image.Image`; 413 ``too_many_pixels`` when the header
     announces more than ``max_pixels`` (nothing is decompressed), 400 when corrupt.
     Errors name ``param``, the input's path in the request."""
+    return load_image(open_image(data, max_pixels, param), param)
+
+
+def open_image(data: bytes, max_pixels: int, param: str) -> Any:
+    """The image with only its header read (its size known, nothing decompressed);
+    413 ``too_many_pixels`` over ``max_pixels``, 400 when the header is corrupt."""
     what = f"'{param}'"
     try:
         with warnings.catch_warnings():
@@ -46,6 +52,12 @@ def decode_image(data: bytes, max_pixels: int, param: str) -> Any:
     except (OSError, ValueError, SyntaxError) as exc:
         raise InvalidDocument(f"{what} could not be read as an image: {exc}", param=param) from None
     check_pixels(image.width, image.height, max_pixels, what, param)
+    return image
+
+
+def load_image(image: Any, param: str) -> Any:
+    """An image from :func:`open_image` decoded, turned upright and in RGB; 400 when corrupt."""
+    what = f"'{param}'"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)

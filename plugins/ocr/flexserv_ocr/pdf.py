@@ -94,6 +94,17 @@ class PdfDocument:
             source="text_layer",
         )
 
+    def pixels(self, index: int, dpi: int) -> int:
+        """Pixels page ``index`` has rendered at ``dpi`` (nothing is rendered)."""
+        scale = dpi / POINTS_PER_INCH
+        with PDFIUM_LOCK:
+            page = self._page(index)
+            try:
+                width_pt, height_pt = page.get_size()
+            finally:
+                page.close()
+        return int(round(width_pt * scale) * round(height_pt * scale))
+
     def render(self, index: int, dpi: int, max_pixels: int) -> Any:
         """Page ``index`` as an RGB image at ``dpi``; 413 ``too_many_pixels`` before
         rendering when the page would be larger than ``max_pixels``."""

@@ -22,9 +22,10 @@ from flexserv_core import PDF_MEDIA_TYPE as PDF
 from flexserv_core import InvalidRequest
 from flexserv_core import sniff_media_type as sniff
 from flexserv_ocr.errors import InputTooLarge, InvalidDocument, TooManyPageImages, TooManyPages
-from flexserv_ocr.images import decode_image, within_pixels
+from flexserv_ocr.images import load_image, open_image, within_pixels
 from flexserv_ocr.kinds import OcrBudget, OcrModel, OcrPage, OcrTimeLimit, PageJob
 from flexserv_ocr.pdf import PdfDocument, select_pages
+from flexserv_ocr.pixels import PixelBudget
 from flexserv_ocr.settings import OcrSettings
 
 #: Pages of one request prepared or being read at once.
@@ -108,7 +109,8 @@ class ReadAllowance:
 
 class DocumentReader:
     """Reads the inputs of one request with one OCR model (or none: text layers only).
-    ``allowance``: the request's, when it reads several documents with several readers."""
+    ``allowance``: the request's, when it reads several documents with several readers;
+    ``pixels``: the server's budget of decoded page pixels (:func:`~flexserv_ocr.pixels.pixel_budget`)."""
 
     def __init__(
         self,
@@ -116,8 +118,10 @@ class DocumentReader:
         limits: OcrSettings,
         options: ReadOptions,
         allowance: ReadAllowance | None = None,
+        pixels: PixelBudget | None = None,
     ) -> None:
         self.model = model
+        self.pixels = pixels or PixelBudget(limits.ocr_max_pixels_in_flight)
         self.limits = limits
         self.options = options
         self.dpi = check_dpi(options.dpi, limits)
@@ -175,12 +179,15 @@ class DocumentReader:
         self._spend_pages(1, param)
         if self.options.page_images is not None and self.options.page_images < 1:
             raise TooManyPageImages(1, param=param)
-        image = await self._timed(decode_image, data, self.limits.ocr_max_pixels, param)
-        if self.options.page_images is not None:
-            image = await self._timed(within_pixels, image, self.limits.ocr_page_image_max_pixels)
-            page = OcrPage(width=image.width, height=image.height, lines=[], source="image")
-            return ReadDocument(media_type=media_type, pages=[page], numbers=[1], images={0: image})
-        page = await self._ocr(image)
+        header = await self._timed(open_image, data, self.limits.ocr_max_pixels, param)
+        async with self.pixels.hold(header.width * header.height):
+            image = await self._timed(load_image, header, param)
+            del header
+            if self.options.page_images is not None:
+                image = await self._timed(within_pixels, image, self.limits.ocr_page_image_max_pixels)
+                page = OcrPage(width=image.width, height=image.height, lines=[], source="image")
+                return ReadDocument(media_type=media_type, pages=[page], numbers=[1], images={0: image})
+            page = await self._ocr(image)
         return ReadDocument(media_type=media_type, pages=[page], numbers=[1])
 
     def _spend_pages(self, count: int, param: str) -> None:
@@ -216,8 +223,10 @@ class DocumentReader:
                         layer = await self._timed(doc.text_layer, index, self.dpi)
                         if layer is not None:
                             return layer
-                    image = await self._timed(doc.render, index, self.dpi, self.limits.ocr_max_pixels)
-                    return await self._ocr(image)
+                    pixels = await self._timed(doc.pixels, index, self.dpi)
+                    async with self.pixels.hold(pixels):
+                        image = await self._timed(doc.render, index, self.dpi, self.limits.ocr_max_pixels)
+                        return await self._ocr(image)
 
             async with asyncio.TaskGroup() as group:
                 tasks = [group.create_task(one(index)) for index in indexes]

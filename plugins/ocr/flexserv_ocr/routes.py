@@ -18,6 +18,7 @@ from flexserv_ocr.errors import EngineNotInstalled, TooManyPages
 from flexserv_ocr.files import file_bytes
 from flexserv_ocr.kinds import OCR, OcrModel, OcrPage
 from flexserv_ocr.metrics import ocr_counters
+from flexserv_ocr.pixels import pixel_budget
 from flexserv_ocr.reader import DocumentReader, ReadDocument, ReadOptions, decode_base64
 from flexserv_ocr.settings import OcrSettings
 
@@ -149,7 +150,7 @@ async def ocr(request: Request[Any, Any, Any]) -> dict[str, Any]:
         inputs = [(decode_base64(value, limits, param), param) for value, param in encoded]
     options = ReadOptions(pages=body.pages, dpi=body.dpi, languages=body.languages, force_ocr=body.force_ocr)
     async with server.registry.acquire(name, OcrModel) as lease:
-        reader = DocumentReader(lease.model, limits, options)
+        reader = DocumentReader(lease.model, limits, options, pixels=pixel_budget(server))
         docs = await until_disconnect(request, reader.read_all(inputs))
     counts = ocr_counters(server.settings)
     for doc in docs:

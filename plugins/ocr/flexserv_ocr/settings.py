@@ -16,6 +16,15 @@ class OcrSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             "header, so a decompression bomb is refused before it is decoded (413 too_many_pixels).",
         ),
     ] = 40_000_000
+    ocr_max_pixels_in_flight: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1,
+            description="Most pixels of page images the server holds decoded at once, all OCR requests together "
+            "(a decoded pixel costs 14-18 bytes until its page is read); a page waits for its share before it is "
+            "decoded or rendered. A page larger than this still runs, alone.",
+        ),
+    ] = 40_000_000
     ocr_max_pages: Annotated[
         int,
         msgspec.Meta(ge=1, description="Most pages (images or PDF pages) one OCR request reads (400 too_many_pages)."),
