@@ -56,3 +56,11 @@ class AnomalySettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     anomaly_max_stream_window: Annotated[
         int, msgspec.Meta(ge=50, description="Largest window_size a streaming detector may ask for.")
     ] = 20_000
+    anomaly_max_stream_values: Annotated[
+        int,
+        msgspec.Meta(
+            ge=50,
+            description="Most values (window_size x features) one streaming detector's window may hold, 8 bytes"
+            " each for as long as the detector lives; a detector asking for more gets a 400 on window_size.",
+        ),
+    ] = 2_000_000

@@ -11,6 +11,7 @@ from litestar import Request, delete, get, post
 from flexserv_anomaly import detectors, inputs
 from flexserv_anomaly.routes import PREFIX, model_name, path_param, server_of
 from flexserv_anomaly.service import service_for
+from flexserv_anomaly.settings import AnomalySettings
 from flexserv_anomaly.streaming import StreamConfig, StreamDetector
 from flexserv_core import InvalidRequest, NotFound, TooManyRequests, open_request_context, parse_body
 
@@ -36,24 +37,26 @@ def default_backend() -> str:
     return "ecod" if detectors.DETECTORS["ecod"].available() else "isolation_forest"
 
 
-def _config(body: StreamRequest, rows: inputs.Rows, limit: int) -> StreamConfig:
+def _config(body: StreamRequest, rows: inputs.Rows, limits: AnomalySettings) -> StreamConfig:
     try:
         info = detectors.lookup(body.backend or default_backend())
         params = detectors.check_params(info, body.parameters or {})
     except detectors.DetectorError as exc:
         raise InvalidRequest(str(exc), param=exc.param, code=exc.code) from None
     window = body.window_size or DEFAULT_WINDOW
+    limit = limits.anomaly_max_stream_window
     if window > limit:
         raise InvalidRequest(
             f"'window_size' {window} is above this server's limit of {limit} (--anomaly-max-stream-window).",
             param="window_size",
         )
+    assert rows.matrix is not None
+    _check_values(window, rows.matrix.shape[1], limits.anomaly_max_stream_values)
     min_samples = body.min_samples or DEFAULT_MIN_SAMPLES
     if min_samples > window:
         raise InvalidRequest(
             f"'min_samples' ({min_samples}) must not exceed 'window_size' ({window}).", param="min_samples"
         )
-    assert rows.matrix is not None
     return StreamConfig(
         backend=info.name,
         params=params,
@@ -65,6 +68,18 @@ def _config(body: StreamRequest, rows: inputs.Rows, limit: int) -> StreamConfig:
         width=rows.matrix.shape[1],
         features=rows.features,
     )
+
+
+def _check_values(window: int, width: int, limit: int) -> None:
+    """The window is kept for the detector's life: bound its values, not only its points."""
+    if window * width > limit:
+        raise InvalidRequest(
+            f"A window of {window} points of {width} features holds {window * width} values; this server keeps at"
+            f" most {limit} per stream (--anomaly-max-stream-values): ask for a 'window_size' of at most"
+            f" {limit // width}.",
+            param="window_size",
+            code="invalid_value",
+        )
 
 
 def _check_same(detector: StreamDetector, body: StreamRequest) -> None:
@@ -115,7 +130,7 @@ async def stream(request: Request[Any, Any, Any]) -> dict[str, Any]:
                 param="model",
                 code="too_many_stream_detectors",
             )
-        detector = service.streams.create(model_id, _config(body, rows, service.limits.anomaly_max_stream_window))
+        detector = service.streams.create(model_id, _config(body, rows, service.limits))
     else:
         try:
             _check_same(detector, body)

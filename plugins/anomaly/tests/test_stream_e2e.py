@@ -103,3 +103,19 @@ def test_the_number_of_stream_detectors_is_capped(serve: Serve) -> None:
             client.post("/v1/anomaly/stream", json={"model": "s4", "data": [[1.0]], "window_size": 10**9}), 400
         )
         assert window["param"] == "window_size"
+
+
+@pytest.mark.slow
+def test_a_stream_window_is_bounded_in_values_not_only_in_points(serve: Serve) -> None:
+    # 20,000 points (--anomaly-max-stream-window) of 1,024 features held 183 MiB per
+    # detector, 64 detectors 11.7 GB: the window's values are bounded too
+    with serve(anomaly_max_stream_values=1_000) as client:
+        wide = [[0.0] * 10]
+        over = error(client.post("/v1/anomaly/stream", json={"model": "w", "data": wide, "window_size": 101}), 400)
+        assert over["param"] == "window_size" and over["code"] == "invalid_value"
+        assert "--anomaly-max-stream-values" in over["message"]
+        assert "at most 100" in over["message"]
+        assert client.get("/v1/anomaly/stream/w").status_code == 404  # nothing was created
+        _send(client, model="w", data=wide, window_size=100, min_samples=50)
+        # the default window (1000) of a narrow stream fits
+        _send(client, model="n", data=[[0.0]])
