@@ -121,6 +121,8 @@ class FasterWhisperBackend(Backend):
     def load(self, spec: ModelSpec, progress: ProgressCallback) -> LoadedModel:
         from faster_whisper import WhisperModel
 
+        from flexserv_whisper.features import SlicedFeatureExtractor
+
         device = pick_device(self.settings.whisper_device, mps=False)
         compute_type = self.settings.whisper_compute_type
         if compute_type == "auto":
@@ -132,6 +134,7 @@ class FasterWhisperBackend(Backend):
             )
         except Exception as exc:
             raise load_error(spec, "faster-whisper", exc) from exc
+        model.feature_extractor = SlicedFeatureExtractor.replacing(model.feature_extractor)
         return FasterWhisperModel(
             spec, model, device=device, compute_type=compute_type, beam_size=self.settings.whisper_beam_size
         )
