@@ -19,7 +19,7 @@ from faster_whisper.feature_extractor import FeatureExtractor
 FRAMES_PER_SLICE = 6_000
 
 
-class SlicedFeatureExtractor(FeatureExtractor):  # type: ignore[misc]
+class SlicedFeatureExtractor(FeatureExtractor):
     """A drop-in replacement for a model's ``feature_extractor`` (same settings)."""
 
     frames_per_slice = FRAMES_PER_SLICE
@@ -53,4 +53,5 @@ class SlicedFeatureExtractor(FeatureExtractor):  # type: ignore[misc]
         mel = mel[:, :-1]  # the original drops the last frame
         log_spec = np.log10(np.clip(mel, a_min=1e-10, a_max=None))
         log_spec = np.maximum(log_spec, log_spec.max() - 8.0)
-        return (log_spec + 4.0) / 4.0
+        features: np.ndarray = (log_spec + 4.0) / 4.0
+        return features
