@@ -7,7 +7,9 @@ per-token callback into them), and leaves its ``with`` block when the response
 ends (``async with``, so it shares one statement with the model's lease).
 Leaving it by an exception counts the unfinished choices as ``abort`` (a client
 that disconnected: a stream's generator closed, or a plain request's
-:class:`~flexserv_core.api.disconnect.ClientDisconnected`) or ``error``.
+:class:`~flexserv_core.api.disconnect.ClientDisconnected`) or ``error``. A request
+its engine refuses before any token (a full queue's 429) is not a served one: no
+queue time, prompt tokens or finished sequences are counted for it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from flexserv_core.errors import ClientDisconnected
+from flexserv_core.errors import ClientDisconnected, TooManyRequests
 
 if TYPE_CHECKING:
     from flexserv_core.api.text_generation import ChoiceJob
@@ -46,6 +48,7 @@ class TextRequestMetrics:
         self._completion_tokens = 0
         self._outcomes: list[str] = []
         self._queued = 0.0
+        self._served = False
 
     def admitted(self, model_name: str) -> None:
         """The request holds its model: its queue time ends here (observed by :meth:`start`,
@@ -63,8 +66,6 @@ class TextRequestMetrics:
         self._ttft = m.time_to_first_token.labels(self._model)
         self._itl = m.inter_token_latency.labels(self._model)
         self._generated = m.generation_tokens.labels(self._model)
-        m.request_queue_time.labels(self._model).observe(self._queued)
-        m.prompt_tokens.labels(self._model).inc(prompt_tokens)
         for job in jobs:
             job.on_token, job.on_finish = self.token, self.finished
 
@@ -73,6 +74,7 @@ class TextRequestMetrics:
         end-of-sequence token is not, but still ends the wait for output)."""
         now = time.perf_counter()
         if self._first_token is None:
+            self._count_served()
             self._first_token = now - self._arrival
             self._ttft.observe(self._first_token)
         last = self._last_token.get(index)
@@ -98,6 +100,9 @@ class TextRequestMetrics:
     ) -> None:
         if not self._started or self._model is None:
             return  # rejected before generation: not a served request
+        if exc_type is not None and issubclass(exc_type, TooManyRequests) and self._first_token is None:
+            return  # refused by its engine (a full queue): not served either
+        self._count_served()
         aborted = exc_type is not None and issubclass(
             exc_type, GeneratorExit | asyncio.CancelledError | ClientDisconnected
         )
@@ -108,6 +113,14 @@ class TextRequestMetrics:
         seconds = time.perf_counter() - self._arrival
         self._metrics.e2e_request_latency.labels(self._model).observe(seconds)
         self._log(seconds)
+
+    def _count_served(self) -> None:
+        """The request's queue time and prompt tokens, once its engine has taken it."""
+        if self._served or self._model is None:
+            return
+        self._served = True
+        self._metrics.request_queue_time.labels(self._model).observe(self._queued)
+        self._metrics.prompt_tokens.labels(self._model).inc(self._prompt_tokens)
 
     def _log(self, seconds: float) -> None:
         first = "no token" if self._first_token is None else f"first token {self._first_token:.2f} s"
