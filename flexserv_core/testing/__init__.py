@@ -24,6 +24,7 @@ from flexserv_core.testing.fakes import (
     FakeTextBackend,
     FakeTextModel,
 )
+from flexserv_core.testing.faults import file_size_limit
 from flexserv_core.testing.process import (
     ServedApp,
     flexserv_cmd,
@@ -45,6 +46,7 @@ __all__ = [
     "FakeTextModel",
     "ServedApp",
     "app_client",
+    "file_size_limit",
     "flexserv_cmd",
     "free_port",
     "make_app",

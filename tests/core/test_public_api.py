@@ -268,7 +268,7 @@ FACADE = {
 }  # fmt: skip
 TESTING_KIT = {
     "app_client", "BASE_URL", "FAKE_ALTERNATIVES", "FAKE_SCRIPT", "FakeBackendPlugin",
-    "FakeRequest", "FakeTextBackend", "FakeTextModel", "flexserv_cmd",
+    "FakeRequest", "FakeTextBackend", "FakeTextModel", "file_size_limit", "flexserv_cmd",
     "free_port", "make_app", "make_plugin_manager", "make_settings",
     "openai_client", "post_read", "run_flexserv", "running_app_client", "ServedApp", "served_with_and_without",
     "stop_process", "wait_healthy",

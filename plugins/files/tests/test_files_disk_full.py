@@ -3,26 +3,11 @@
 
 from __future__ import annotations
 
-import resource
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-from flexserv_core.testing import app_client, make_app
+from flexserv_core.testing import app_client, file_size_limit, make_app
 
 LIMIT = 256 * 1024
-
-
-@contextmanager
-def file_size_limit(limit: int) -> Iterator[None]:
-    """Writes past ``limit`` bytes of any file fail with EFBIG, as on a full disk
-    (Python ignores SIGXFSZ). Only the soft limit moves, so it can be put back."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
 
 
 async def test_an_upload_the_disk_cannot_hold_is_a_503_that_keeps_nothing(tmp_path: Path) -> None:

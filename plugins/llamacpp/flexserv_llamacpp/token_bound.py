@@ -59,12 +59,11 @@ class TokenBound(NamedTuple):
 
 
 def byte_level_symbols() -> list[str]:
-    """GPT-2's byte-level alphabet: the symbol each byte 0..255 is written as."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    symbols: dict[int, int] = {b: b for b in printable}
-    for b in range(256):
-        symbols.setdefault(b, 256 + len(symbols) - len(printable))
-    return [chr(symbols[b]) for b in range(256)]
+    """GPT-2's byte-level alphabet: the symbol each byte 0..255 is written as (gguf's table)."""
+    from gguf.vocab import bytes_to_unicode
+
+    table = bytes_to_unicode()
+    return [table[b] for b in range(256)]
 
 
 def _dropped_bytes(vocab: Vocabulary) -> bytes | None:

@@ -5,9 +5,7 @@ removed once its record is gone does not fail the delete that committed."""
 from __future__ import annotations
 
 import errno
-import resource
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -15,20 +13,9 @@ from flexserv_state import CollectionLimits, StateStore, blob_chunks, read_blob_
 from flexserv_state_sqlite.backend import SqliteBackend
 
 from flexserv_core import StateUnavailable
+from flexserv_core.testing import file_size_limit
 
 LIMIT = 256 * 1024
-
-
-@contextmanager
-def file_size_limit(limit: int) -> Iterator[None]:
-    """Writes past ``limit`` bytes of any file fail with EFBIG, as on a full disk
-    (Python ignores SIGXFSZ). Only the soft limit moves, so it can be put back."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
 
 
 @pytest.fixture
