@@ -34,6 +34,12 @@ class EmbeddingModel(LoadedModel):
     #: Declared by the backend when it knows it: token-id inputs with an id at or
     #: past it are a 400 from the route, before ``embed`` is called.
     vocab_size: int | None = None
+    #: Whether the model was trained for shortened vectors (Matryoshka): only then may a
+    #: request's ``dimensions`` cut them; a cut vector of any other model loses its
+    #: meaning, so ``dimensions`` below :attr:`dimensions` is a 400 there.
+    is_matryoshka: bool = False
+    #: The sizes a Matryoshka model was trained for, when it says (``None``: any size).
+    matryoshka_dimensions: tuple[int, ...] | None = None
 
     @property
     def limits(self) -> EmbeddingLimits:

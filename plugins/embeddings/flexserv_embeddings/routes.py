@@ -22,6 +22,7 @@ from flexserv_core import (
     ContextLengthExceeded,
     FlexServer,
     InvalidRequest,
+    UnsupportedParameter,
     open_request_context,
     parse_body,
     until_disconnect,
@@ -90,6 +91,32 @@ def check_token_inputs(
             )
 
 
+def check_dimensions(requested: int | None, model: EmbeddingModel, name: str) -> None:
+    """``dimensions`` the model can answer: its own size, or a size it was trained to be cut to."""
+    size = model.dimensions
+    if requested is None or requested == size:
+        return
+    if requested > size:
+        raise InvalidRequest(
+            f"'dimensions' is {requested}, but model '{name}' produces {size}-dimensional embeddings.",
+            param="dimensions",
+            code="invalid_value",
+        )
+    if not model.is_matryoshka:
+        raise UnsupportedParameter(
+            f"'dimensions' below {size} is not supported by model '{name}': it was not trained for shortened "
+            f"(Matryoshka) embeddings. Omit 'dimensions' or send {size}.",
+            param="dimensions",
+        )
+    sizes = model.matryoshka_dimensions
+    if sizes is not None and requested not in sizes:
+        raise InvalidRequest(
+            f"'dimensions' is {requested}; model '{name}' was trained for {', '.join(map(str, sorted(sizes)))}.",
+            param="dimensions",
+            code="invalid_value",
+        )
+
+
 def _shape_vector(vector: list[float], dimensions: int | None, encoding: str) -> list[float] | str:
     if encoding == "float" and (dimensions is None or dimensions >= len(vector)):
         return vector  # already the floats to send: no round trip through an array on the event loop
@@ -120,12 +147,7 @@ async def create_embeddings(request: Request[Any, Any, Any]) -> dict[str, Any]:
     truncate = limits.embeddings_truncate
     async with server.registry.acquire(body.model, EmbeddingModel) as lease:
         model = lease.model
-        size = model.dimensions
-        if body.dimensions is not None and body.dimensions > size:
-            raise InvalidRequest(
-                f"'dimensions' is {body.dimensions}, but model '{lease.spec.name}' produces {size}-dimensional embeddings.",
-                param="dimensions",
-            )
+        check_dimensions(body.dimensions, model, lease.spec.name)
         check_token_inputs(inputs, model.limits, lease.spec.name, truncate=truncate)
         result = await until_disconnect(request, model.embed(inputs, truncate=truncate))
         name = lease.spec.name

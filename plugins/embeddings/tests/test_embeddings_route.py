@@ -39,12 +39,19 @@ class CountingEmbeddingModel(EmbeddingModel):
         pass
 
 
+class MatryoshkaCountingModel(CountingEmbeddingModel):
+    """The same vectors, from a model that declares them cut to 3 (or all 8) dimensions."""
+
+    is_matryoshka = True
+    matryoshka_dimensions = (3, 8)
+
+
 class CountingBackend(Backend):
     name = "counting"
     kind = ModelKind.EMBEDDING
 
     def load(self, spec: ModelSpec, progress: ProgressCallback) -> LoadedModel:
-        return CountingEmbeddingModel(spec)
+        return MatryoshkaCountingModel(spec) if spec.name == "counting-mrl" else CountingEmbeddingModel(spec)
 
 
 class CountingPlugin:
@@ -56,8 +63,14 @@ class CountingPlugin:
     def flexserv_default_models(self, settings: Any) -> list[ModelSpec]:
         return [
             ModelSpec(
-                name="counting", kind=ModelKind.EMBEDDING, source="counting://", backend="counting", origin="embedded"
+                name=name,
+                kind=ModelKind.EMBEDDING,
+                source="counting://",
+                backend="counting",
+                origin="embedded",
+                may_be_default=name == "counting",
             )
+            for name in ("counting", "counting-mrl")
         ]
 
 
@@ -100,12 +113,32 @@ async def test_base64_is_little_endian_float32(flexserv_client: Any) -> None:
     np.testing.assert_allclose(np.frombuffer(raw, dtype="<f4"), expected("abc"), rtol=1e-6)
 
 
-async def test_dimensions_truncate_then_renormalise(flexserv_client: Any) -> None:
-    r = await flexserv_client.post("/v1/embeddings", json={"input": "abc", "dimensions": 3})
+async def test_dimensions_cut_and_renormalise_where_the_model_is_matryoshka(flexserv_client: Any) -> None:
+    body = {"input": "abc", "model": "counting-mrl"}
+    r = await flexserv_client.post("/v1/embeddings", json={**body, "dimensions": 3})
     vector = np.asarray(r.json()["data"][0]["embedding"])
     np.testing.assert_allclose(vector, expected("abc", 3), rtol=1e-6)
-    r = await flexserv_client.post("/v1/embeddings", json={"input": "abc", "dimensions": 8})
+    r = await flexserv_client.post("/v1/embeddings", json={**body, "dimensions": 8})
     assert len(r.json()["data"][0]["embedding"]) == 8
+    for size, code in ((9, "invalid_value"), (5, "invalid_value")):  # 5: not a size it was trained for
+        r = await flexserv_client.post("/v1/embeddings", json={**body, "dimensions": size})
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["param"] == "dimensions" and r.json()["error"]["code"] == code
+        assert "3, 8" in r.json()["error"]["message"] or size == 9
+
+
+async def test_dimensions_below_a_plain_models_size_are_refused_not_cut(flexserv_client: Any) -> None:
+    # cutting the vectors of a model not trained for it (Matryoshka) would lose their meaning silently
+    for encoding in ("float", "base64"):
+        r = await flexserv_client.post(
+            "/v1/embeddings", json={"input": "abc", "dimensions": 3, "encoding_format": encoding}
+        )
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["param"] == "dimensions" and error["code"] == "unsupported_parameter"
+        assert "'counting'" in error["message"]
+    r = await flexserv_client.post("/v1/embeddings", json={"input": "abc", "dimensions": 8})
+    np.testing.assert_allclose(r.json()["data"][0]["embedding"], expected("abc"), rtol=1e-6)
     r = await flexserv_client.post("/v1/embeddings", json={"input": "abc", "dimensions": 9})
     assert r.status_code == 400 and r.json()["error"]["param"] == "dimensions"
 
