@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from flexserv_torch import cpu_default_dtype, import_reporting, pick_device
 
@@ -50,6 +51,30 @@ def pick_precision(dtype_choice: str, quantization_choice: str, device: str) -> 
     if quantization == "int8" and dtype_choice == "auto":
         return "float32", quantization
     return pick_dtype(dtype_choice, device), quantization
+
+
+def matryoshka_of(spec: ModelSpec, config: Any, dimensions: int) -> tuple[bool, tuple[int, ...] | None]:
+    """Whether a request's ``dimensions`` may cut the model's vectors, and to which sizes
+    (``None``: any): the model's ``matryoshka_dimensions`` option (a list of sizes, or
+    ``true`` for any), else what its Hugging Face config says (``matryoshka_dimensions``
+    or ``is_matryoshka``, as vLLM reads them). Nothing says it: not Matryoshka."""
+    declared = spec.options.get("matryoshka_dimensions")
+    if declared is None:
+        declared = getattr(config, "matryoshka_dimensions", None)
+        if declared is None:
+            return getattr(config, "is_matryoshka", None) is True, None
+    if isinstance(declared, bool):
+        return declared, None
+    if (
+        isinstance(declared, list | tuple)
+        and declared
+        and all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= dimensions for n in declared)
+    ):
+        return True, tuple(sorted(set(declared)))
+    raise ModelLoadError(
+        f"Embedding model '{spec.name}': matryoshka_dimensions must be true, false or a list of sizes from 1 to "
+        f"{dimensions}, not {declared!r}."
+    )
 
 
 class SentenceTransformersBackend(Backend):
@@ -100,7 +125,7 @@ class SentenceTransformersBackend(Backend):
 
             replaced = quantize_linears(st)
             log.info("embedding model %s: %d linear layers as dynamic int8", spec.name, replaced)
-        return SentenceTransformerEmbeddingModel(
+        model = SentenceTransformerEmbeddingModel(
             spec,
             st,
             device=device,
@@ -111,6 +136,12 @@ class SentenceTransformersBackend(Backend):
             forward_batch=self.settings.sentence_transformers_forward_batch,
             single_thread_tokens=self.settings.sentence_transformers_single_thread_tokens if device == "cpu" else 0,
         )
+        try:
+            model.is_matryoshka, model.matryoshka_dimensions = matryoshka_of(spec, _hf_config(st), model.dimensions)
+        except ModelLoadError:
+            model.unload()
+            raise
+        return model
 
     @staticmethod
     def _check_int8(spec: ModelSpec, device: str, dtype: str) -> None:
@@ -123,3 +154,9 @@ class SentenceTransformersBackend(Backend):
             raise ModelLoadError(f"{where} computes in float32; drop --sentence-transformers-dtype {dtype}.")
         if not int8_supported():
             raise ModelLoadError(f"{where} needs torch's x86 int8 kernels (fbgemm), which this torch lacks.")
+
+
+def _hf_config(st: Any) -> Any:
+    """The Hugging Face config of the model's transformer module (``None`` if it has none)."""
+    first = st[0] if len(st) else None
+    return getattr(getattr(first, "auto_model", None), "config", None)

@@ -9,6 +9,9 @@ from typing import Any
 import numpy as np
 import openai
 import pytest
+from flexserv_sentence_transformers.plugin import embedded_model_path
+
+from flexserv_core.testing import make_app, openai_client, running_app_client
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -20,10 +23,13 @@ TEXTS = [
 ]
 
 
+#: float32, as the in-process reference runs: these tests check parity, not the dtype default
+FLOAT32 = {"sentence_transformers_dtype": "float32"}
+
+
 @pytest.fixture(scope="module")
 def embed_settings() -> dict[str, Any]:
-    # float32, as the in-process reference runs: these tests check parity, not the dtype default
-    return {"sentence_transformers_dtype": "float32"}
+    return FLOAT32
 
 
 def cosine(a: Any, b: Any) -> float:
@@ -86,6 +92,29 @@ async def test_dimensions_are_refused_below_the_size_of_a_model_not_trained_for_
     vector = np.frombuffer(base64.b64decode(vec), dtype="<f4") if encoding == "base64" else np.asarray(vec)
     assert vector.shape == (384,)
     assert cosine(vector, st_model.encode(TEXTS[1])) >= 0.9999
+
+
+async def test_dimensions_cut_and_renormalise_where_the_model_is_declared_matryoshka(st_model: Any) -> None:
+    source = embedded_model_path()
+    assert source is not None
+    table = {
+        "name": "mrl",
+        "kind": "embedding",
+        "source": str(source),
+        "options": {"matryoshka_dimensions": [64, 384]},
+    }
+    app = make_app(["embeddings", "sentence-transformers"], settings=FLOAT32, models=[table])
+    async with running_app_client(app) as client:
+        res = await openai_client(client).embeddings.create(
+            input=TEXTS[1], model="mrl", dimensions=64, encoding_format="float"
+        )
+        vector = np.asarray(res.data[0].embedding)
+        assert vector.shape == (64,)
+        assert abs(np.linalg.norm(vector) - 1.0) < 1e-4
+        assert cosine(vector, st_model.encode(TEXTS[1])[:64]) >= 0.9999
+        r = await client.post("/v1/embeddings", json={"input": "x", "model": "mrl", "dimensions": 128})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "dimensions", r.text
+        assert "64, 384" in r.json()["error"]["message"]
 
 
 async def test_long_input_is_truncated_like_sentence_transformers(
