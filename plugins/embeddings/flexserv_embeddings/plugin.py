@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from flexserv_core import Settings, hookimpl
+from flexserv_core import RequestContext, Settings, hookimpl, refuse_unsupported
 from flexserv_embeddings import routes
 from flexserv_embeddings.metrics import embedding_counters
 from flexserv_embeddings.schemas import EmbeddingSettings
@@ -25,3 +25,9 @@ def flexserv_register_routes(settings: Settings) -> list[Any]:
 @hookimpl
 def flexserv_metrics_collectors(settings: Settings) -> list[Any]:
     return list(embedding_counters(settings))
+
+
+@hookimpl
+def flexserv_preprocess_request(endpoint: str, body: dict[str, Any], context: RequestContext) -> None:
+    if endpoint == routes.ENDPOINT:
+        refuse_unsupported(body, routes.UNSUPPORTED)

@@ -22,6 +22,7 @@ from flexserv_core import (
     ContextLengthExceeded,
     FlexServer,
     InvalidRequest,
+    Refusals,
     UnsupportedParameter,
     open_request_context,
     parse_body,
@@ -34,6 +35,18 @@ from flexserv_embeddings.schemas import EmbeddingInput, EmbeddingRequest, Embedd
 ENDPOINT = "/v1/embeddings"
 
 log = logging.getLogger(__name__)
+
+#: vLLM's extensions of this endpoint that would change the vectors: sent with a value
+#: other than the neutral one, a 400 naming them, not a drop with a warning.
+UNSUPPORTED: Refusals = {
+    "truncate_prompt_tokens": (
+        lambda v: v is None,
+        "inputs are cut at the model's maximum (or refused under --no-embeddings-truncate)",
+    ),
+    "normalize": (lambda v: v is None or v is True, "vectors are always L2-normalised"),
+    "add_special_tokens": (lambda v: v is None or v is True, "the model's special tokens are always added"),
+    "embed_dtype": (lambda v: v is None or v == "float32", "vectors are float32"),
+}
 
 
 def normalise_input(value: EmbeddingInput, *, max_inputs: int) -> list[str] | list[list[int]]:

@@ -188,3 +188,28 @@ async def test_not_json_and_unknown_fields(flexserv_client: Any) -> None:
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
     r = await flexserv_client.post("/v1/embeddings", json={"input": "x", "surprise": 1})
     assert r.status_code == 200  # unknown fields are dropped unless --block-on-unexpected-fields
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("truncate_prompt_tokens", 4), ("normalize", False), ("add_special_tokens", False), ("embed_dtype", "float16")],
+)
+async def test_vllm_extensions_that_change_the_vectors_are_refused_by_name(
+    flexserv_client: Any, flexserv_server: Any, field: str, value: Any
+) -> None:
+    r = await flexserv_client.post("/v1/embeddings", json={"input": "abcdef", field: value})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert (error["param"], error["code"]) == (field, "unsupported_parameter")
+    model = flexserv_server.registry.model_if_loaded("counting")
+    assert model is None or model.calls == [], "embed never ran"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("truncate_prompt_tokens", None), ("normalize", True), ("add_special_tokens", True), ("embed_dtype", "float32")],
+)
+async def test_their_neutral_values_are_served(flexserv_client: Any, field: str, value: Any) -> None:
+    r = await flexserv_client.post("/v1/embeddings", json={"input": "abc", field: value})
+    assert r.status_code == 200, r.text
+    assert "x-flexserv-ignored-fields" not in r.headers
