@@ -17,7 +17,16 @@ from flexserv_classification.backends import (
 )
 from flexserv_classification.kinds import CLASSIFY, RERANK, TOKEN_CLASSIFY
 from flexserv_classification.settings import ClassificationSettings
-from flexserv_core import Backend, FlexServer, ModelSpec, Settings, hookimpl
+from flexserv_core import (
+    Backend,
+    FlexServer,
+    ModelSpec,
+    Refusals,
+    RequestContext,
+    Settings,
+    hookimpl,
+    refuse_unsupported,
+)
 
 #: The name clients use for the embedded default reranker (all-MiniLM-L6-v2 as a
 #: bi-encoder: cosine similarity of query and document embeddings).
@@ -25,6 +34,16 @@ DEFAULT_RERANK_MODEL = "all-MiniLM-L6-v2-rerank"
 
 #: Keys this plugin adds to ``/v1/flexserv/health``: the default model of each kind.
 HEALTH_KEYS = {RERANK: "rerank_model", CLASSIFY: "classify_model", TOKEN_CLASSIFY: "token_classify_model"}
+
+_TRUNCATION = "inputs are cut at the model's maximum (or refused under --no-classification-truncate)"
+_VLLM: Refusals = {"truncate_prompt_tokens": (lambda v: v is None, _TRUNCATION)}
+#: vLLM's (and Cohere's) parameters that would change the scores: sent with a value, a
+#: 400 naming them, not a drop with a warning.
+UNSUPPORTED: dict[str, Refusals] = {
+    routes_rerank.RERANK_ENDPOINT: {**_VLLM, "max_tokens_per_doc": (lambda v: v is None, _TRUNCATION)},
+    routes_rerank.SCORE_ENDPOINT: _VLLM,
+    routes_classify.CLASSIFY_ENDPOINT: _VLLM,
+}
 
 
 def embedded_model_path() -> Path | None:
@@ -56,6 +75,13 @@ def flexserv_register_backends(settings: Settings) -> list[Backend]:
 @hookimpl
 def flexserv_register_routes(settings: Settings) -> list[ControllerRouterHandler]:
     return [*routes_rerank.ROUTES, *routes_classify.ROUTES]
+
+
+@hookimpl
+def flexserv_preprocess_request(endpoint: str, body: dict[str, Any], context: RequestContext) -> None:
+    refusals = UNSUPPORTED.get(endpoint)
+    if refusals is not None:
+        refuse_unsupported(body, refusals)
 
 
 @hookimpl

@@ -62,6 +62,16 @@ def _error(r: Any, status: int, param: str | None, code: str | None = None) -> d
         ("/v1/token-classify", {"model": "tk", "input": "x", "aggregation": "mean"}, "aggregation", "invalid_value"),
         ("/v1/classify", {"model": "ce", "input": "x"}, "model", "model_kind_mismatch"),
         ("/v1/rerank", {"model": "cl", "query": "q", "documents": ["a"]}, "model", "model_kind_mismatch"),
+        # Cohere's and vLLM's truncation parameters would change the scores: refused, not dropped
+        *(
+            (path, {"model": model, **fields, param: 8}, param, "unsupported_parameter")
+            for path, model, fields, param in [
+                ("/v1/rerank", "ce", {"query": "q", "documents": ["a"]}, "max_tokens_per_doc"),
+                ("/v1/rerank", "ce", {"query": "q", "documents": ["a"]}, "truncate_prompt_tokens"),
+                ("/v1/score", "ce", {"text_1": "q", "text_2": "a"}, "truncate_prompt_tokens"),
+                ("/v1/classify", "cl", {"input": "a"}, "truncate_prompt_tokens"),
+            ]
+        ),
     ],
 )
 async def test_bad_requests_get_a_400(
