@@ -67,7 +67,7 @@ def normalise_input(value: EmbeddingInput, *, max_inputs: int) -> list[str] | li
         )
     if len(items) > max_inputs:
         raise InvalidRequest(
-            f"'input' has {len(items)} items; this server accepts at most {max_inputs} per request (--max-embedding-inputs).",
+            f"'input' has {len(items)} items; this server accepts at most {max_inputs} per request (--embeddings-max-inputs).",
             param="input",
             code="too_many_inputs",
         )
@@ -99,7 +99,7 @@ def check_token_inputs(
         if not truncate and len(item) > limits.max_input_tokens:
             raise ContextLengthExceeded(
                 f"'input[{i}]' is {len(item)} tokens long; model '{model}' accepts at most "
-                f"{limits.max_input_tokens} and truncation is off (--no-embedding-truncate).",
+                f"{limits.max_input_tokens} and truncation is off (--no-embeddings-truncate).",
                 param="input",
             )
 

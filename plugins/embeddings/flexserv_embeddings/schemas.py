@@ -32,7 +32,7 @@ class EmbeddingSettings(Struct, kw_only=True, forbid_unknown_fields=True):
         bool,
         msgspec.Meta(
             description=(
-                "Truncate embedding inputs longer than the model's maximum; with --no-embedding-truncate they get a 400."
+                "Truncate embedding inputs longer than the model's maximum; with --no-embeddings-truncate they get a 400."
             ),
             extra={"aliases": ["embedding_truncate"]},
         ),

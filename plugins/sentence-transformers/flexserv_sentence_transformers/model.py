@@ -123,7 +123,7 @@ class SentenceTransformerEmbeddingModel(EmbeddingModel):
             if len(seq) > limit:
                 raise ContextLengthExceeded(
                     f"'input[{i}]' is {len(seq)} tokens long; model '{self.spec.name}' accepts at most {limit} "
-                    "and truncation is off (--no-embedding-truncate).",
+                    "and truncation is off (--no-embeddings-truncate).",
                     param="input",
                 )
 
