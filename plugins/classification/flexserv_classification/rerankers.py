@@ -108,7 +108,8 @@ class BiEncoderRerankModel(BatchedRunner[PairJob, str, ScoreResult], RerankModel
 
     def _finish(self, job: PairJob, prepared: Prepared[str], outputs: Sequence[Any]) -> ScoreResult:
         vectors = dict(zip(prepared.items, outputs, strict=True))
-        scores = [float(np.dot(vectors[q], vectors[d])) for q, d in job.pairs]
+        # normalised in float32, a text's vector with itself can come to 1.0000002: the range is -1 to 1
+        scores = [float(np.clip(np.dot(vectors[q], vectors[d]), -1.0, 1.0)) for q, d in job.pairs]
         return ScoreResult(scores=scores, prompt_tokens=prepared.tokens)
 
     def unload(self) -> None:
