@@ -132,7 +132,8 @@ async def detokenize(request: Request[Any, Any, Any]) -> Response[Any]:
     server: FlexServer = request.app.state.flexserv
     async with server.registry.acquire(body.model, TextGenerationModel) as lease:
         ids = check_token_ids(lease.model.limits, body.tokens, "tokens")
-        text = lease.model.decode(ids)
+        # a body's worth of ids (millions) takes seconds to decode: not on the event loop
+        text = await asyncio.to_thread(lease.model.decode, ids)
     return Response(content=msgspec.json.encode(DetokenizeResponse(prompt=text)), media_type=MediaType.JSON)
 
 

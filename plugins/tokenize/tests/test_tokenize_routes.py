@@ -5,6 +5,7 @@ variables, the same prompt bounds); on by default through its entry point, and
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -139,3 +140,22 @@ async def test_tokenize_has_the_prompt_bounds_of_the_generating_routes(field: st
         response = await client.post("/tokenize", json={"model": "fake-model", field: value})
         assert response.status_code == 400, response.text
         assert response.json()["error"]["code"] == "prompt_too_long"
+
+
+async def test_detokenize_decodes_off_the_event_loop(
+    flexserv_client: Any, fake: FakeBackendPlugin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request's worth of ids (millions) takes seconds to decode: every other request
+    would wait that long if it ran on the event loop."""
+    assert (await flexserv_client.post("/detokenize", json={"model": "fake-model", "tokens": [72]})).status_code == 200
+    model = fake.backend.models[0]
+    decode, threads = model.decode, []
+
+    def recorded(ids: list[int]) -> str:
+        threads.append(threading.get_ident())
+        return decode(ids)
+
+    monkeypatch.setattr(model, "decode", recorded)
+    r = await flexserv_client.post("/detokenize", json={"model": "fake-model", "tokens": [72, 105]})
+    assert r.json() == {"prompt": "Hi"}
+    assert threads and threading.get_ident() not in threads
