@@ -50,13 +50,32 @@ def check_language(language: str | None, *, multilingual: bool, languages: dict[
 
 
 class SerialWorker:
-    """One thread per model: Whisper decoders are not shared between threads."""
+    """One thread per model: Whisper decoders are not shared between threads.
+
+    A job reaches the thread only once the one before it has ended: requests that
+    wait their turn hold their audio here, where cancelling one lets go of it at
+    once, never in the executor's queue, which keeps a cancelled job (and its
+    audio) until the thread gets to it."""
 
     def __init__(self, name: str) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._turn = asyncio.Lock()
 
     async def run(self, fn: Callable[[], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+        await self._turn.acquire()
+        try:
+            job = asyncio.get_running_loop().run_in_executor(self._executor, fn)
+        except BaseException:
+            self._turn.release()
+            raise
+        job.add_done_callback(self._ended)
+        # cancelled, the caller stops waiting; the turn passes when the thread is done
+        return await asyncio.shield(job)
+
+    def _ended(self, job: asyncio.Future[Any]) -> None:
+        self._turn.release()
+        if not job.cancelled():
+            job.exception()  # its caller may be gone: don't log it as never retrieved
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -191,7 +210,9 @@ class SerialWhisperModel(TranscriptionModel):
                 yield item
         finally:
             stop.set()
-            # the worker finishes its current segment; don't wait for it here
+            # a job still waiting for its turn never runs; a running one ends after
+            # its current segment, without being waited for here
+            job.cancel()
             job.add_done_callback(lambda f: f.cancelled() or f.exception())
 
     @abc.abstractmethod
