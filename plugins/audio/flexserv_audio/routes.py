@@ -3,8 +3,10 @@
 The multipart body is size-checked before it is read (``Content-Length`` first,
 then Litestar counts streamed bytes against the handler's
 ``request_max_body_size``), so an oversized upload gets a 413 without being held
-in memory. Audio is decoded (:mod:`flexserv_audio.decode`) in a worker thread;
-the model comes from the registry. ``-p no:audio`` removes these routes (404).
+in memory. Audio is decoded (:mod:`flexserv_audio.decode`) in a worker thread,
+once the request has its share of the decoded-audio budget
+(:mod:`flexserv_audio.budget`), held until the model is done with it; the model
+comes from the registry. ``-p no:audio`` removes these routes (404).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
 import msgspec
@@ -20,7 +23,8 @@ from litestar.datastructures import UploadFile
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.handlers import HTTPRouteHandler
 
-from flexserv_audio import TranscriptionModel
+from flexserv_audio import Transcription, TranscriptionModel
+from flexserv_audio.budget import Share, audio_budget, milliseconds
 from flexserv_audio.decode import load_audio
 from flexserv_audio.form import parse_form
 from flexserv_audio.formats import render
@@ -55,6 +59,7 @@ from flexserv_core import (
 
 log = logging.getLogger(__name__)
 RequestT = TypeVar("RequestT", bound=msgspec.Struct)
+T = TypeVar("T")
 
 ENDPOINT = "/v1/audio/transcriptions"
 TRANSLATIONS = "/v1/audio/translations"
@@ -159,13 +164,47 @@ def _form_fields(items: list[tuple[str, Any]]) -> tuple[UploadFile, dict[str, An
     return upload, fields
 
 
+async def _in_thread(fn: Callable[[], T]) -> T:
+    """``fn()`` in a worker thread. Cancelled, it still waits for the thread, whose
+    result is the memory the caller's budget share stands for until then."""
+    job = asyncio.ensure_future(asyncio.to_thread(fn))
+    try:
+        return await asyncio.shield(job)
+    except asyncio.CancelledError:
+        await asyncio.wait({job})
+        if not job.cancelled():
+            job.exception()  # nobody waits for its error now: don't log it as unretrieved
+        raise
+
+
 async def _decoded_audio(
-    server: FlexServer, model: TranscriptionModel, data: bytes, filename: str | None
+    server: FlexServer, model: TranscriptionModel, data: bytes, filename: str | None, share: Share
 ) -> AudioRequest:
-    limits = server.settings.get(TranscriptionSettings)
+    """``data`` decoded under ``share`` (reserved for the longest audio), shrunk to the audio's length."""
+    limit = server.settings.get(TranscriptionSettings).audio_max_seconds
     rate = model.sampling_rate
-    audio = await asyncio.to_thread(load_audio, data, rate, filename=filename, max_seconds=limits.audio_max_seconds)
-    return AudioRequest(audio=audio, seconds=len(audio) / rate)
+    audio = await _in_thread(lambda: load_audio(data, rate, filename=filename, max_seconds=limit))
+    seconds = len(audio) / rate
+    share.shrink(milliseconds(seconds))
+    return AudioRequest(audio=audio, seconds=seconds)
+
+
+def _reservation(server: FlexServer) -> int:
+    """What a request's share is before it is decoded: its length is not known until then."""
+    return milliseconds(server.settings.get(TranscriptionSettings).audio_max_seconds)
+
+
+async def _transcribed(
+    server: FlexServer, model: TranscriptionModel, data: bytes, filename: str | None, **options: Any
+) -> tuple[Transcription, float]:
+    """The transcription of ``data`` and the seconds of audio it had, decoded once
+    the budget has room and held in it until ``transcribe`` returns."""
+    async with audio_budget(server).hold(_reservation(server)) as share:
+        decoded = await _decoded_audio(server, model, data, filename, share)
+        result = await model.transcribe(decoded.audio, **options)
+    if not result.duration:
+        result.duration = decoded.seconds
+    return result, decoded.seconds
 
 
 async def _read_upload(
@@ -198,11 +237,11 @@ def _check_transcription(params: TranscriptionRequest) -> None:
         )
 
 
-def _served(server: FlexServer, model: str, task: str, audio: AudioRequest, started: float) -> None:
+def _served(server: FlexServer, model: str, task: str, seconds: float, started: float) -> None:
     """Counted on /metrics, and one log line: the access log says only the status."""
-    audio_seconds(server.settings).labels(model).inc(audio.seconds)
+    audio_seconds(server.settings).labels(model).inc(seconds)
     took = time.perf_counter() - started
-    log.info("%s done: model %s, %.1f s of audio in %.2f s", task, model, audio.seconds, took)
+    log.info("%s done: model %s, %.1f s of audio in %.2f s", task, model, seconds, took)
 
 
 async def create_transcription(request: Request[Any, Any, Any]) -> Response[Any]:
@@ -212,18 +251,22 @@ async def create_transcription(request: Request[Any, Any, Any]) -> Response[Any]
     if params.stream:
         return await sse_response(_stream(server, params, data, filename, started), server, request)
     granularities = set(params.timestamp_granularities)
+    options: dict[str, Any] = {"word_timestamps": True} if "word" in granularities else {}
     async with server.registry.acquire(params.model, TranscriptionModel) as lease:
-        decoded = await _decoded_audio(server, lease.model, data, filename)
-        options: dict[str, Any] = {"word_timestamps": True} if "word" in granularities else {}
-        result = await until_disconnect(
+        result, seconds = await until_disconnect(
             request,
-            lease.model.transcribe(
-                decoded.audio, language=params.language, prompt=params.prompt, temperature=params.temperature, **options
+            _transcribed(
+                server,
+                lease.model,
+                data,
+                filename,
+                language=params.language,
+                prompt=params.prompt,
+                temperature=params.temperature,
+                **options,
             ),
         )
-    if not result.duration:
-        result.duration = decoded.seconds
-    _served(server, lease.spec.name, "transcription", decoded, started)
+    _served(server, lease.spec.name, "transcription", seconds, started)
     segments = not granularities or "segment" in granularities
     content, media_type = render(result, params.response_format, segments=segments)
     return Response(content=content, media_type=media_type, status_code=200)
@@ -235,8 +278,11 @@ async def _stream(
     """OpenAI's ``transcript.text.delta`` events, one per decoded segment, then
     ``transcript.text.done``; the deltas join to the done event's text, which is
     the text a non-streamed request gets."""
-    async with server.registry.acquire(params.model, TranscriptionModel) as lease:
-        decoded = await _decoded_audio(server, lease.model, data, filename)
+    async with (
+        server.registry.acquire(params.model, TranscriptionModel) as lease,
+        audio_budget(server).hold(_reservation(server)) as share,
+    ):
+        decoded = await _decoded_audio(server, lease.model, data, filename, share)
         segments = lease.model.transcribe_stream(
             decoded.audio, language=params.language, prompt=params.prompt, temperature=params.temperature
         )
@@ -256,7 +302,7 @@ async def _stream(
         finally:
             if close is not None:
                 await close()
-        _served(server, lease.spec.name, "transcription", decoded, started)
+        _served(server, lease.spec.name, "transcription", decoded.seconds, started)
         yield sse_event(msgspec.json.encode({"type": "transcript.text.done", "text": joiner.text}))
         yield SSE_DONE
 
@@ -294,16 +340,19 @@ async def create_translation(request: Request[Any, Any, Any]) -> Response[Any]:
                 param="model",
                 code="translation_unsupported",
             )
-        decoded = await _decoded_audio(server, lease.model, data, filename)
-        result = await until_disconnect(
+        result, seconds = await until_disconnect(
             request,
-            lease.model.transcribe(
-                decoded.audio, prompt=params.prompt, temperature=params.temperature, task="translate"
+            _transcribed(
+                server,
+                lease.model,
+                data,
+                filename,
+                prompt=params.prompt,
+                temperature=params.temperature,
+                task="translate",
             ),
         )
-    if not result.duration:
-        result.duration = decoded.seconds
-    _served(server, lease.spec.name, "translation", decoded, started)
+    _served(server, lease.spec.name, "translation", seconds, started)
     content, media_type = render(result, params.response_format, task="translate")
     return Response(content=content, media_type=media_type, status_code=200)
 

@@ -34,6 +34,17 @@ class TranscriptionSettings(Struct, kw_only=True, forbid_unknown_fields=True):
             extra={"aliases": ["max_audio_seconds"]},
         ),
     ] = 1800.0
+    audio_max_seconds_in_flight: Annotated[
+        float,
+        msgspec.Meta(
+            gt=0,
+            description="Most seconds of audio the server holds decoded at once, all transcriptions and "
+            "translations together (64 KB a second at 16 kHz, until the model is done with it): a request "
+            "waits for --audio-max-seconds of it before it decodes and gives back what its audio did not use. "
+            "The default is two requests at the default limit: one transcribed, the next decoded. A request "
+            "larger than this still runs, alone.",
+        ),
+    ] = 3600.0
 
 
 class TranscriptionRequest(Struct, kw_only=True):

@@ -1,0 +1,213 @@
+"""--audio-max-seconds-in-flight: the decoded audio of concurrent requests shares one budget.
+
+A model transcribes one request at a time, and every request waiting for it held
+its decoded audio (115 MB at the 1800 s limit). With a budget of one request at
+the limit, a second request is not decoded until the first is transcribed, and a
+client that goes away while it waits gives its place back."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import socket
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import numpy as np
+import pytest
+import soundfile as sf
+from flexserv_audio import Transcription, TranscriptionModel, routes
+from flexserv_audio.budget import AudioBudget, audio_budget
+
+from flexserv_core import Backend, LoadedModel, ModelKind, ModelSpec, ProgressCallback, hookimpl
+from flexserv_core.testing import ServedApp, make_app, wait_until
+
+DATA = Path(__file__).resolve().parents[3] / "tests" / "data"
+SPEECH = (DATA / "speech.ogg").read_bytes()  # 3.7 s
+LIMIT_SECONDS = 5.0
+ROUTES = {"transcription": ("/v1/audio/transcriptions", {}), "stream": ("/v1/audio/transcriptions", {"stream": "true"})}
+ROUTES["translation"] = ("/v1/audio/translations", {})
+
+
+class GatedTranscriber(TranscriptionModel):
+    """Counts the transcriptions it starts; each waits for ``gate``."""
+
+    can_translate = True
+
+    def __init__(self, spec: ModelSpec, plugin: GatedPlugin) -> None:
+        super().__init__(spec)
+        self.plugin = plugin
+
+    async def transcribe(self, audio: Any, **options: Any) -> Transcription:
+        self.plugin.started += 1
+        await asyncio.to_thread(self.plugin.gate.wait, 10)
+        return Transcription(text="heard", duration=len(audio) / self.sampling_rate)
+
+    def unload(self) -> None:
+        pass
+
+
+class GatedPlugin:
+    """Serves ``gated``, a :class:`GatedTranscriber`."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.started = 0
+        plugin = self
+
+        class Loader(Backend):
+            name, kind = "gated", ModelKind.TRANSCRIPTION
+
+            def load(self, spec: ModelSpec, progress: ProgressCallback) -> LoadedModel:
+                return GatedTranscriber(spec, plugin)
+
+        self.backend = Loader()
+
+    @hookimpl
+    def flexserv_register_backends(self, settings: Any) -> list[Backend]:
+        return [self.backend]
+
+    @hookimpl
+    def flexserv_default_models(self, settings: Any) -> list[ModelSpec]:
+        return [ModelSpec(name="gated", kind=ModelKind.TRANSCRIPTION, source="gated://", backend="gated")]
+
+
+@pytest.fixture
+def decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One entry per upload the routes decode."""
+    calls: list[int] = []
+    decode = routes.load_audio
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(routes, "load_audio", counted)
+    return calls
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[str, GatedPlugin, AudioBudget]]:
+    """A server whose budget is one request at --audio-max-seconds."""
+    plugin = GatedPlugin()
+    settings = {"audio_max_seconds": LIMIT_SECONDS, "audio_max_seconds_in_flight": LIMIT_SECONDS}
+    app = make_app([plugin, "audio"], settings=settings)
+    try:
+        with ServedApp(app) as url:
+            yield url, plugin, audio_budget(app.state.flexserv)
+    finally:
+        plugin.gate.set()
+
+
+def post(url: str, route: str, fields: dict[str, str], audio: bytes = SPEECH) -> httpx.Response:
+    files = {"file": ("speech.ogg", audio)}
+    return httpx.post(url + route, files=files, data={"model": "gated", **fields}, timeout=30)
+
+
+@pytest.mark.parametrize("kind", list(ROUTES))
+def test_a_waiting_request_is_decoded_once_the_one_before_is_done(
+    served: tuple[str, GatedPlugin, AudioBudget], decodes: list[int], kind: str
+) -> None:
+    url, plugin, budget = served
+    route, fields = ROUTES[kind]
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(post, url, route, fields)
+        wait_until(lambda: plugin.started == 1, 10, message="the first request is transcribed")
+        second = pool.submit(post, url, route, fields)
+        wait_until(lambda: len(budget._waiting) == 1 or len(decodes) > 1, 10, message="the second request waits")
+        assert len(decodes) == 1, "the second request was decoded while the first was still transcribed"
+        plugin.gate.set()
+        answers = [first.result(), second.result()]
+    assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
+    assert len(decodes) == 2 and plugin.started == 2 and budget.held == 0
+
+
+def _send_raw(url: str, route: str, fields: dict[str, str]) -> socket.socket:
+    request = httpx.Request(
+        "POST", url + route, files={"file": ("speech.ogg", SPEECH)}, data={"model": "gated", **fields}
+    )
+    body = request.read()
+    parts = urlsplit(url)
+    head = f"POST {route} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+    head += f"Content-Type: {request.headers['content-type']}\r\nContent-Length: {len(body)}\r\n\r\n"
+    sock = socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 80), timeout=5)
+    sock.sendall(head.encode() + body)
+    return sock
+
+
+@pytest.mark.parametrize("kind", ["transcription", "stream"])
+def test_a_client_gone_while_it_waits_gives_its_place_back(
+    served: tuple[str, GatedPlugin, AudioBudget], decodes: list[int], kind: str
+) -> None:
+    url, plugin, budget = served
+    route, fields = ROUTES[kind]
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(post, url, route, fields)
+        wait_until(lambda: plugin.started == 1, 10, message="the first request is transcribed")
+        with _send_raw(url, route, fields):
+            wait_until(lambda: len(budget._waiting) == 1 or len(decodes) > 1, 10, message="the second one waits")
+        wait_until(lambda: not budget._waiting, 10, message="the client that left gave its place back")
+        plugin.gate.set()
+        assert first.result().status_code == 200
+    assert post(url, route, fields).status_code == 200
+    assert len(decodes) == 2, "the request whose client left was decoded"
+    assert budget.held == 0
+
+
+def _wav(seconds: float) -> bytes:
+    out = io.BytesIO()
+    sf.write(out, np.zeros(int(seconds * 16_000), dtype=np.float32), 16_000, format="WAV")
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("kind", list(ROUTES))
+def test_bad_audio_is_the_same_400_and_gives_its_share_back(
+    served: tuple[str, GatedPlugin, AudioBudget], kind: str
+) -> None:
+    url, plugin, budget = served
+    route, fields = ROUTES[kind]
+    plugin.gate.set()
+    for audio, code in ((b"not audio at all", "invalid_audio"), (_wav(LIMIT_SECONDS + 1), "audio_too_long")):
+        answer = post(url, route, fields, audio)
+        assert answer.status_code == 400 and answer.headers["content-type"].startswith("application/json")
+        assert answer.json()["error"]["code"] == code and answer.json()["error"]["param"] == "file"
+        assert budget.held == 0
+    assert post(url, route, fields).status_code == 200
+
+
+async def test_waiters_go_in_order_a_cancelled_one_frees_its_place_and_audio_gives_back_what_it_did_not_use() -> None:
+    budget = AudioBudget(10)
+    order: list[str] = []
+
+    async def use(name: str, units: int, used: int, release: asyncio.Event) -> None:
+        async with budget.hold(units) as share:
+            order.append(name)
+            share.shrink(used)
+            await release.wait()
+
+    hold_first, hold_short, done = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    done.set()
+    first = asyncio.create_task(use("first", 10, 10, hold_first))
+    await asyncio.sleep(0)
+    cancelled = asyncio.create_task(use("cancelled", 10, 10, done))
+    short = asyncio.create_task(use("short", 10, 3, hold_short))  # reserves the limit, keeps 3
+    after = asyncio.create_task(use("after", 7, 7, done))
+    await asyncio.sleep(0.01)
+    assert order == ["first"] and budget.held == 10
+    cancelled.cancel()
+    await asyncio.sleep(0.01)
+    assert order == ["first"], "the others wait for the first"
+    hold_first.set()
+    await asyncio.wait_for(after, 5)  # fits in what the short one gave back, while it holds the rest
+    assert order == ["first", "short", "after"] and budget.held == 3
+    hold_short.set()
+    await asyncio.gather(first, short, cancelled, return_exceptions=True)
+    assert cancelled.cancelled() and budget.held == 0 and not budget._waiting
+    async with budget.hold(50) as share:  # over the budget: takes all of it
+        assert budget.held == 10 and share.units == 10
+    assert budget.held == 0
