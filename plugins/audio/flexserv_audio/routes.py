@@ -18,13 +18,14 @@ from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
 import msgspec
+from flexserv_batching import Share
 from litestar import Request, Response, post
 from litestar.datastructures import UploadFile
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.handlers import HTTPRouteHandler
 
 from flexserv_audio import Transcription, TranscriptionModel
-from flexserv_audio.budget import Share, audio_budget, milliseconds
+from flexserv_audio.budget import audio_budget, milliseconds
 from flexserv_audio.decode import load_audio
 from flexserv_audio.form import parse_form
 from flexserv_audio.formats import render

@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 from flexserv_audio import Transcription, TranscriptionModel, routes
-from flexserv_audio.budget import AudioBudget, audio_budget
+from flexserv_audio.budget import audio_budget
+from flexserv_batching import Budget
 
 from flexserv_core import Backend, LoadedModel, ModelKind, ModelSpec, ProgressCallback, hookimpl
 from flexserv_core.testing import ServedApp, make_app, wait_until
@@ -92,7 +93,7 @@ def decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 @pytest.fixture
-def served() -> Iterator[tuple[str, GatedPlugin, AudioBudget]]:
+def served() -> Iterator[tuple[str, GatedPlugin, Budget]]:
     """A server whose budget is one request at --audio-max-seconds."""
     plugin = GatedPlugin()
     settings = {"audio_max_seconds": LIMIT_SECONDS, "audio_max_seconds_in_flight": LIMIT_SECONDS}
@@ -111,7 +112,7 @@ def post(url: str, route: str, fields: dict[str, str], audio: bytes = SPEECH) ->
 
 @pytest.mark.parametrize("kind", list(ROUTES))
 def test_a_waiting_request_is_decoded_once_the_one_before_is_done(
-    served: tuple[str, GatedPlugin, AudioBudget], decodes: list[int], kind: str
+    served: tuple[str, GatedPlugin, Budget], decodes: list[int], kind: str
 ) -> None:
     url, plugin, budget = served
     route, fields = ROUTES[kind]
@@ -142,7 +143,7 @@ def _send_raw(url: str, route: str, fields: dict[str, str]) -> socket.socket:
 
 @pytest.mark.parametrize("kind", ["transcription", "stream"])
 def test_a_client_gone_while_it_waits_gives_its_place_back(
-    served: tuple[str, GatedPlugin, AudioBudget], decodes: list[int], kind: str
+    served: tuple[str, GatedPlugin, Budget], decodes: list[int], kind: str
 ) -> None:
     url, plugin, budget = served
     route, fields = ROUTES[kind]
@@ -166,9 +167,7 @@ def _wav(seconds: float) -> bytes:
 
 
 @pytest.mark.parametrize("kind", list(ROUTES))
-def test_bad_audio_is_the_same_400_and_gives_its_share_back(
-    served: tuple[str, GatedPlugin, AudioBudget], kind: str
-) -> None:
+def test_bad_audio_is_the_same_400_and_gives_its_share_back(served: tuple[str, GatedPlugin, Budget], kind: str) -> None:
     url, plugin, budget = served
     route, fields = ROUTES[kind]
     plugin.gate.set()
@@ -178,36 +177,3 @@ def test_bad_audio_is_the_same_400_and_gives_its_share_back(
         assert answer.json()["error"]["code"] == code and answer.json()["error"]["param"] == "file"
         assert budget.held == 0
     assert post(url, route, fields).status_code == 200
-
-
-async def test_waiters_go_in_order_a_cancelled_one_frees_its_place_and_audio_gives_back_what_it_did_not_use() -> None:
-    budget = AudioBudget(10)
-    order: list[str] = []
-
-    async def use(name: str, units: int, used: int, release: asyncio.Event) -> None:
-        async with budget.hold(units) as share:
-            order.append(name)
-            share.shrink(used)
-            await release.wait()
-
-    hold_first, hold_short, done = asyncio.Event(), asyncio.Event(), asyncio.Event()
-    done.set()
-    first = asyncio.create_task(use("first", 10, 10, hold_first))
-    await asyncio.sleep(0)
-    cancelled = asyncio.create_task(use("cancelled", 10, 10, done))
-    short = asyncio.create_task(use("short", 10, 3, hold_short))  # reserves the limit, keeps 3
-    after = asyncio.create_task(use("after", 7, 7, done))
-    await asyncio.sleep(0.01)
-    assert order == ["first"] and budget.held == 10
-    cancelled.cancel()
-    await asyncio.sleep(0.01)
-    assert order == ["first"], "the others wait for the first"
-    hold_first.set()
-    await asyncio.wait_for(after, 5)  # fits in what the short one gave back, while it holds the rest
-    assert order == ["first", "short", "after"] and budget.held == 3
-    hold_short.set()
-    await asyncio.gather(first, short, cancelled, return_exceptions=True)
-    assert cancelled.cancelled() and budget.held == 0 and not budget._waiting
-    async with budget.hold(50) as share:  # over the budget: takes all of it
-        assert budget.held == 10 and share.units == 10
-    assert budget.held == 0

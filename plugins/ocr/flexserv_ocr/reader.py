@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from flexserv_batching import Budget
+
 from flexserv_core import PDF_MEDIA_TYPE as PDF
 from flexserv_core import InvalidRequest
 from flexserv_core import sniff_media_type as sniff
@@ -25,7 +27,6 @@ from flexserv_ocr.errors import InputTooLarge, InvalidDocument, TooManyPageImage
 from flexserv_ocr.images import load_image, open_image, within_pixels
 from flexserv_ocr.kinds import OcrBudget, OcrModel, OcrPage, OcrTimeLimit, PageJob
 from flexserv_ocr.pdf import PdfDocument, select_pages
-from flexserv_ocr.pixels import PixelBudget
 from flexserv_ocr.settings import OcrSettings
 
 #: Pages of one request prepared or being read at once.
@@ -118,10 +119,10 @@ class DocumentReader:
         limits: OcrSettings,
         options: ReadOptions,
         allowance: ReadAllowance | None = None,
-        pixels: PixelBudget | None = None,
+        pixels: Budget | None = None,
     ) -> None:
         self.model = model
-        self.pixels = pixels or PixelBudget(limits.ocr_max_pixels_in_flight)
+        self.pixels = pixels or Budget(limits.ocr_max_pixels_in_flight)
         self.limits = limits
         self.options = options
         self.dpi = check_dpi(options.dpi, limits)

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from flexserv_ocr.kinds import OcrLine, PageJob
-from flexserv_ocr.pixels import PixelBudget
 from flexserv_ocr.testing import b64, png_bytes
 from PIL import Image
 
@@ -48,27 +47,3 @@ async def test_concurrent_pages_wait_for_the_budget(client: Any, ocr_app: Any) -
     # a page over the whole budget still runs, alone
     big = await client.post("/v1/ocr", json={"images": [page(2 * SIDE)]})
     assert big.status_code == 200, big.text
-
-
-async def test_waiters_are_served_in_order_and_a_cancelled_one_frees_its_place() -> None:
-    budget = PixelBudget(10)
-    order: list[str] = []
-
-    async def use(name: str, pixels: int, seconds: float) -> None:
-        async with budget.hold(pixels):
-            order.append(name)
-            await asyncio.sleep(seconds)
-
-    first = asyncio.create_task(use("first", 8, 0.05))
-    await asyncio.sleep(0)
-    cancelled = asyncio.create_task(use("cancelled", 10, 1.0))
-    small = asyncio.create_task(use("small", 2, 0.0))  # fits now, but waits behind the queue
-    await asyncio.sleep(0.01)
-    assert order == ["first"] and budget.held == 8
-    cancelled.cancel()
-    await asyncio.gather(first, small, return_exceptions=True)
-    assert order == ["first", "small"]
-    assert cancelled.cancelled() and budget.held == 0 and not budget._waiting
-    async with budget.hold(50):  # over the budget: takes all of it
-        assert budget.held == 10
-    assert budget.held == 0
