@@ -26,7 +26,7 @@ from flexserv_transformers import prewarm
 from flexserv_transformers.settings import TransformersSettings
 from flexserv_core import CoreSettings, resolve_settings
 settings = resolve_settings([CoreSettings, *flexserv_add_settings()], cli=CLI, env={})
-flexserv_startup(types.SimpleNamespace(settings=settings))
+flexserv_startup(types.SimpleNamespace(settings=settings, catalog=types.SimpleNamespace(specs=list)))  # no models
 prewarm.wait()
 print(all(name in sys.modules for name in prewarm.modules_for(settings.get(TransformersSettings))))
 print("transformers.models.llama.modeling_llama" in sys.modules)
