@@ -72,6 +72,7 @@ async def test_a_prompt_just_over_the_bound_is_refused_untokenized(served: tuple
     assert context_exceeded(r) == "prompt" and model.tokenized[-1] == BOUND  # at the bound: tokenized
 
 
+@pytest.mark.slow  # generates from a 2,000-token prompt on the real model: ~9 s
 async def test_long_prompts_that_fit_are_not_refused(served: tuple[httpx.AsyncClient, Any]) -> None:
     client, _model = served
     # 2000 one-byte tokens, and 200,000 dropped bytes around 2 tokens: beyond the
