@@ -9,23 +9,22 @@ from __future__ import annotations
 
 import asyncio
 import io
-import socket
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import numpy as np
 import pytest
 import soundfile as sf
+from audio_fakes import OneTranscriberPlugin, send_raw
 from flexserv_audio import Transcription, TranscriptionModel, routes
 from flexserv_audio.budget import audio_budget
 from flexserv_batching import Budget
 
-from flexserv_core import Backend, LoadedModel, ModelKind, ModelSpec, ProgressCallback, hookimpl
+from flexserv_core import ModelSpec
 from flexserv_core.testing import ServedApp, make_app, wait_until
 
 DATA = Path(__file__).resolve().parents[3] / "tests" / "data"
@@ -53,29 +52,13 @@ class GatedTranscriber(TranscriptionModel):
         pass
 
 
-class GatedPlugin:
+class GatedPlugin(OneTranscriberPlugin):
     """Serves ``gated``, a :class:`GatedTranscriber`."""
 
     def __init__(self) -> None:
         self.gate = threading.Event()
         self.started = 0
-        plugin = self
-
-        class Loader(Backend):
-            name, kind = "gated", ModelKind.TRANSCRIPTION
-
-            def load(self, spec: ModelSpec, progress: ProgressCallback) -> LoadedModel:
-                return GatedTranscriber(spec, plugin)
-
-        self.backend = Loader()
-
-    @hookimpl
-    def flexserv_register_backends(self, settings: Any) -> list[Backend]:
-        return [self.backend]
-
-    @hookimpl
-    def flexserv_default_models(self, settings: Any) -> list[ModelSpec]:
-        return [ModelSpec(name="gated", kind=ModelKind.TRANSCRIPTION, source="gated://", backend="gated")]
+        super().__init__(lambda spec: GatedTranscriber(spec, self))
 
 
 @pytest.fixture
@@ -128,19 +111,6 @@ def test_a_waiting_request_is_decoded_once_the_one_before_is_done(
     assert len(decodes) == 2 and plugin.started == 2 and budget.held == 0
 
 
-def _send_raw(url: str, route: str, fields: dict[str, str]) -> socket.socket:
-    request = httpx.Request(
-        "POST", url + route, files={"file": ("speech.ogg", SPEECH)}, data={"model": "gated", **fields}
-    )
-    body = request.read()
-    parts = urlsplit(url)
-    head = f"POST {route} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
-    head += f"Content-Type: {request.headers['content-type']}\r\nContent-Length: {len(body)}\r\n\r\n"
-    sock = socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 80), timeout=5)
-    sock.sendall(head.encode() + body)
-    return sock
-
-
 @pytest.mark.parametrize("kind", ["transcription", "stream"])
 def test_a_client_gone_while_it_waits_gives_its_place_back(
     served: tuple[str, GatedPlugin, Budget], decodes: list[int], kind: str
@@ -150,7 +120,7 @@ def test_a_client_gone_while_it_waits_gives_its_place_back(
     with ThreadPoolExecutor(1) as pool:
         first = pool.submit(post, url, route, fields)
         wait_until(lambda: plugin.started == 1, 10, message="the first request is transcribed")
-        with _send_raw(url, route, fields):
+        with send_raw(url, route, SPEECH, fields):
             wait_until(lambda: len(budget._waiting) == 1 or len(decodes) > 1, 10, message="the second one waits")
         wait_until(lambda: not budget._waiting, 10, message="the client that left gave its place back")
         plugin.gate.set()

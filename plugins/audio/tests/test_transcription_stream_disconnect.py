@@ -5,17 +5,16 @@ afterwards, transcribes nothing."""
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
+from audio_fakes import OneTranscriberPlugin, send_raw
 from flexserv_audio import Transcription, TranscriptionModel, TranscriptionSegment
 
-from flexserv_core import Backend, LoadedModel, ModelKind, ModelSpec, ProgressCallback, hookimpl
+from flexserv_core import ModelSpec
 from flexserv_core.testing import ServedApp, make_app, wait_until
 
 DATA = Path(__file__).resolve().parents[3] / "tests" / "data"
@@ -41,41 +40,17 @@ class CountingTranscriber(TranscriptionModel):
         pass
 
 
-class GatedBackends:
+class GatedBackends(OneTranscriberPlugin):
     """``gated``: its load starts (``loading``) and waits for ``release``."""
 
     def __init__(self) -> None:
         self.loading, self.release = threading.Event(), threading.Event()
-        plugin = self
+        super().__init__(self._load)
 
-        class Loader(Backend):
-            name, kind = "gated", ModelKind.TRANSCRIPTION
-
-            def load(self, spec: ModelSpec, progress: ProgressCallback) -> LoadedModel:
-                plugin.loading.set()
-                assert plugin.release.wait(10)
-                return CountingTranscriber(spec)
-
-        self.backend = Loader()
-
-    @hookimpl
-    def flexserv_register_backends(self, settings: Any) -> list[Backend]:
-        return [self.backend]
-
-    @hookimpl
-    def flexserv_default_models(self, settings: Any) -> list[ModelSpec]:
-        return [ModelSpec(name="gated", kind=ModelKind.TRANSCRIPTION, source="gated://", backend="gated")]
-
-
-def _raw_request(url: str) -> tuple[bytes, tuple[str, int]]:
-    """The bytes of a streamed transcription request, and where to send them."""
-    files = {"file": ("speech.ogg", (DATA / "speech.ogg").read_bytes(), "audio/ogg")}
-    request = httpx.Request("POST", url + ROUTE, files=files, data={"model": "gated", "stream": "true"})
-    body = request.read()
-    parts = urlsplit(url)
-    head = f"POST {ROUTE} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
-    head += f"Content-Type: {request.headers['content-type']}\r\nContent-Length: {len(body)}\r\n\r\n"
-    return head.encode() + body, (parts.hostname or "127.0.0.1", parts.port or 80)
+    def _load(self, spec: ModelSpec) -> CountingTranscriber:
+        self.loading.set()
+        assert self.release.wait(10)
+        return CountingTranscriber(spec)
 
 
 def test_a_stream_left_while_its_model_loads_never_starts() -> None:
@@ -84,10 +59,8 @@ def test_a_stream_left_while_its_model_loads_never_starts() -> None:
     app = make_app([gated, "audio"])
     registry = app.state.flexserv.registry
     with ServedApp(app) as url:
-        raw, address = _raw_request(url)
         try:
-            with socket.create_connection(address, timeout=5) as sock:
-                sock.sendall(raw)
+            with send_raw(url, ROUTE, (DATA / "speech.ogg").read_bytes(), {"stream": "true"}):
                 assert gated.loading.wait(5)
             # the server notices the close while the model still loads: the request lets go
             wait_until(lambda: registry.active_requests == 0, 5, message="the request left the load's queue")
